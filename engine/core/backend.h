@@ -1,0 +1,197 @@
+#pragma once
+// The Backend interface: one object per device. Memory with per-device accounting, copies,
+// synchronisation, and the ops the layers are written against. CPU (kernels/cpu) and CUDA
+// (engine/cuda + kernels/cuda, a dlopen'ed plugin) implement it; layers never know which.
+//
+// Conventions for every op (llm.c style):
+// - pointers are device pointers of this backend; shapes are in the signature, row-major;
+// - f32 unless the type says otherwise; labels and ids are int32;
+// - functions named *_accumulate, and every parameter-gradient output, ADD into their output
+//   (dW += ...), so micro-batches accumulate; everything else overwrites its output;
+// - ops may be asynchronous on a device backend: call synchronize() before reading results on
+//   the host (functions that return a host value synchronise themselves).
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/core/device.h"
+#include "engine/core/tensor.h"
+
+namespace pt {
+
+struct MemoryStats {
+  size_t current_bytes = 0;  // live allocations
+  size_t peak_bytes = 0;     // high-water mark since the last reset_peak()
+  size_t limit_bytes = 0;    // 0 = unlimited
+};
+
+enum class Activation { relu, gelu_tanh, gelu_erf, tanh };
+
+// NCHW input (N, C, H, W), weights (K, C, R, S), output (N, K, P, Q).
+struct Conv2dShape {
+  int64_t N, C, H, W;
+  int64_t K, R, S;
+  int64_t stride_h, stride_w, pad_h, pad_w;
+  int64_t P, Q;
+};
+
+// NCHW input (N, C, H, W) -> (N, C, P, Q), window R x S. Average pooling counts padding
+// (PyTorch's default count_include_pad=true).
+struct Pool2dShape {
+  int64_t N, C, H, W;
+  int64_t R, S;
+  int64_t stride_h, stride_w, pad_h, pad_w;
+  int64_t P, Q;
+};
+
+// PyTorch SGD semantics: g = grad + wd*p; buf = momentum*buf + (1-dampening)*g (buf = g on the
+// first step); g = nesterov ? g + momentum*buf : buf; p -= lr*g.
+struct SgdParams {
+  float lr = 0.01f, momentum = 0.f, dampening = 0.f, weight_decay = 0.f;
+  bool nesterov = false;
+  bool first_step = true;  // momentum buffer is initialised from g instead of accumulated
+};
+
+// PyTorch AdamW semantics: p *= 1 - lr*wd; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2;
+// p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps), t = step (1-based).
+struct AdamWParams {
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 1e-2f;
+  int64_t step = 1;
+};
+
+// Completion marker for work queued on a backend (a CUDA event; already complete on the CPU).
+class Event {
+ public:
+  virtual ~Event() = default;
+  virtual void synchronize() = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual DeviceId device() const = 0;
+  virtual std::string describe() const = 0;  // one line: "cpu:0 (1 thread, oneDNN 2.6.3)"
+
+  // ---- memory -----------------------------------------------------------------------------
+  // Throws OutOfMemory naming the device, the request, current and limit bytes.
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void deallocate(void* ptr, size_t bytes) = 0;
+  virtual MemoryStats memory_stats() const = 0;
+  virtual void reset_peak() = 0;
+  virtual void set_memory_limit(size_t bytes) = 0;  // 0 = unlimited
+
+  // An uninitialised tensor in this backend's memory (owning).
+  Tensor empty(const Shape& shape, DType dtype = DType::f32);
+  // A tensor filled with zeros.
+  Tensor zeros(const Shape& shape, DType dtype = DType::f32);
+
+  // ---- copies and synchronisation ---------------------------------------------------------
+  virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void copy_within(void* dst, const void* src, size_t bytes) = 0;
+  // Copies into another device's memory (CPU: memcpy; CUDA: peer copy on the copy stream).
+  virtual void copy_to_peer(Backend& dst_backend, void* dst, const void* src, size_t bytes) = 0;
+  virtual std::unique_ptr<Event> record_event() = 0;
+  virtual void synchronize() = 0;
+
+  // ---- threads ----------------------------------------------------------------------------
+  // The number of threads this device's ops use. bind_current_thread() must be called on each
+  // thread that issues ops to this device (it sets that thread's OpenMP pool size), so two
+  // devices on two cores compute in parallel without oversubscription.
+  virtual void set_num_threads(int threads) = 0;
+  virtual int num_threads() const = 0;
+  virtual void bind_current_thread() = 0;
+
+  // ---- GEMM -------------------------------------------------------------------------------
+  // C(M,N) = alpha * op(A)(M,K) * op(B)(K,N) + beta * C. Row-major; op(X) = X^T when trans_x.
+  // lda/ldb/ldc are the row strides of A, B, C as stored.
+  virtual void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                    const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                    int64_t ldc) = 0;
+
+  // ---- elementwise ------------------------------------------------------------------------
+  virtual void fill(float* x, float value, int64_t n) = 0;
+  virtual void add(const float* a, const float* b, float* y, int64_t n) = 0;  // y = a + b
+  virtual void axpy(float alpha, const float* x, float* y, int64_t n) = 0;    // y += alpha x
+  virtual void scale(float alpha, float* x, int64_t n) = 0;                   // x *= alpha
+  // y(rows, cols) += bias(cols) broadcast over rows.
+  virtual void add_bias(float* y, const float* bias, int64_t rows, int64_t cols) = 0;
+  // out(cols) += sum over rows of x(rows, cols)   (the bias gradient of a Linear layer).
+  virtual void sum_rows_accumulate(const float* x, float* out, int64_t rows, int64_t cols) = 0;
+  // y = f(x).
+  virtual void activation_forward(Activation f, const float* x, float* y, int64_t n) = 0;
+  // dx = f'(x) * dy. ReLU and GELU read x; Tanh reads y (= tanh(x)); pass both.
+  virtual void activation_backward(Activation f, const float* x, const float* y, const float* dy,
+                                   float* dx, int64_t n) = 0;
+  // Inverted dropout: element i is kept iff uniform(key, i) >= p; kept elements scale by
+  // 1/(1-p). The mask is a pure function of (key, i), so backward recomputes it.
+  virtual void dropout_forward(const float* x, float* y, int64_t n, float p, uint64_t key) = 0;
+  virtual void dropout_backward(const float* dy, float* dx, int64_t n, float p, uint64_t key) = 0;
+
+  // ---- normalisation ----------------------------------------------------------------------
+  // Over the last dimension of x(rows, cols); mean/rstd (rows) are saved for backward.
+  virtual void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,
+                                 float* mean, float* rstd, int64_t rows, int64_t cols,
+                                 float eps) = 0;
+  virtual void layernorm_backward_input(const float* dy, const float* x, const float* gamma,
+                                        const float* mean, const float* rstd, float* dx,
+                                        int64_t rows, int64_t cols) = 0;
+  // dgamma += sum_r dy * xhat; dbeta += sum_r dy.
+  virtual void layernorm_backward_weight(const float* dy, const float* x, const float* mean,
+                                         const float* rstd, float* dgamma, float* dbeta,
+                                         int64_t rows, int64_t cols) = 0;
+
+  // ---- losses -----------------------------------------------------------------------------
+  // probs = softmax(logits) per row; returns sum over rows of -log probs[label] (host value).
+  // Throws UsageError if a label is outside [0, classes).
+  virtual double softmax_xent_forward(const float* logits, const int32_t* labels, float* probs,
+                                      int64_t rows, int64_t classes) = 0;
+  // dlogits = scale * (probs - onehot(labels)).
+  virtual void softmax_xent_backward(const float* probs, const int32_t* labels, float* dlogits,
+                                     int64_t rows, int64_t classes, float scale) = 0;
+  // Returns sum of (pred - target)^2 (host value).
+  virtual double mse_forward(const float* pred, const float* target, int64_t n) = 0;
+  // dpred = scale * 2 (pred - target).
+  virtual void mse_backward(const float* pred, const float* target, float* dpred, int64_t n,
+                            float scale) = 0;
+  // Number of rows whose arg-max equals the label (host value; first maximum wins).
+  virtual int64_t count_correct(const float* logits, const int32_t* labels, int64_t rows,
+                                int64_t classes) = 0;
+
+  // ---- convolution and pooling (NCHW) -----------------------------------------------------
+  virtual void conv2d_forward(const Conv2dShape& s, const float* x, const float* w,
+                              const float* bias /* nullable */, float* y) = 0;
+  virtual void conv2d_backward_input(const Conv2dShape& s, const float* dy, const float* w,
+                                     float* dx) = 0;
+  // dw += ..., dbias += ... (dbias nullable).
+  virtual void conv2d_backward_weight(const Conv2dShape& s, const float* dy, const float* x,
+                                      float* dw, float* dbias) = 0;
+  // argmax (N, C, P, Q) holds the flat index h*W + w of each window's maximum (first wins).
+  virtual void maxpool2d_forward(const Pool2dShape& s, const float* x, float* y,
+                                 int32_t* argmax) = 0;
+  virtual void maxpool2d_backward(const Pool2dShape& s, const float* dy, const int32_t* argmax,
+                                  float* dx) = 0;
+  virtual void avgpool2d_forward(const Pool2dShape& s, const float* x, float* y) = 0;
+  virtual void avgpool2d_backward(const Pool2dShape& s, const float* dy, float* dx) = 0;
+
+  // ---- embedding --------------------------------------------------------------------------
+  // y(n, dim) = table[ids[i]]; throws UsageError for an id outside [0, vocab).
+  virtual void embedding_forward(const int32_t* ids, const float* table, float* y, int64_t n,
+                                 int64_t dim, int64_t vocab) = 0;
+  // dtable[ids[i]] += dy(i).
+  virtual void embedding_backward_weight(const int32_t* ids, const float* dy, float* dtable,
+                                         int64_t n, int64_t dim) = 0;
+
+  // ---- reductions and optimizer updates ---------------------------------------------------
+  virtual double sum_squares(const float* x, int64_t n) = 0;  // host value, double accumulation
+  virtual bool all_finite(const float* x, int64_t n) = 0;     // host value
+  // momentum_buf may be null when momentum == 0.
+  virtual void sgd_update(float* param, const float* grad, float* momentum_buf, int64_t n,
+                          const SgdParams& p) = 0;
+  virtual void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n,
+                            const AdamWParams& p) = 0;
+};
+
+}  // namespace pt

@@ -1,0 +1,49 @@
+#include "layers/layer.h"
+
+#include <fmt/format.h>
+
+#include "engine/core/error.h"
+#include "engine/core/random.h"
+
+namespace pt {
+
+size_t LayerContext::saved_bytes() const {
+  size_t n = 0;
+  for (const Tensor& t : saved_) n += t.bytes();
+  for (const auto& c : children_)
+    if (c) n += c->saved_bytes();
+  return n;
+}
+
+LayerContext& LayerContext::child(size_t i) {
+  if (children_.size() <= i) children_.resize(i + 1);
+  if (!children_[i]) children_[i] = std::make_unique<LayerContext>(*backend_, *info_, hash_keys(key_, i + 1));
+  return *children_[i];
+}
+
+void LayerContext::clear() {
+  saved_.clear();
+  for (auto& c : children_)
+    if (c) c->clear();
+}
+
+int64_t Layer::param_count() const {
+  int64_t n = 0;
+  for (const ParamSpec& p : param_specs()) n += p.shape.numel();
+  return n;
+}
+
+void Layer::bind(std::span<const Tensor> params, std::span<const Tensor> grads) {
+  const auto specs = param_specs();
+  if (params.size() != specs.size() || grads.size() != specs.size())
+    throw ShapeError(fmt::format("layer '{}' has {} parameters but was bound to {} tensors and {} gradients",
+                                 name_, specs.size(), params.size(), grads.size()));
+  for (size_t i = 0; i < specs.size(); ++i)
+    if (params[i].shape() != specs[i].shape || grads[i].shape() != specs[i].shape)
+      throw ShapeError(fmt::format("layer '{}' parameter '{}' is {} but was bound to {}", name_,
+                                   specs[i].name, specs[i].shape.str(), params[i].shape().str()));
+  params_.assign(params.begin(), params.end());
+  grads_.assign(grads.begin(), grads.end());
+}
+
+}  // namespace pt

@@ -1,0 +1,158 @@
+#pragma once
+// The Layer interface. A layer is defined for one per-sample input shape; tensors passed to it
+// carry a leading batch dimension: x (B, ...input_shape) -> y (B, ...output_shape).
+//
+// Backward is split in two calls, because zero-bubble schedules run them at different times:
+//   backward_input(dy)  -> dx          (overwrites; never touches parameter gradients)
+//   backward_weight(dy)                (dW += ...: parameter gradients always accumulate)
+// For every micro-batch the caller runs forward, then backward_input, then backward_weight with
+// the same dy, all with the same LayerContext. Whatever forward saves for backward lives in that
+// context, which the caller owns: it may keep several micro-batches in flight, clear one as soon
+// as its backward is done, or clear it and run forward again (recomputation).
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/core/backend.h"
+#include "engine/core/tensor.h"
+
+namespace pt {
+
+// Where this forward/backward sits in training; dropout masks derive from it.
+struct StepInfo {
+  uint64_t seed = 0;
+  int64_t step = 0;
+  int microbatch = 0;
+  bool training = true;  // false: evaluation (dropout is the identity, nothing needs saving)
+};
+
+class LayerContext {
+ public:
+  // key identifies the layer within the model (top level: the global layer index).
+  LayerContext(Backend& backend, const StepInfo& info, uint64_t key)
+      : backend_(&backend), info_(&info), key_(key) {}
+
+  Backend& backend() const { return *backend_; }
+  const StepInfo& info() const { return *info_; }
+  uint64_t key() const { return key_; }
+
+  Tensor alloc(const Shape& shape, DType dtype = DType::f32) const {
+    return backend_->empty(shape, dtype);
+  }
+  void save(Tensor t) { saved_.push_back(std::move(t)); }
+  const Tensor& saved(size_t i) const { return saved_.at(i); }
+  size_t saved_count() const { return saved_.size(); }
+  // Bytes held by saved tensors here and in children (for memory accounting and tests).
+  size_t saved_bytes() const;
+
+  // The context of a composite layer's i-th sub-layer (created on first use; its key derives
+  // from this key and i).
+  LayerContext& child(size_t i);
+
+  // Drops everything saved, here and in children.
+  void clear();
+
+ private:
+  Backend* backend_;
+  const StepInfo* info_;
+  uint64_t key_;
+  std::vector<Tensor> saved_;
+  std::vector<std::unique_ptr<LayerContext>> children_;
+};
+
+// How a parameter is initialised (PyTorch's defaults are expressed with these).
+struct ParamInit {
+  enum class Kind { zeros, ones, uniform, normal };
+  Kind kind = Kind::zeros;
+  float a = 0.f;  // uniform: bound (values in [-a, a)); normal: standard deviation
+  static ParamInit zeros() { return {Kind::zeros, 0.f}; }
+  static ParamInit ones() { return {Kind::ones, 0.f}; }
+  static ParamInit uniform(float bound) { return {Kind::uniform, bound}; }
+  static ParamInit normal(float stddev) { return {Kind::normal, stddev}; }
+};
+
+struct ParamSpec {
+  std::string name;  // "weight", "bias"; composite layers prefix their children: "1.weight"
+  Shape shape;
+  ParamInit init;
+};
+
+// Per-sample costs, used by the model summary and the partitioner.
+struct LayerCost {
+  double forward_flops = 0;          // multiply-add = 2 FLOPs
+  double backward_input_flops = 0;
+  double backward_weight_flops = 0;
+  int64_t activation_bytes = 0;      // bytes forward saves for backward, per sample
+};
+
+class Layer {
+ public:
+  Layer(std::string name, Shape input_shape)
+      : name_(std::move(name)), input_shape_(input_shape) {}
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  // "linear", "relu", "conv2d", ... (stable: used in checkpoint names when no name is given).
+  virtual std::string_view kind() const = 0;
+  const std::string& name() const { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }
+
+  const Shape& input_shape() const { return input_shape_; }    // per sample
+  const Shape& output_shape() const { return output_shape_; }  // per sample
+  virtual DType input_dtype() const { return DType::f32; }
+
+  virtual std::vector<ParamSpec> param_specs() const { return {}; }
+  int64_t param_count() const;
+  virtual LayerCost cost() const = 0;
+
+  // Gives the layer views of its parameters and gradients, in param_specs() order.
+  virtual void bind(std::span<const Tensor> params, std::span<const Tensor> grads);
+  std::span<const Tensor> params() const { return params_; }
+  std::span<const Tensor> grads() const { return grads_; }
+
+  virtual Tensor forward(const Tensor& x, LayerContext& ctx) = 0;
+  virtual Tensor backward_input(const Tensor& dy, LayerContext& ctx) = 0;
+  virtual void backward_weight(const Tensor& dy, LayerContext& ctx) {
+    (void)dy;
+    (void)ctx;
+  }
+
+ protected:
+  std::string name_;
+  Shape input_shape_;
+  Shape output_shape_;  // set by the derived constructor, after checking the input shape
+  std::vector<Tensor> params_;
+  std::vector<Tensor> grads_;
+};
+
+// A loss closes the model: it takes the last layer's output and the targets of one micro-batch.
+// forward returns this micro-batch's share of the mean loss over the GLOBAL batch (sum over its
+// samples / global_batch), so the shares of all micro-batches add up to the full-batch loss and
+// the gradients add up to the full-batch gradient.
+class Loss {
+ public:
+  virtual ~Loss() = default;
+  virtual std::string_view kind() const = 0;
+  virtual DType target_dtype() const = 0;
+  virtual Shape target_shape() const = 0;  // per sample
+  // Throws ShapeError if the model's per-sample output cannot feed this loss.
+  virtual void check_input(const Shape& prediction_shape) const = 0;
+
+  virtual double forward(const Tensor& prediction, const Tensor& target, int64_t global_batch,
+                         LayerContext& ctx) = 0;
+  // d(loss share)/d(prediction), same shape as the prediction.
+  virtual Tensor backward(LayerContext& ctx) = 0;
+  // Number of correctly classified samples (classification losses; others return -1).
+  virtual int64_t count_correct(const Tensor& prediction, const Tensor& target, Backend& backend) const {
+    (void)prediction;
+    (void)target;
+    (void)backend;
+    return -1;
+  }
+};
+
+}  // namespace pt
