@@ -1,0 +1,337 @@
+#include "engine/io/safetensors.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <system_error>
+
+#include "engine/core/error.h"
+#include "engine/io/atomic_file.h"
+
+namespace pt {
+namespace {
+
+using Json = nlohmann::ordered_json;  // keeps the writer's order; the reader sorts by offset
+
+constexpr std::string_view kMetadataKey = "__metadata__";
+// The reference implementation refuses larger headers; so do we (it also bounds our allocation).
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+// ---- typed copies -----------------------------------------------------------------------------
+
+template <class T>
+HostTensor from_values(std::string name, Shape shape, DType dtype, std::span<const T> values) {
+  if (static_cast<int64_t>(values.size()) != shape.numel())
+    throw UsageError(fmt::format("tensor '{}': shape {} has {} elements but {} values were given",
+                                 name, shape.str(), shape.numel(), values.size()));
+  HostTensor t{std::move(name), dtype, shape, std::vector<std::byte>(values.size_bytes())};
+  if (!values.empty()) std::memcpy(t.data.data(), values.data(), values.size_bytes());
+  return t;
+}
+
+template <class T>
+std::vector<T> to_values(const HostTensor& t, DType want) {
+  if (t.dtype != want)
+    throw UsageError(fmt::format("tensor '{}' has dtype {}, not {}", t.name, dtype_name(t.dtype),
+                                 dtype_name(want)));
+  std::vector<T> out(t.data.size() / sizeof(T));
+  if (!out.empty()) std::memcpy(out.data(), t.data.data(), out.size() * sizeof(T));
+  return out;
+}
+
+// ---- reading helpers ----------------------------------------------------------------------------
+
+[[noreturn]] void bad_file(const std::filesystem::path& path, const std::string& what) {
+  throw FileError(fmt::format("{}: {}", path.string(), what));
+}
+
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
+
+void read_exactly(std::FILE* f, const std::filesystem::path& path, void* dst, size_t n,
+                  const char* what) {
+  if (n == 0) return;
+  if (std::fread(dst, 1, n, f) != n) {
+    const bool eof = std::feof(f) != 0;
+    const int err = errno;
+    bad_file(path, fmt::format("reading {} ({} bytes) failed: {}", what, n,
+                               eof ? "unexpected end of file (did it shrink while being read?)"
+                                   : std::generic_category().message(err)));
+  }
+}
+
+bool parse_dtype(std::string_view name, DType* out) {
+  for (DType t : {DType::f32, DType::bf16, DType::f16, DType::i32}) {
+    if (dtype_name(t) == name) {
+      *out = t;
+      return true;
+    }
+  }
+  return false;
+}
+
+// A JSON value that must be a non-negative integer.
+bool as_u64(const Json& j, uint64_t* out) {
+  if (!j.is_number_unsigned()) return false;
+  *out = j.get<uint64_t>();
+  return true;
+}
+
+// One tensor's header entry, checked on its own (offsets against the buffer come later).
+struct Entry {
+  std::string name;
+  DType dtype = DType::f32;
+  Shape shape;
+  uint64_t begin = 0, end = 0;
+};
+
+Entry parse_entry(const std::filesystem::path& path, const std::string& name, const Json& j) {
+  auto bad = [&](const std::string& what) {
+    bad_file(path, fmt::format("tensor '{}': {}", name, what));
+  };
+  if (!j.is_object()) bad(fmt::format("header entry is {}, expected an object", j.type_name()));
+  for (const char* key : {"dtype", "shape", "data_offsets"})
+    if (!j.contains(key)) bad(fmt::format("header entry has no \"{}\"", key));
+
+  Entry e;
+  e.name = name;
+  const Json& dtype = j["dtype"];
+  if (!dtype.is_string()) bad("\"dtype\" is not a string");
+  const std::string dtype_str = dtype.get<std::string>();
+  if (!parse_dtype(dtype_str, &e.dtype))
+    bad(
+        fmt::format("dtype \"{}\" is not supported (pipetrain reads F32, BF16, F16 and I32): "
+                    "convert the tensor before loading",
+                    dtype_str));
+
+  const Json& shape = j["shape"];
+  if (!shape.is_array()) bad("\"shape\" is not an array");
+  if (shape.size() > static_cast<size_t>(Shape::kMaxRank))
+    bad(fmt::format("shape has rank {}, more than the {} pipetrain supports", shape.size(),
+                    Shape::kMaxRank));
+  uint64_t bytes = dtype_size(e.dtype);
+  for (const Json& d : shape) {
+    uint64_t dim = 0;
+    if (!as_u64(d, &dim))
+      bad(fmt::format("shape {} has an entry that is not a non-negative integer", shape.dump()));
+    if (__builtin_mul_overflow(bytes, dim, &bytes) || dim > uint64_t{1} << 62)
+      bad(fmt::format("shape {} is too large", shape.dump()));
+    e.shape.push_back(static_cast<int64_t>(dim));
+  }
+
+  const Json& offsets = j["data_offsets"];
+  if (!offsets.is_array() || offsets.size() != 2 || !as_u64(offsets[0], &e.begin) ||
+      !as_u64(offsets[1], &e.end))
+    bad(fmt::format("\"data_offsets\" {} is not a pair of non-negative integers [begin, end]",
+                    offsets.dump()));
+  if (e.end < e.begin)
+    bad(fmt::format("data_offsets [{}, {}] end before they begin", e.begin, e.end));
+  if (e.end - e.begin != bytes)
+    bad(fmt::format("data_offsets [{}, {}] span {} bytes, but shape {} of {} needs {}", e.begin,
+                    e.end, e.end - e.begin, e.shape.str(), dtype_str, bytes));
+  return e;
+}
+
+std::map<std::string, std::string> parse_metadata(const std::filesystem::path& path,
+                                                  const Json& j) {
+  if (!j.is_object())
+    bad_file(path,
+             fmt::format("\"__metadata__\" is {}, expected an object of strings", j.type_name()));
+  std::map<std::string, std::string> out;
+  for (const auto& [key, value] : j.items()) {
+    if (!value.is_string())
+      bad_file(path, fmt::format("\"__metadata__\" value of \"{}\" is {}, expected a string", key,
+                                 value.type_name()));
+    out[key] = value.get<std::string>();
+  }
+  return out;
+}
+
+}  // namespace
+
+// ---- HostTensor / SafetensorsFile
+// ------------------------------------------------------------------
+
+HostTensor HostTensor::from_f32(std::string name, Shape shape, std::span<const float> values) {
+  return from_values(std::move(name), shape, DType::f32, values);
+}
+HostTensor HostTensor::from_i32(std::string name, Shape shape, std::span<const int32_t> values) {
+  return from_values(std::move(name), shape, DType::i32, values);
+}
+std::vector<float> HostTensor::to_f32() const { return to_values<float>(*this, DType::f32); }
+std::vector<int32_t> HostTensor::to_i32() const { return to_values<int32_t>(*this, DType::i32); }
+
+const HostTensor* SafetensorsFile::find(std::string_view name) const {
+  for (const HostTensor& t : tensors)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+// ---- save
+// -----------------------------------------------------------------------------------------
+
+void save_safetensors(const std::filesystem::path& path, const SafetensorsFile& file) {
+  Json header = Json::object();
+  if (!file.metadata.empty()) {
+    Json meta = Json::object();
+    for (const auto& [key, value] : file.metadata) meta[key] = value;
+    header[std::string(kMetadataKey)] = std::move(meta);
+  }
+  std::set<std::string_view> names;
+  uint64_t offset = 0;
+  for (const HostTensor& t : file.tensors) {
+    if (t.name == kMetadataKey)
+      throw UsageError(fmt::format("cannot save {}: \"{}\" is reserved and cannot name a tensor",
+                                   path.string(), kMetadataKey));
+    if (!names.insert(t.name).second)
+      throw UsageError(
+          fmt::format("cannot save {}: two tensors are named '{}'", path.string(), t.name));
+    const uint64_t bytes = static_cast<uint64_t>(t.shape.numel()) * dtype_size(t.dtype);
+    if (t.data.size() != bytes)
+      throw UsageError(fmt::format(
+          "cannot save {}: tensor '{}' of shape {} {} needs {} bytes but "
+          "holds {}",
+          path.string(), t.name, t.shape.str(), dtype_name(t.dtype), bytes, t.data.size()));
+    Json entry = Json::object();
+    entry["dtype"] = std::string(dtype_name(t.dtype));
+    entry["shape"] = Json::array();
+    for (int64_t d : t.shape) entry["shape"].push_back(d);
+    entry["data_offsets"] = {offset, offset + bytes};
+    header[t.name] = std::move(entry);
+    offset += bytes;
+  }
+
+  std::string text;
+  try {
+    text = header.dump(-1, ' ', false, Json::error_handler_t::strict);
+  } catch (const Json::exception& e) {
+    throw UsageError(
+        fmt::format("cannot save {}: a tensor name or metadata string is not valid "
+                    "UTF-8 ({})",
+                    path.string(), e.what()));
+  }
+  text.append((8 - text.size() % 8) % 8, ' ');  // the data buffer starts 8-byte aligned
+
+  std::byte length[8];
+  for (size_t i = 0; i < 8; ++i)
+    length[i] = static_cast<std::byte>((text.size() >> (8 * i)) & 0xFF);
+
+  AtomicFileWriter writer(path);
+  writer.write(length);
+  writer.write(std::as_bytes(std::span(text)));
+  for (const HostTensor& t : file.tensors) writer.write(t.data);
+  writer.commit();
+}
+
+// ---- load
+// -----------------------------------------------------------------------------------------
+
+SafetensorsFile load_safetensors(const std::filesystem::path& path) {
+  FilePtr f(std::fopen(path.c_str(), "rb"));
+  if (!f) {
+    const int err = errno;
+    bad_file(path, fmt::format("cannot open: {}", std::generic_category().message(err)));
+  }
+  std::error_code ec;
+  const uint64_t file_size = std::filesystem::file_size(path, ec);
+  if (ec) bad_file(path, fmt::format("cannot read its size: {}", ec.message()));
+
+  // -- the length field and the header
+  if (file_size < 8)
+    bad_file(path, fmt::format("file size {} is smaller than the 8-byte header length: the file "
+                               "is truncated or not safetensors",
+                               file_size));
+  unsigned char length_bytes[8];
+  read_exactly(f.get(), path, length_bytes, 8, "the header length");
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | length_bytes[i];
+  if (header_len > file_size - 8)
+    bad_file(path, fmt::format("header length {} exceeds file size {}: the file is truncated or "
+                               "not safetensors",
+                               header_len, file_size));
+  if (header_len > kMaxHeaderBytes)
+    bad_file(path, fmt::format("header length {} exceeds the limit of {} bytes: the file is "
+                               "corrupt or not safetensors",
+                               header_len, kMaxHeaderBytes));
+  std::string text(header_len, '\0');
+  read_exactly(f.get(), path, text.data(), text.size(), "the header");
+  if (text.empty() || text[0] != '{')
+    bad_file(path, "header does not start with '{': the file is corrupt or not safetensors");
+
+  // -- JSON; the callback sees every top-level key, which catches duplicates that a JSON object
+  //    would silently merge.
+  std::set<std::string> seen;
+  std::string duplicate;
+  Json header;
+  try {
+    header = Json::parse(text, [&](int depth, Json::parse_event_t event, Json& parsed) {
+      if (depth == 1 && event == Json::parse_event_t::key && parsed.is_string()) {
+        const std::string& key = parsed.get_ref<const std::string&>();
+        if (!seen.insert(key).second && duplicate.empty()) duplicate = key;
+      }
+      return true;
+    });
+  } catch (const Json::exception& e) {
+    bad_file(path, fmt::format("header is not valid JSON ({}): the file is corrupt", e.what()));
+  }
+  if (!header.is_object())
+    bad_file(path, fmt::format("header is {}, expected a JSON object", header.type_name()));
+  if (!duplicate.empty()) bad_file(path, fmt::format("header names '{}' twice", duplicate));
+
+  SafetensorsFile out;
+  std::vector<Entry> entries;
+  for (const auto& [key, value] : header.items()) {
+    if (key == kMetadataKey)
+      out.metadata = parse_metadata(path, value);
+    else
+      entries.push_back(parse_entry(path, key, value));
+  }
+
+  // -- offsets: in range, and tiling the data buffer exactly (no overlap, no gap, no tail), as
+  //    the reference implementation requires. Ties (empty tensors) keep their header order.
+  const uint64_t data_len = file_size - 8 - header_len;
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  uint64_t covered = 0;
+  const Entry* prev = nullptr;
+  for (const Entry& e : entries) {
+    if (e.end > data_len)
+      bad_file(path, fmt::format("tensor '{}': data_offsets [{}, {}] reach past the data buffer "
+                                 "of {} bytes: the file is truncated",
+                                 e.name, e.begin, e.end, data_len));
+    if (e.begin < covered)
+      bad_file(path, fmt::format("tensors '{}' [{}, {}) and '{}' [{}, {}) overlap", prev->name,
+                                 prev->begin, prev->end, e.name, e.begin, e.end));
+    if (e.begin > covered)
+      bad_file(path, fmt::format("bytes [{}, {}) of the data buffer belong to no tensor (before "
+                                 "'{}'): the header is corrupt",
+                                 covered, e.begin, e.name));
+    covered = e.end;
+    prev = &e;
+  }
+  if (covered != data_len)
+    bad_file(path, fmt::format("the data buffer has {} bytes but the tensors cover only {}: the "
+                               "file has trailing bytes or a corrupt header",
+                               data_len, covered));
+
+  // -- data, read straight into each tensor (the entries tile the buffer in order)
+  out.tensors.reserve(entries.size());
+  for (Entry& e : entries) {
+    HostTensor t{std::move(e.name), e.dtype, e.shape, std::vector<std::byte>(e.end - e.begin)};
+    read_exactly(f.get(), path, t.data.data(), t.data.size(),
+                 fmt::format("tensor '{}'", t.name).c_str());
+    out.tensors.push_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace pt

@@ -1,0 +1,194 @@
+// The single-device trainer: gradient accumulation equals the full-batch gradient, determinism,
+// the inf/NaN skip, and checkpoints (round trip, exact resume, refusal of bad files).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <unistd.h>
+
+#include "engine/checkpoint.h"
+#include "engine/core/error.h"
+#include "engine/fit.h"
+#include "engine/io/safetensors.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "layers/zoo.h"
+#include "synthetic.h"
+
+using namespace pt;
+
+namespace {
+
+std::vector<float> host_copy(const Tensor& t) {
+  return std::vector<float>(t.f32(), t.f32() + t.numel());
+}
+
+struct Batch {
+  Dataset data;
+  Tensor x, y;
+  explicit Batch(int64_t n) : data(test::synthetic_dataset(n, Shape{1, 4, 4}, 10, 3)) {
+    x = Tensor::borrow(data.inputs.data(), data.sample_shape.with_batch(n));
+    y = Tensor::borrow(data.labels.data(), Shape{n}, DType::i32);
+  }
+};
+
+TrainerConfig config(int microbatches) {
+  TrainerConfig c;
+  c.microbatches = microbatches;
+  c.seed = 11;
+  c.optimizer.kind = "sgd";
+  c.optimizer.lr = 0.05f;
+  c.optimizer.momentum = 0.9f;
+  c.lr = {LrSchedule::Kind::constant, 0.05f, 0, 0, 0.f};
+  return c;
+}
+
+std::filesystem::path temp_dir() {
+  auto dir = std::filesystem::temp_directory_path() / ("pipetrain_trainer_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("accumulating M micro-batches gives the full-batch gradient and loss") {
+  auto backend = make_cpu_backend(0, 1);
+  Batch b(24);
+  Model m1 = deep_mlp(3, 32, {1, 4, 4});
+  Trainer t1(m1, *backend, config(1));
+  const StepStats s1 = t1.train_step(b.x, b.y);
+  const auto g1 = host_copy(t1.parameters().grads_flat());
+  for (int M : {2, 3, 5, 24}) {
+    CAPTURE(M);
+    Model mm = deep_mlp(3, 32, {1, 4, 4});
+    Trainer tm(mm, *backend, config(M));
+    const StepStats sm = tm.train_step(b.x, b.y);
+    const auto gm = host_copy(tm.parameters().grads_flat());
+    // Tolerance: fp32 sums in another order; |a - b| <= 1e-6 + 1e-4 |a|.
+    CHECK(sm.loss == doctest::Approx(s1.loss).epsilon(1e-6));
+    CHECK(sm.correct == s1.correct);
+    size_t bad = 0;
+    for (size_t i = 0; i < g1.size(); ++i)
+      if (std::abs(g1[i] - gm[i]) > 1e-6f + 1e-4f * std::abs(g1[i])) ++bad;
+    CHECK(bad == 0);
+  }
+}
+
+TEST_CASE("training is deterministic: same seed, same bits") {
+  auto backend = make_cpu_backend(0, 1);
+  Batch b(32);
+  std::vector<float> first;
+  for (int run = 0; run < 2; ++run) {
+    Model m = deep_mlp(2, 16, {1, 4, 4});
+    Trainer t(m, *backend, config(4));
+    for (int i = 0; i < 3; ++i) t.train_step(b.x, b.y);
+    auto p = host_copy(t.parameters().params_flat());
+    if (run == 0) first = p;
+    else CHECK(std::memcmp(first.data(), p.data(), p.size() * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE("non-finite gradients skip the step and leave parameters unchanged") {
+  auto backend = make_cpu_backend(0, 1);
+  Batch b(8);
+  b.data.inputs[5] = std::nanf("");
+  Model m = deep_mlp(1, 8, {1, 4, 4});
+  Trainer t(m, *backend, config(2));
+  const auto before = host_copy(t.parameters().params_flat());
+  const StepStats s = t.train_step(b.x, b.y);
+  CHECK(s.skipped);
+  const auto after = host_copy(t.parameters().params_flat());
+  CHECK(std::memcmp(before.data(), after.data(), before.size() * sizeof(float)) == 0);
+  CHECK(t.step() == 1);
+}
+
+TEST_CASE("more micro-batches than samples is refused with the numbers") {
+  auto backend = make_cpu_backend(0, 1);
+  Batch b(3);
+  Model m = deep_mlp(1, 8, {1, 4, 4});
+  Trainer t(m, *backend, config(4));
+  CHECK_THROWS_WITH_AS(t.train_step(b.x, b.y), doctest::Contains("3 samples into 4 micro-batches"), UsageError);
+}
+
+TEST_CASE("checkpoint: resume continues bit for bit") {
+  auto backend = make_cpu_backend(0, 1);
+  const Dataset train = test::synthetic_dataset(100, Shape{1, 4, 4}, 10, 5);
+  const auto dir = temp_dir();
+  FitOptions o;
+  o.batch = 16;  // 7 batches per epoch, the last one smaller
+  o.steps = 10;
+  o.log_every = 1000;
+
+  // Uninterrupted: 10 steps.
+  Model ma = deep_mlp(2, 16, {1, 4, 4});
+  TrainerConfig c = config(3);
+  c.optimizer.kind = "adamw";
+  c.optimizer.momentum = 0.f;
+  Trainer ta(ma, *backend, c);
+  fit(ta, train, nullptr, o);
+  const auto full = host_copy(ta.parameters().params_flat());
+
+  // Interrupted after 4 steps (mid-epoch), then resumed in a fresh trainer.
+  Model mb = deep_mlp(2, 16, {1, 4, 4});
+  Trainer tb(mb, *backend, c);
+  FitOptions first = o;
+  first.steps = 4;
+  first.save = dir / "ckpt.safetensors";
+  fit(tb, train, nullptr, first);
+
+  Model mc = deep_mlp(2, 16, {1, 4, 4});
+  Trainer tc(mc, *backend, c);
+  FitOptions second = o;
+  second.resume = first.save;
+  fit(tc, train, nullptr, second);
+  CHECK(tc.step() == 10);
+  const auto resumed = host_copy(tc.parameters().params_flat());
+  CHECK(std::memcmp(full.data(), resumed.data(), full.size() * sizeof(float)) == 0);
+
+  // Names follow "{layer}.{name}.{param}" and optimizer slots are stored beside them.
+  const SafetensorsFile f = load_safetensors(first.save);
+  CHECK(f.find("1.linear.weight") != nullptr);
+  CHECK(f.find("optimizer.1.linear.weight.exp_avg_sq") != nullptr);
+  CHECK(f.metadata.at("step") == "4");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("checkpoint: refuses another model, another optimizer and corrupt files") {
+  auto backend = make_cpu_backend(0, 1);
+  const auto dir = temp_dir();
+  const auto path = dir / "a.safetensors";
+  Model m = deep_mlp(2, 16, {1, 4, 4});
+  Trainer t(m, *backend, config(1));
+  StageState s{&t.parameters(), &t.optimizer()};
+  save_checkpoint(path, m, std::span(&s, 1), TrainingState{});
+
+  // Another architecture: the message names the first differing layer.
+  Model other = deep_mlp(2, 24, {1, 4, 4});
+  Trainer to(other, *backend, config(1));
+  StageState so{&to.parameters(), &to.optimizer()};
+  CHECK_THROWS_WITH_AS(load_checkpoint(path, other, std::span(&so, 1)),
+                       doctest::Contains("different model"), FileError);
+
+  // Another optimizer.
+  Model same = deep_mlp(2, 16, {1, 4, 4});
+  TrainerConfig ac = config(1);
+  ac.optimizer.kind = "adamw";
+  ac.optimizer.momentum = 0.f;
+  Trainer ta(same, *backend, ac);
+  StageState sa{&ta.parameters(), &ta.optimizer()};
+  CHECK_THROWS_WITH_AS(load_checkpoint(path, same, std::span(&sa, 1)), doctest::Contains("--optim sgd"),
+                       FileError);
+
+  // Truncated file.
+  const auto size = std::filesystem::file_size(path);
+  std::filesystem::resize_file(path, size / 2);
+  CHECK_THROWS_AS(load_checkpoint(path, m, std::span(&s, 1)), FileError);
+
+  // Not a safetensors file at all.
+  { std::ofstream(dir / "junk.safetensors") << "hello, this is not a checkpoint"; }
+  CHECK_THROWS_AS(load_checkpoint(dir / "junk.safetensors", m, std::span(&s, 1)), FileError);
+  CHECK_THROWS_AS(load_checkpoint(dir / "missing.safetensors", m, std::span(&s, 1)), FileError);
+  std::filesystem::remove_all(dir);
+}
