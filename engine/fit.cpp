@@ -1,0 +1,137 @@
+#include "engine/fit.h"
+
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "engine/checkpoint.h"
+#include "engine/core/error.h"
+#include "engine/data/batching.h"
+#include "engine/metrics.h"
+#include "engine/progress.h"
+
+namespace pt {
+
+namespace {
+
+EvalStats evaluate_dataset(Trainer& trainer, const Dataset& data) {
+  Shape in = data.sample_shape.with_batch(data.size());
+  const Tensor x = Tensor::borrow(const_cast<float*>(data.inputs.data()), in);
+  const Tensor y = Tensor::borrow(const_cast<int32_t*>(data.labels.data()), Shape{data.size()}, DType::i32);
+  return trainer.evaluate(x, y);
+}
+
+TrainingState state_of(const Trainer& trainer, const BatchIterator& it, const FitOptions& options) {
+  TrainingState s;
+  s.step = trainer.step();
+  s.epoch = it.position().epoch;
+  s.batch_in_epoch = it.position().offset / options.batch;
+  s.seed = trainer.config().seed;
+  s.extra = options.settings;
+  s.extra["batch"] = std::to_string(options.batch);
+  s.extra["shuffle"] = options.shuffle ? "true" : "false";
+  return s;
+}
+
+void save(Trainer& trainer, const std::filesystem::path& path, const TrainingState& state,
+          bool with_optimizer) {
+  StageState stage{&trainer.parameters(), with_optimizer ? &trainer.optimizer() : nullptr};
+  save_checkpoint(path, trainer.model(), std::span(&stage, 1), state);
+}
+
+}  // namespace
+
+int64_t planned_steps(const FitOptions& options, int64_t n) {
+  if (options.steps > 0) return options.steps;
+  return options.epochs * ((n + options.batch - 1) / options.batch);
+}
+
+FitResult fit(Trainer& trainer, const Dataset& train, const Dataset* test, const FitOptions& options) {
+  if (options.batch < 1 || options.batch > train.size())
+    throw UsageError(fmt::format("--batch {} must be between 1 and the training set size {}",
+                                 options.batch, train.size()));
+  BatchIterator batches(train, BatchOptions{options.batch, options.shuffle, false, trainer.config().seed});
+  const int64_t total = planned_steps(options, train.size());
+
+  if (!options.resume.empty()) {
+    StageState stage{&trainer.parameters(), &trainer.optimizer()};
+    const TrainingState s = load_checkpoint(options.resume, trainer.model(), std::span(&stage, 1));
+    for (const auto& [key, value] : options.settings) {
+      auto it = s.extra.find(key);
+      if (it != s.extra.end() && it->second != value)
+        throw UsageError(fmt::format("checkpoint {} was saved with {} = {} but this run has {}: resume "
+                                     "with the same settings", options.resume.string(), key, it->second, value));
+    }
+    if (s.extra.count("batch") && s.extra.at("batch") != std::to_string(options.batch))
+      throw UsageError(fmt::format("checkpoint {} was saved with --batch {} but this run has --batch {}",
+                                   options.resume.string(), s.extra.at("batch"), options.batch));
+    if (s.seed != trainer.config().seed)
+      throw UsageError(fmt::format("checkpoint {} was saved with --seed {} but this run has --seed {}",
+                                   options.resume.string(), s.seed, trainer.config().seed));
+    trainer.set_step(s.step);
+    batches.set_position({s.epoch, s.batch_in_epoch * options.batch});
+    fmt::print("resumed from {} at step {} (epoch {}, batch {})\n", options.resume.string(), s.step,
+               s.epoch + 1, s.batch_in_epoch);
+  }
+  if (!options.save_init.empty()) {
+    save(trainer, options.save_init, state_of(trainer, batches, options), false);
+    fmt::print("wrote the initial weights to {}\n", options.save_init.string());
+  }
+
+  MetricsWriter metrics = options.metrics.empty() ? MetricsWriter() : MetricsWriter(options.metrics);
+  FitResult result;
+  Progress progress("train", total, options.log_every);
+  double loss_sum = 0;
+  int64_t loss_count = 0;
+  while (trainer.step() < total) {
+    const int64_t epoch = batches.position().epoch;
+    Batch batch = batches.next();
+    const Tensor x = Tensor::borrow(batch.inputs.data(), batch.input_shape);
+    const Tensor y = Tensor::borrow(batch.labels.data(), Shape{batch.size}, DType::i32);
+
+    const auto t0 = std::chrono::steady_clock::now();
+    const StepStats st = trainer.train_step(x, y);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    result.seconds += dt;
+    ++result.steps;
+    result.last_loss = st.loss;
+    loss_sum += st.loss;
+    ++loss_count;
+    if (st.skipped)
+      fmt::print(stderr, "\nstep {}: gradients are not finite (norm {}): step skipped, parameters unchanged\n",
+                 trainer.step() - 1, st.grad_norm);
+    metrics.write({{"step", trainer.step()}, {"epoch", epoch + 1}, {"loss", st.loss},
+                   {"lr", static_cast<double>(st.lr)}, {"grad_norm", st.grad_norm},
+                   {"samples_per_s", static_cast<double>(st.samples) / dt}});
+    progress.update(trainer.step(), fmt::format("epoch {} loss {:.4f}", epoch + 1, loss_sum / static_cast<double>(loss_count)));
+
+    const bool epoch_done = batches.position().epoch != epoch;
+    if (epoch_done && test && trainer.step() < total) {
+      progress.finish();
+      const EvalStats ev = evaluate_dataset(trainer, *test);
+      fmt::print("epoch {}: train loss {:.4f}, test loss {:.4f}, test accuracy {:.2f}%\n", epoch + 1,
+                 loss_sum / static_cast<double>(loss_count), ev.loss, 100.0 * ev.accuracy);
+      metrics.write({{"event", std::string("eval")}, {"step", trainer.step()}, {"epoch", epoch + 1},
+                     {"test_loss", ev.loss}, {"test_accuracy", ev.accuracy}});
+      loss_sum = 0;
+      loss_count = 0;
+    }
+    if (options.save_every > 0 && trainer.step() % options.save_every == 0 && !options.save.empty())
+      save(trainer, options.save, state_of(trainer, batches, options), true);
+  }
+  progress.finish();
+  if (result.seconds > 0)
+    result.samples_per_second = static_cast<double>(result.steps * options.batch) / result.seconds;
+  if (!options.save.empty()) {
+    save(trainer, options.save, state_of(trainer, batches, options), true);
+    fmt::print("saved checkpoint {} at step {}\n", options.save.string(), trainer.step());
+  }
+  if (test) {
+    result.test = evaluate_dataset(trainer, *test);
+    metrics.write({{"event", std::string("eval")}, {"step", trainer.step()},
+                   {"test_loss", result.test.loss}, {"test_accuracy", result.test.accuracy}});
+  }
+  return result;
+}
+
+}  // namespace pt

@@ -1,0 +1,68 @@
+#include "engine/metrics.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "engine/core/error.h"
+
+namespace pt {
+
+namespace {
+
+std::string escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\u{:04x}", static_cast<int>(c));
+        else out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string json_line(const std::vector<std::pair<std::string, MetricValue>>& fields) {
+  std::string out = "{";
+  for (size_t i = 0; i < fields.size(); ++i) {
+    if (i) out += ", ";
+    out += fmt::format("\"{}\": ", escape(fields[i].first));
+    const MetricValue& v = fields[i].second;
+    if (const auto* n = std::get_if<int64_t>(&v)) {
+      out += std::to_string(*n);
+    } else if (const auto* d = std::get_if<double>(&v)) {
+      // JSON has no inf/nan: write null so every line stays parseable.
+      out += std::isfinite(*d) ? fmt::format("{}", *d) : "null";
+    } else {
+      out += fmt::format("\"{}\"", escape(std::get<std::string>(v)));
+    }
+  }
+  return out + "}";
+}
+
+MetricsWriter::MetricsWriter(const std::filesystem::path& path) {
+  file_ = std::fopen(path.c_str(), "w");
+  if (!file_)
+    throw FileError(fmt::format("cannot open metrics file {}: {}", path.string(), std::strerror(errno)));
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (file_) std::fclose(file_);
+}
+
+void MetricsWriter::write(const std::vector<std::pair<std::string, MetricValue>>& fields) {
+  if (!file_) return;
+  const std::string line = json_line(fields) + "\n";
+  std::fwrite(line.data(), 1, line.size(), file_);
+  std::fflush(file_);
+}
+
+}  // namespace pt

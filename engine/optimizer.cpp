@@ -1,0 +1,74 @@
+#include "engine/optimizer.h"
+
+#include <fmt/format.h>
+
+#include "engine/core/error.h"
+
+namespace pt {
+
+void OptimizerConfig::validate() const {
+  if (kind != "sgd" && kind != "adamw")
+    throw UsageError(fmt::format("unknown optimizer '{}': use sgd or adamw", kind));
+  if (!(lr > 0.f)) throw UsageError(fmt::format("learning rate {} must be > 0", lr));
+  if (momentum < 0.f || momentum >= 1.f)
+    throw UsageError(fmt::format("momentum {} must be in [0, 1)", momentum));
+  if (nesterov && (momentum <= 0.f || dampening != 0.f))
+    throw UsageError("Nesterov momentum requires momentum > 0 and dampening = 0");
+  if (weight_decay < 0.f) throw UsageError(fmt::format("weight decay {} must be >= 0", weight_decay));
+  if (beta1 < 0.f || beta1 >= 1.f || beta2 < 0.f || beta2 >= 1.f)
+    throw UsageError(fmt::format("AdamW betas ({}, {}) must be in [0, 1)", beta1, beta2));
+  if (!(eps > 0.f)) throw UsageError(fmt::format("AdamW eps {} must be > 0", eps));
+}
+
+std::string OptimizerConfig::str() const {
+  if (kind == "adamw")
+    return fmt::format("adamw(lr={}, betas=({}, {}), eps={}, weight_decay={})", lr, beta1, beta2, eps,
+                       weight_decay);
+  return fmt::format("sgd(lr={}, momentum={}, dampening={}, nesterov={}, weight_decay={})", lr, momentum,
+                     dampening, nesterov, weight_decay);
+}
+
+Optimizer::Optimizer(const OptimizerConfig& config, Backend& backend, const SizeTable& layout)
+    : config_(config), backend_(&backend) {
+  config_.validate();
+  if (config_.kind == "sgd") {
+    if (config_.momentum > 0.f) slots_.push_back({"momentum_buffer", Arena(backend, layout)});
+  } else {
+    slots_.push_back({"exp_avg", Arena(backend, layout)});
+    slots_.push_back({"exp_avg_sq", Arena(backend, layout)});
+  }
+}
+
+void Optimizer::step(const Tensor& params_flat, const Tensor& grads_flat, float lr) {
+  const int64_t n = params_flat.numel();
+  ++steps_;
+  if (n == 0) return;
+  if (config_.kind == "sgd") {
+    SgdParams p;
+    p.lr = lr;
+    p.momentum = config_.momentum;
+    p.dampening = config_.dampening;
+    p.weight_decay = config_.weight_decay;
+    p.nesterov = config_.nesterov;
+    p.first_step = steps_ == 1;
+    float* buf = slots_.empty() ? nullptr : slots_[0].state.flat().f32();
+    backend_->sgd_update(params_flat.f32(), grads_flat.f32(), buf, n, p);
+  } else {
+    AdamWParams p;
+    p.lr = lr;
+    p.beta1 = config_.beta1;
+    p.beta2 = config_.beta2;
+    p.eps = config_.eps;
+    p.weight_decay = config_.weight_decay;
+    p.step = steps_;
+    backend_->adamw_update(params_flat.f32(), grads_flat.f32(), slots_[0].state.flat().f32(),
+                           slots_[1].state.flat().f32(), n, p);
+  }
+}
+
+float clip_factor(double norm, float max_norm) {
+  if (max_norm <= 0.f || norm <= static_cast<double>(max_norm)) return 1.f;
+  return static_cast<float>(static_cast<double>(max_norm) / (norm + 1e-6));
+}
+
+}  // namespace pt

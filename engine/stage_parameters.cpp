@@ -1,0 +1,85 @@
+#include "engine/stage_parameters.h"
+
+#include <cmath>
+#include <numbers>
+
+#include <fmt/format.h>
+
+#include "engine/core/error.h"
+#include "engine/core/random.h"
+
+namespace pt {
+
+void initial_values(const ParamInit& init, uint64_t seed, int layer_index, size_t param_index,
+                    float* out, int64_t n) {
+  CounterRng rng(hash_keys(hash_keys(seed, static_cast<uint64_t>(layer_index)), param_index));
+  switch (init.kind) {
+    case ParamInit::Kind::zeros:
+      for (int64_t i = 0; i < n; ++i) out[i] = 0.f;
+      break;
+    case ParamInit::Kind::ones:
+      for (int64_t i = 0; i < n; ++i) out[i] = 1.f;
+      break;
+    case ParamInit::Kind::uniform:
+      for (int64_t i = 0; i < n; ++i)
+        out[i] = static_cast<float>((2.0 * rng.next_double() - 1.0) * init.a);
+      break;
+    case ParamInit::Kind::normal:
+      // Box-Muller; 1 - u keeps the logarithm finite.
+      for (int64_t i = 0; i < n; ++i) {
+        const double u1 = 1.0 - rng.next_double(), u2 = rng.next_double();
+        out[i] = static_cast<float>(init.a * std::sqrt(-2.0 * std::log(u1)) *
+                                    std::cos(2.0 * std::numbers::pi * u2));
+      }
+      break;
+  }
+}
+
+StageParameters::StageParameters(const Model& model, int first_layer, int last_layer,
+                                 Backend& backend, uint64_t seed)
+    : first_(first_layer), last_(last_layer), backend_(&backend) {
+  if (first_layer < 0 || last_layer > model.num_layers() || first_layer >= last_layer)
+    throw UsageError(fmt::format("stage layer range [{}, {}) is not inside the model's {} layers",
+                                 first_layer, last_layer, model.num_layers()));
+  SizeTable table;
+  for (int l = first_; l < last_; ++l) {
+    const Layer& layer = model.layer(l);
+    for (const ParamSpec& spec : layer.param_specs()) {
+      const std::string name = parameter_name(l, layer, spec.name);
+      entries_.push_back({l, name, table.add(name, spec.shape)});
+    }
+  }
+  params_ = Arena(backend, table);
+  grads_ = Arena(backend, table);
+
+  // Initialise on the host, then copy: the values do not depend on the device.
+  std::vector<float> host;
+  size_t e = 0;
+  for (int l = first_; l < last_; ++l) {
+    Layer& layer = model.layer(l);
+    const auto specs = layer.param_specs();
+    std::vector<Tensor> params, grads;
+    for (size_t p = 0; p < specs.size(); ++p, ++e) {
+      Tensor t = param(e);
+      host.resize(static_cast<size_t>(t.numel()));
+      initial_values(specs[p].init, seed, l, p, host.data(), t.numel());
+      backend.copy_from_host(t.data(), host.data(), t.bytes());
+      params.push_back(t);
+      grads.push_back(grad(e));
+    }
+    layer.bind(params, grads);
+  }
+}
+
+int64_t StageParameters::param_count() const {
+  int64_t n = 0;
+  for (size_t i = 0; i < entries_.size(); ++i) n += param(i).numel();
+  return n;
+}
+
+void StageParameters::zero_grads() {
+  Tensor g = grads_flat();
+  if (g.numel()) backend_->fill(g.f32(), 0.f, g.numel());
+}
+
+}  // namespace pt

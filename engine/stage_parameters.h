@@ -1,0 +1,53 @@
+#pragma once
+// The parameters of one stage: the layers [first, last) of a Model instantiated on one device.
+// Parameters and gradients live in two arenas with the same layout (one allocation each), so
+// zeroing gradients, clipping, the optimizer update and (later) the gradient all-reduce each
+// run over one flat buffer. Values are initialised from (seed, global layer index, parameter
+// index): the same model comes out however it is partitioned.
+#include <string>
+#include <vector>
+
+#include "engine/core/arena.h"
+#include "layers/model.h"
+
+namespace pt {
+
+struct ParameterEntry {
+  int layer = 0;          // global layer index
+  std::string name;       // "{layer}.{layer_name}.{param}" (checkpoint name)
+  size_t table_index = 0; // entry in the arenas' size table
+};
+
+class StageParameters {
+ public:
+  StageParameters(const Model& model, int first_layer, int last_layer, Backend& backend,
+                  uint64_t seed);
+
+  int first_layer() const { return first_; }
+  int last_layer() const { return last_; }  // exclusive
+  Backend& backend() const { return *backend_; }
+
+  const std::vector<ParameterEntry>& entries() const { return entries_; }
+  const SizeTable& layout() const { return params_.table(); }
+  Tensor param(size_t i) const { return params_.view(entries_[i].table_index); }
+  Tensor grad(size_t i) const { return grads_.view(entries_[i].table_index); }
+  Tensor params_flat() const { return params_.flat(); }
+  Tensor grads_flat() const { return grads_.flat(); }
+  int64_t param_count() const;
+
+  void zero_grads();
+
+ private:
+  int first_, last_;
+  Backend* backend_;
+  std::vector<ParameterEntry> entries_;
+  Arena params_;
+  Arena grads_;
+};
+
+// Fills `out` (host memory, `n` floats) with the initial values of parameter `param_index` of
+// global layer `layer_index`, following `init` (a pure function of its arguments).
+void initial_values(const ParamInit& init, uint64_t seed, int layer_index, size_t param_index,
+                    float* out, int64_t n);
+
+}  // namespace pt

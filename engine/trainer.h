@@ -1,0 +1,73 @@
+#pragma once
+// Single-device training: gradient accumulation over M micro-batches. This is the reference
+// semantics that every pipeline schedule reproduces: for each micro-batch m = 0..M-1 in order,
+// forward through all layers, the loss share (sum over its samples / global batch), then for
+// each layer from last to first backward_input and backward_weight (dW += ...). Then one global
+// gradient-norm pass (clipping and the inf/NaN check), and one optimizer step.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "engine/lr_schedule.h"
+#include "engine/optimizer.h"
+#include "engine/stage_parameters.h"
+
+namespace pt {
+
+struct TrainerConfig {
+  int microbatches = 1;  // M
+  uint64_t seed = 0;     // parameters and dropout derive from it
+  OptimizerConfig optimizer;
+  LrSchedule lr;
+  float clip_norm = 0.f;  // 0 = no clipping
+};
+
+struct StepStats {
+  double loss = 0;         // mean over the global batch
+  int64_t correct = 0;     // classification only (-1 otherwise)
+  int64_t samples = 0;
+  double grad_norm = 0;    // global L2 norm before clipping
+  float lr = 0;
+  bool skipped = false;    // non-finite gradients: the step was not applied
+};
+
+struct EvalStats {
+  double loss = 0;   // mean over the data set
+  double accuracy = -1;
+  int64_t samples = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(Model& model, Backend& backend, const TrainerConfig& config);
+
+  // One optimizer step on one global batch. inputs (B, ...model input) and targets
+  // (B, ...loss target) are host tensors (Tensor::borrow). B >= M.
+  StepStats train_step(const Tensor& inputs, const Tensor& targets);
+
+  // Forward only, in evaluation mode, over host tensors in chunks of `chunk` samples.
+  EvalStats evaluate(const Tensor& inputs, const Tensor& targets, int64_t chunk = 1000);
+
+  Model& model() const { return *model_; }
+  Backend& backend() const { return *backend_; }
+  StageParameters& parameters() { return *params_; }
+  Optimizer& optimizer() { return *optimizer_; }
+  const TrainerConfig& config() const { return config_; }
+  // Optimizer steps taken so far (including skipped ones); the next step's index.
+  int64_t step() const { return step_; }
+  void set_step(int64_t step) { step_ = step; }
+
+ private:
+  Model* model_;
+  Backend* backend_;
+  TrainerConfig config_;
+  std::unique_ptr<StageParameters> params_;
+  std::unique_ptr<Optimizer> optimizer_;
+  int64_t step_ = 0;
+};
+
+// Copies rows [first, first + count) of a host tensor into a new tensor on `backend`.
+Tensor upload_rows(Backend& backend, const Tensor& host, int64_t first, int64_t count);
+
+}  // namespace pt

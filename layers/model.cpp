@@ -1,0 +1,77 @@
+#include "layers/model.h"
+
+#include <fmt/format.h>
+
+#include "engine/core/error.h"
+
+namespace pt {
+
+Model::Model(Shape input_shape, DType input_dtype, std::vector<std::unique_ptr<Layer>> layers,
+             std::unique_ptr<Loss> loss)
+    : input_shape_(input_shape),
+      input_dtype_(input_dtype),
+      layers_(std::move(layers)),
+      loss_(std::move(loss)) {
+  if (layers_.empty()) throw ShapeError("a model needs at least one layer");
+  if (!loss_) throw ShapeError("a model needs a loss: end the builder with .cross_entropy() or .mse()");
+  loss_->check_input(output_shape());
+}
+
+const Shape& Model::output_shape() const { return layers_.back()->output_shape(); }
+
+int64_t Model::param_count() const {
+  int64_t n = 0;
+  for (const auto& l : layers_) n += l->param_count();
+  return n;
+}
+
+namespace {
+
+std::string human(double v) {
+  if (v >= 1e9) return fmt::format("{:.2f}G", v / 1e9);
+  if (v >= 1e6) return fmt::format("{:.2f}M", v / 1e6);
+  if (v >= 1e3) return fmt::format("{:.1f}K", v / 1e3);
+  return fmt::format("{:.0f}", v);
+}
+
+}  // namespace
+
+std::string Model::summary() const {
+  std::string out = fmt::format("{:>5}  {:<20} {:<18} {:>10} {:>12} {:>12}\n", "index", "name",
+                                "output shape", "params", "FLOPs/sample", "act. bytes");
+  out += fmt::format("{:>5}  {:<20} {:<18} {:>10} {:>12} {:>12}\n", "", "input", input_shape_.str(),
+                     "", "", "");
+  double flops = 0;
+  int64_t act = 0;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& l = *layers_[i];
+    const LayerCost c = l.cost();
+    flops += c.forward_flops;
+    act += c.activation_bytes;
+    out += fmt::format("{:>5}  {:<20} {:<18} {:>10} {:>12} {:>12}\n", i, l.name(),
+                       l.output_shape().str(), l.param_count(), human(c.forward_flops),
+                       human(static_cast<double>(c.activation_bytes)));
+  }
+  out += fmt::format("total: {} layers, {} parameters ({} bytes as f32), {} forward FLOPs and {} "
+                     "activation bytes per sample; loss: {}\n",
+                     layers_.size(), param_count(), param_count() * 4, human(flops),
+                     human(static_cast<double>(act)), loss_->kind());
+  return out;
+}
+
+std::string Model::signature() const {
+  std::string out = fmt::format("input {} {}\n", input_shape_.str(), dtype_name(input_dtype_));
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& l = *layers_[i];
+    out += fmt::format("{} {} {} -> {}", i, l.kind(), l.input_shape().str(), l.output_shape().str());
+    for (const ParamSpec& p : l.param_specs()) out += fmt::format(" {}{}", p.name, p.shape.str());
+    out += '\n';
+  }
+  return out;
+}
+
+std::string parameter_name(int global_layer_index, const Layer& layer, const std::string& param) {
+  return fmt::format("{}.{}.{}", global_layer_index, layer.name(), param);
+}
+
+}  // namespace pt

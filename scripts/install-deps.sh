@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs pipetrain's build and run dependencies (Debian 12 packages only; run as root).
+# Skips apt entirely when every package is already installed, so offline re-runs work.
+set -euo pipefail
+packages=(
+  cmake ninja-build g++ pkg-config
+  libfmt-dev doctest-dev libcli11-dev nlohmann-json3-dev
+  libdnnl-dev ocl-icd-opencl-dev zlib1g-dev
+  libopenmpi-dev openmpi-bin
+  dataset-fashion-mnist bible-kjv
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "all ${#packages[@]} Debian packages are installed"
+fi

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# README command (2), and what CI runs (.ci/run): install dependencies, build with warnings as
+# errors, run every test; then build the tests with ASan+UBSan and run them again (the slow
+# accuracy run is left out of the sanitizer pass: it checks learning, not memory).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+jobs=$(nproc)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+echo "== Release build, warnings as errors =="
+cmake -S . -B build-ci -G Ninja -DCMAKE_BUILD_TYPE=Release -DPIPETRAIN_WERROR=ON
+cmake --build build-ci -j "$jobs"
+ctest --test-dir build-ci --output-on-failure -j "$jobs" --timeout 1200
+
+echo "== ASan + UBSan build =="
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPIPETRAIN_WERROR=ON \
+  -DPIPETRAIN_SANITIZE=address,undefined -DPIPETRAIN_CUDA=OFF -DPIPETRAIN_BUILD_BENCH=OFF
+cmake --build build-asan -j "$jobs"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 1200 -LE 'slow|install'

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Bad input to pipetrain-fashion: each case must exit != 0 with one clear message and leave no
+# files behind; a short real run must work and write metrics and a checkpoint that resumes.
+set -uo pipefail
+exe=$1
+data=${2:-/usr/share/datasets/fashion-mnist}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fails=0
+
+expect_error() {  # expect_error "what it must say" args...
+  local want=$1; shift
+  local out rc
+  out=$("$exe" "$@" 2>&1); rc=$?
+  if [ $rc -eq 0 ] || ! grep -qF -- "$want" <<<"$out"; then
+    echo "FAIL: '$*' gave rc=$rc, expected an error containing '$want'. Output:"; echo "$out"; fails=$((fails+1))
+  else
+    echo "ok: $* -> $(grep -F -- "$want" <<<"$out" | head -1)"
+  fi
+}
+
+expect_error "unknown --model 'rnn'" --model rnn --steps 1
+expect_error "--microbatches 300 is more than the --batch of 256" --microbatches 300 --steps 1
+expect_error "The following argument was not expected: --bogus" --bogus
+expect_error "unknown optimizer 'adam9'" --optim adam9 --steps 1
+expect_error "dataset-fashion-mnist" --data "$work/nowhere" --steps 1
+expect_error "unknown device 'tpu:0'" --devices tpu:0 --steps 1
+expect_error "cannot open cuda:0" --devices cuda:0 --steps 1
+
+# A corrupt data file.
+mkdir -p "$work/bad"
+for f in train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz; do
+  cp "$data/$f" "$work/bad/$f" 2>/dev/null || true
+done
+if [ -f "$work/bad/train-images-idx3-ubyte.gz" ]; then
+  head -c 100000 "$data/train-images-idx3-ubyte.gz" > "$work/bad/train-images-idx3-ubyte.gz"
+  expect_error "train-images-idx3-ubyte.gz" --data "$work/bad" --steps 1
+
+  # A short real run with metrics and a checkpoint, then a resume.
+  if ! "$exe" --steps 4 --batch 64 --microbatches 2 --metrics "$work/m.jsonl" --save "$work/c.safetensors" \
+       --save-init "$work/init.safetensors" --data "$data" > "$work/run.txt" 2>&1; then
+    echo "FAIL: short run"; cat "$work/run.txt"; fails=$((fails+1))
+  fi
+  [ "$(grep -c '"loss"' "$work/m.jsonl")" -ge 4 ] || { echo "FAIL: metrics lines"; fails=$((fails+1)); }
+  [ -s "$work/init.safetensors" ] || { echo "FAIL: --save-init wrote nothing"; fails=$((fails+1)); }
+  "$exe" --steps 6 --batch 64 --microbatches 2 --resume "$work/c.safetensors" --data "$data" > "$work/resume.txt" 2>&1 \
+    && grep -q "resumed from" "$work/resume.txt" || { echo "FAIL: resume"; cat "$work/resume.txt"; fails=$((fails+1)); }
+  expect_error "was written for a different model" --model cnn --steps 6 --batch 64 --resume "$work/c.safetensors" --data "$data"
+  expect_error "--batch 64" --steps 6 --batch 32 --resume "$work/c.safetensors" --data "$data"
+  head -c 1000 "$work/c.safetensors" > "$work/cut.safetensors"
+  expect_error "cut.safetensors" --steps 6 --batch 64 --resume "$work/cut.safetensors" --data "$data"
+  expect_error "cannot be resumed from" --steps 6 --batch 64 --resume "$work/init.safetensors" --data "$data"
+  # No temporary files left behind by any of the above.
+  if ls -a "$work" | grep -q '\.tmp'; then echo "FAIL: temporary files left: $(ls -a "$work")"; fails=$((fails+1)); fi
+fi
+
+echo "$fails failed"
+[ $fails -eq 0 ]
