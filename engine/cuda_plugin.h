@@ -1,0 +1,67 @@
+#pragma once
+// Finding and loading the CUDA plugin (libpipetrain_cuda.so, built from engine/cuda/ and
+// kernels/cuda/) at run time. No CUDA header here or in cuda_plugin.cpp: the engine talks to the
+// plugin only through the C table in engine/cuda/plugin_abi.h, so a CPU-only run never loads
+// the CUDA libraries, and a machine without the plugin or without a driver gets one line that
+// says why instead of a crash.
+//
+// Where the plugin is looked for, in order (the first existing file is loaded):
+//   1. $PIPETRAIN_CUDA_PLUGIN, a full path to the .so; if set, nothing else is tried;
+//   2. <directory of the running executable>/lib/pipetrain/
+//   3. <directory of the running executable>/../lib/pipetrain/   (the build tree: tests/,
+//      examples/, bench/ next to lib/pipetrain/; also a prefix whose libdir is "lib")
+//   4. <directory of the running executable>/../<libdir>/pipetrain/   (an installed prefix)
+//   5. PIPETRAIN_PLUGIN_INSTALL_DIR, the configured install location.
+// A loaded plugin is never unloaded (the CUDA runtime does not support dlclose).
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+struct PtCudaPluginApi;  // engine/cuda/plugin_abi.h
+
+namespace pt {
+
+struct CudaDeviceInfo {
+  int index = 0;            // cuda:<index>
+  std::string name;         // "NVIDIA H200"
+  size_t memory_bytes = 0;  // total global memory
+  int cc_major = 0;         // compute capability major.minor
+  int cc_minor = 0;
+  int multiprocessors = 0;
+
+  // "cuda:0 NVIDIA H200 (139.8 GiB, sm_90, 132 SMs)".
+  std::string str() const;
+};
+
+struct CudaStatus {
+  bool available = false;
+  // One line. Available: "CUDA runtime 13.0, driver 13.0: 1 device". Otherwise it starts with
+  // "CUDA unavailable: " and says why, e.g.
+  //   "... pipetrain was built without the CUDA plugin (nvcc not found at build time)"
+  //   "... cannot load /path/libpipetrain_cuda.so: <dlerror>"
+  //   "... cudaGetDeviceCount failed with cudaErrorInsufficientDriver (35): no NVIDIA driver is
+  //    loaded on this machine"
+  std::string message;
+  std::vector<CudaDeviceInfo> devices;  // empty unless available
+  std::string plugin_path;              // the file loaded or tried last; empty if none was
+  const PtCudaPluginApi* api = nullptr;  // the plugin's table when available (for the backend)
+};
+
+// The CUDA status of this process: loads and probes the plugin on the first call, then returns
+// the cached result. Thread-safe; never throws.
+const CudaStatus& cuda_status();
+
+// The line the engine prints when CUDA is unavailable ("<message>; using the CPU backend"), or
+// an empty string when it is available.
+std::string cuda_unavailable_line();
+
+// Loads and probes now, reading PIPETRAIN_CUDA_PLUGIN now (tests, diagnostics). cuda_status()
+// is this, called once.
+CudaStatus probe_cuda();
+
+// The directories searched for the plugin when PIPETRAIN_CUDA_PLUGIN is unset, in order
+// (steps 2-5 above; empty if pipetrain was built without the plugin).
+std::vector<std::string> cuda_plugin_search_dirs();
+
+}  // namespace pt

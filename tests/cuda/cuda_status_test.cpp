@@ -1,0 +1,227 @@
+// The CUDA plugin loader (engine/cuda_plugin.h) on any machine: with or without the plugin, with
+// or without a GPU, it answers with a status and one line, and never crashes.
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "engine/cuda/plugin_abi.h"
+#include "engine/cuda_plugin.h"
+
+using namespace pt;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Sets (or unsets) an environment variable for one scope and restores it afterwards.
+class EnvGuard {
+ public:
+  EnvGuard(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value != nullptr) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~EnvGuard() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  EnvGuard(const EnvGuard&) = delete;
+  EnvGuard& operator=(const EnvGuard&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+bool starts_with(const std::string& text, const std::string& prefix) {
+  return text.rfind(prefix, 0) == 0;
+}
+
+const std::string kUnavailable = "CUDA unavailable: ";
+
+// The checks every status must pass, available or not.
+void check_consistent(const CudaStatus& s) {
+  INFO("message: " << s.message);
+  CHECK(!s.message.empty());
+  CHECK(s.message.find('\n') == std::string::npos);  // one line
+  if (s.available) {
+    CHECK(!starts_with(s.message, kUnavailable));
+    REQUIRE(!s.devices.empty());
+    CHECK(s.api != nullptr);
+    for (size_t i = 0; i < s.devices.size(); ++i) {
+      const CudaDeviceInfo& d = s.devices[i];
+      CHECK(d.index == static_cast<int>(i));
+      CHECK(!d.name.empty());
+      CHECK(d.memory_bytes > 0);
+      CHECK(d.cc_major >= 1);
+      CHECK(starts_with(d.str(), "cuda:" + std::to_string(i) + " "));
+    }
+  } else {
+    CHECK(starts_with(s.message, kUnavailable));
+    CHECK(s.devices.empty());
+    CHECK(s.api == nullptr);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda_status: probed once, consistent, never crashes") {
+  const CudaStatus& s = cuda_status();
+  CHECK(&s == &cuda_status());
+  check_consistent(s);
+  if (std::getenv("PIPETRAIN_CUDA_PLUGIN") != nullptr) {
+    MESSAGE("PIPETRAIN_CUDA_PLUGIN is set: only the consistency of the status is checked");
+    return;
+  }
+  INFO("message: " << s.message);
+  if (s.available) {
+    MESSAGE("CUDA available: " << s.message);
+    for (const CudaDeviceInfo& d : s.devices) MESSAGE(d.str());
+    CHECK(cuda_unavailable_line().empty());
+    return;
+  }
+  CHECK(cuda_unavailable_line() == s.message + "; using the CPU backend");
+#ifdef PIPETRAIN_TEST_CUDA_PLUGIN
+  // The plugin was built, so the loader finds it next to the test (build/lib/pipetrain) and the
+  // reason comes from the plugin's probe of the runtime.
+  CHECK(fs::equivalent(s.plugin_path, PIPETRAIN_TEST_CUDA_PLUGIN));
+  CHECK(contains(s.message, "cudaGetDeviceCount failed with "));
+  if (contains(s.message, "cudaErrorInsufficientDriver")) {
+    // This is the GPU-less build machine: no libcuda.so at all.
+    CHECK(contains(s.message, "cudaErrorInsufficientDriver (35): "));
+    CHECK(contains(s.message, "driver"));
+  }
+#else
+  CHECK(contains(s.message, "pipetrain was built without the CUDA plugin ("));
+  CHECK(s.plugin_path.empty());
+#endif
+}
+
+TEST_CASE("cuda plugin search directories") {
+  const std::vector<std::string> dirs = cuda_plugin_search_dirs();
+#ifdef PIPETRAIN_TEST_CUDA_PLUGIN
+  REQUIRE(dirs.size() >= 2);
+  // The build tree: the plugin lives in <build>/lib/pipetrain, the test in <build>/tests.
+  const fs::path plugin_dir = fs::path(PIPETRAIN_TEST_CUDA_PLUGIN).parent_path();
+  bool found = false;
+  for (const std::string& d : dirs) {
+    std::error_code ec;
+    found = found || fs::equivalent(d, plugin_dir, ec);
+  }
+  CHECK(found);
+  for (size_t i = 0; i < dirs.size(); ++i) {
+    for (size_t j = i + 1; j < dirs.size(); ++j) CHECK(dirs[i] != dirs[j]);
+  }
+#else
+  CHECK(dirs.empty());
+#endif
+}
+
+TEST_CASE("PIPETRAIN_CUDA_PLUGIN pointing at a missing file: cannot load, no fallback") {
+  const std::string path = "/nonexistent/pipetrain/libpipetrain_cuda.so";
+  EnvGuard env("PIPETRAIN_CUDA_PLUGIN", path.c_str());
+  const CudaStatus s = probe_cuda();
+  check_consistent(s);
+  CHECK(!s.available);
+  CHECK(s.plugin_path == path);
+  CHECK(starts_with(s.message, kUnavailable + "cannot load " + path + ": "));
+  CHECK(contains(s.message, "No such file or directory"));
+}
+
+TEST_CASE("PIPETRAIN_CUDA_PLUGIN pointing at a file that is not a shared library") {
+  const fs::path path = fs::temp_directory_path() / "pipetrain_test_not_elf.so";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fputs("this is not an ELF file\n", f);
+    std::fclose(f);
+  }
+  EnvGuard env("PIPETRAIN_CUDA_PLUGIN", path.c_str());
+  const CudaStatus s = probe_cuda();
+  fs::remove(path);
+  check_consistent(s);
+  CHECK(starts_with(s.message, kUnavailable + "cannot load " + path.string() + ": "));
+}
+
+TEST_CASE("a shared library without the plugin's entry symbol") {
+  EnvGuard env("PIPETRAIN_CUDA_PLUGIN", PIPETRAIN_TEST_NOT_A_CUDA_PLUGIN);
+  const CudaStatus s = probe_cuda();
+  check_consistent(s);
+  CHECK(contains(s.message, "is not a pipetrain CUDA plugin: it has no symbol "
+                            "pipetrain_cuda_plugin_api"));
+}
+
+TEST_CASE("fake plugin: devices are listed when the probe succeeds") {
+  EnvGuard env("PIPETRAIN_CUDA_PLUGIN", PIPETRAIN_TEST_FAKE_CUDA_PLUGIN);
+  EnvGuard mode("PT_FAKE_CUDA_PLUGIN_MODE", "two_devices");
+  const CudaStatus s = probe_cuda();
+  check_consistent(s);
+  REQUIRE(s.available);
+  CHECK(s.message == "CUDA runtime 99.0, driver 99.1: 2 devices");
+  CHECK(s.plugin_path == PIPETRAIN_TEST_FAKE_CUDA_PLUGIN);
+  REQUIRE(s.devices.size() == 2);
+  CHECK(s.devices[0].name == "Fake GPU A");
+  CHECK(s.devices[1].memory_bytes == (size_t{160} << 30));
+  CHECK(s.devices[1].cc_major == 9);
+  CHECK(s.devices[1].cc_minor == 1);
+  CHECK(s.devices[0].str() == "cuda:0 Fake GPU A (80.0 GiB, sm_90, 132 SMs)");
+  REQUIRE(s.api != nullptr);
+  char message[64] = {};
+  CHECK(s.api->self_test(0, message, sizeof(message)) == PT_CUDA_OK);
+}
+
+TEST_CASE("fake plugin: the probe's reason becomes the message") {
+  EnvGuard env("PIPETRAIN_CUDA_PLUGIN", PIPETRAIN_TEST_FAKE_CUDA_PLUGIN);
+  EnvGuard mode("PT_FAKE_CUDA_PLUGIN_MODE", "no_driver");
+  const CudaStatus s = probe_cuda();
+  check_consistent(s);
+  CHECK(s.message == "CUDA unavailable: fake: no driver");
+}
+
+TEST_CASE("fake plugin: a failing device query makes CUDA unavailable, naming the device") {
+  EnvGuard env("PIPETRAIN_CUDA_PLUGIN", PIPETRAIN_TEST_FAKE_CUDA_PLUGIN);
+  EnvGuard mode("PT_FAKE_CUDA_PLUGIN_MODE", "device_error");
+  const CudaStatus s = probe_cuda();
+  check_consistent(s);
+  CHECK(s.message == "CUDA unavailable: fake: cudaGetDeviceProperties(cuda:1) failed");
+}
+
+TEST_CASE("fake plugin: a different ABI version is refused") {
+  EnvGuard env("PIPETRAIN_CUDA_PLUGIN", PIPETRAIN_TEST_FAKE_CUDA_PLUGIN);
+  EnvGuard mode("PT_FAKE_CUDA_PLUGIN_MODE", "bad_abi");
+  const CudaStatus s = probe_cuda();
+  check_consistent(s);
+  CHECK(contains(s.message, "speaks plugin ABI version 999 but this engine needs version 1"));
+}
+
+TEST_CASE("fake plugin: a NULL function table is refused") {
+  EnvGuard env("PIPETRAIN_CUDA_PLUGIN", PIPETRAIN_TEST_FAKE_CUDA_PLUGIN);
+  EnvGuard mode("PT_FAKE_CUDA_PLUGIN_MODE", "null_table");
+  const CudaStatus s = probe_cuda();
+  check_consistent(s);
+  CHECK(contains(s.message, "pipetrain_cuda_plugin_api() returned NULL"));
+}
+
+#ifdef PIPETRAIN_TEST_CUDA_PLUGIN
+TEST_CASE("the real plugin by explicit path gives the same answer as the search") {
+  EnvGuard env("PIPETRAIN_CUDA_PLUGIN", PIPETRAIN_TEST_CUDA_PLUGIN);
+  const CudaStatus s = probe_cuda();
+  check_consistent(s);
+  CHECK(s.available == cuda_status().available);
+  CHECK(s.message == cuda_status().message);
+  CHECK(s.devices.size() == cuda_status().devices.size());
+}
+#endif
