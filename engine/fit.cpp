@@ -14,29 +14,31 @@ namespace pt {
 
 namespace {
 
-EvalStats evaluate_dataset(Trainer& trainer, const Dataset& data) {
+EvalStats evaluate_dataset(TrainingEngine& trainer, const Dataset& data) {
   Shape in = data.sample_shape.with_batch(data.size());
   const Tensor x = Tensor::borrow(const_cast<float*>(data.inputs.data()), in);
   const Tensor y = Tensor::borrow(const_cast<int32_t*>(data.labels.data()), Shape{data.size()}, DType::i32);
   return trainer.evaluate(x, y);
 }
 
-TrainingState state_of(const Trainer& trainer, const BatchIterator& it, const FitOptions& options) {
+TrainingState state_of(const TrainingEngine& trainer, const BatchIterator& it, const FitOptions& options) {
   TrainingState s;
   s.step = trainer.step();
   s.epoch = it.position().epoch;
   s.batch_in_epoch = it.position().offset / options.batch;
-  s.seed = trainer.config().seed;
+  s.seed = trainer.seed();
   s.extra = options.settings;
   s.extra["batch"] = std::to_string(options.batch);
   s.extra["shuffle"] = options.shuffle ? "true" : "false";
   return s;
 }
 
-void save(Trainer& trainer, const std::filesystem::path& path, const TrainingState& state,
+void save(TrainingEngine& trainer, const std::filesystem::path& path, const TrainingState& state,
           bool with_optimizer) {
-  StageState stage{&trainer.parameters(), with_optimizer ? &trainer.optimizer() : nullptr};
-  save_checkpoint(path, trainer.model(), std::span(&stage, 1), state);
+  std::vector<StageState> stages = trainer.stage_states();
+  if (!with_optimizer)
+    for (StageState& s : stages) s.optimizer = nullptr;
+  save_checkpoint(path, trainer.model(), stages, state);
 }
 
 }  // namespace
@@ -46,16 +48,15 @@ int64_t planned_steps(const FitOptions& options, int64_t n) {
   return options.epochs * ((n + options.batch - 1) / options.batch);
 }
 
-FitResult fit(Trainer& trainer, const Dataset& train, const Dataset* test, const FitOptions& options) {
+FitResult fit(TrainingEngine& trainer, const Dataset& train, const Dataset* test, const FitOptions& options) {
   if (options.batch < 1 || options.batch > train.size())
     throw UsageError(fmt::format("--batch {} must be between 1 and the training set size {}",
                                  options.batch, train.size()));
-  BatchIterator batches(train, BatchOptions{options.batch, options.shuffle, false, trainer.config().seed});
+  BatchIterator batches(train, BatchOptions{options.batch, options.shuffle, false, trainer.seed()});
   const int64_t total = planned_steps(options, train.size());
 
   if (!options.resume.empty()) {
-    StageState stage{&trainer.parameters(), &trainer.optimizer()};
-    const TrainingState s = load_checkpoint(options.resume, trainer.model(), std::span(&stage, 1));
+    const TrainingState s = load_checkpoint(options.resume, trainer.model(), trainer.stage_states());
     for (const auto& [key, value] : options.settings) {
       auto it = s.extra.find(key);
       if (it != s.extra.end() && it->second != value)
@@ -65,9 +66,9 @@ FitResult fit(Trainer& trainer, const Dataset& train, const Dataset* test, const
     if (s.extra.count("batch") && s.extra.at("batch") != std::to_string(options.batch))
       throw UsageError(fmt::format("checkpoint {} was saved with --batch {} but this run has --batch {}",
                                    options.resume.string(), s.extra.at("batch"), options.batch));
-    if (s.seed != trainer.config().seed)
+    if (s.seed != trainer.seed())
       throw UsageError(fmt::format("checkpoint {} was saved with --seed {} but this run has --seed {}",
-                                   options.resume.string(), s.seed, trainer.config().seed));
+                                   options.resume.string(), s.seed, trainer.seed()));
     trainer.set_step(s.step);
     batches.set_position({s.epoch, s.batch_in_epoch * options.batch});
     fmt::print("resumed from {} at step {} (epoch {}, batch {})\n", options.resume.string(), s.step,

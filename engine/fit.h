@@ -7,7 +7,7 @@
 #include <string>
 
 #include "engine/data/dataset.h"
-#include "engine/trainer.h"
+#include "engine/training_engine.h"
 
 namespace pt {
 
@@ -34,6 +34,6 @@ struct FitResult {
 // Number of optimizer steps `options` asks for on a data set of n samples.
 int64_t planned_steps(const FitOptions& options, int64_t n);
 
-FitResult fit(Trainer& trainer, const Dataset& train, const Dataset* test, const FitOptions& options);
+FitResult fit(TrainingEngine& trainer, const Dataset& train, const Dataset* test, const FitOptions& options);
 
 }  // namespace pt

@@ -4,3 +4,10 @@ file(GLOB extra CONFIGURE_DEPENDS
   "${CMAKE_CURRENT_SOURCE_DIR}/engine/data/*.cpp"
   "${CMAKE_CURRENT_SOURCE_DIR}/engine/io/*.cpp")
 list(APPEND sources ${extra})
+file(GLOB pipeline_sources CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/engine/pipeline/*.cpp")
+list(APPEND sources ${pipeline_sources})
+# engine/trace: execution traces (Chrome/Perfetto JSON, bubble measurement, SVG timelines).
+file(GLOB trace_sources CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/engine/trace/*.cpp")
+list(APPEND sources ${trace_sources})
+file(GLOB partition_sources CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/engine/partition/*.cpp")
+list(APPEND sources ${partition_sources})

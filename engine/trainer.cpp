@@ -64,8 +64,7 @@ StepStats Trainer::train_step(const Tensor& inputs, const Tensor& targets) {
 
   // One pass over all gradients: the norm for clipping, and the inf/NaN check.
   Tensor grads = params_->grads_flat();
-  const double sq = grads.numel() ? backend_->sum_squares(grads.f32(), grads.numel()) : 0.0;
-  stats.grad_norm = std::sqrt(sq);
+  stats.grad_norm = global_grad_norm({params_.get()});
   stats.lr = config_.lr.at(step_);
   if (!std::isfinite(stats.grad_norm)) {
     stats.skipped = true;  // every parameter stays as it was

@@ -12,6 +12,7 @@
 #include "engine/lr_schedule.h"
 #include "engine/optimizer.h"
 #include "engine/stage_parameters.h"
+#include "engine/training_engine.h"
 
 namespace pt {
 
@@ -23,40 +24,27 @@ struct TrainerConfig {
   float clip_norm = 0.f;  // 0 = no clipping
 };
 
-struct StepStats {
-  double loss = 0;         // mean over the global batch
-  int64_t correct = 0;     // classification only (-1 otherwise)
-  int64_t samples = 0;
-  double grad_norm = 0;    // global L2 norm before clipping
-  float lr = 0;
-  bool skipped = false;    // non-finite gradients: the step was not applied
-};
-
-struct EvalStats {
-  double loss = 0;   // mean over the data set
-  double accuracy = -1;
-  int64_t samples = 0;
-};
-
-class Trainer {
+class Trainer final : public TrainingEngine {
  public:
   Trainer(Model& model, Backend& backend, const TrainerConfig& config);
 
   // One optimizer step on one global batch. inputs (B, ...model input) and targets
   // (B, ...loss target) are host tensors (Tensor::borrow). B >= M.
-  StepStats train_step(const Tensor& inputs, const Tensor& targets);
+  StepStats train_step(const Tensor& inputs, const Tensor& targets) override;
 
   // Forward only, in evaluation mode, over host tensors in chunks of `chunk` samples.
-  EvalStats evaluate(const Tensor& inputs, const Tensor& targets, int64_t chunk = 1000);
+  EvalStats evaluate(const Tensor& inputs, const Tensor& targets, int64_t chunk = 1000) override;
 
-  Model& model() const { return *model_; }
+  Model& model() const override { return *model_; }
+  uint64_t seed() const override { return config_.seed; }
+  std::vector<StageState> stage_states() override { return {{params_.get(), optimizer_.get()}}; }
   Backend& backend() const { return *backend_; }
   StageParameters& parameters() { return *params_; }
   Optimizer& optimizer() { return *optimizer_; }
   const TrainerConfig& config() const { return config_; }
   // Optimizer steps taken so far (including skipped ones); the next step's index.
-  int64_t step() const { return step_; }
-  void set_step(int64_t step) { step_ = step; }
+  int64_t step() const override { return step_; }
+  void set_step(int64_t step) override { step_ = step; }
 
  private:
   Model* model_;

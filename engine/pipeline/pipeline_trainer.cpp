@@ -1,0 +1,441 @@
+#include "engine/pipeline/pipeline_trainer.h"
+
+#include <atomic>
+#include <cmath>
+#include <map>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "engine/core/error.h"
+#include "engine/data/batching.h"
+
+namespace pt {
+
+using sched::Action;
+using sched::ActionType;
+using Clock = std::chrono::steady_clock;
+
+// ---- one step's shared state -------------------------------------------------------------------
+
+struct PipelineTrainer::StepData {
+  Tensor inputs, targets;              // host (B, ...)
+  int64_t global_batch = 0;            // B
+  std::vector<int64_t> mb_first, mb_size;  // rows of each micro-batch
+  StepInfo info_base;
+  std::vector<double> loss;            // per device: sum of the loss shares it computed
+  std::vector<int64_t> correct;        // per device (-1: not a classification loss)
+  std::vector<std::atomic<int>> position;  // per device: index of the action being executed
+  Clock::time_point start;
+
+  explicit StepData(size_t devices) : loss(devices, 0.0), correct(devices, 0), position(devices) {}
+};
+
+// ---- the interpreter of one device's action list -----------------------------------------------
+
+class PipelineTrainer::DeviceExecutor {
+ public:
+  DeviceExecutor(PipelineTrainer& t, StepData& data, int device)
+      : t_(t), data_(data), device_(device), backend_(*t.devices_[static_cast<size_t>(device)]) {}
+
+  void run(const std::vector<Action>& actions, std::vector<ExecutedAction>* trace) {
+    for (size_t i = 0; i < actions.size(); ++i) {
+      data_.position[static_cast<size_t>(device_)] = static_cast<int>(i);
+      const auto t0 = Clock::now();
+      execute(actions[i]);
+      if (trace) {
+        backend_.synchronize();
+        trace->push_back({actions[i], micros(t0), micros(Clock::now())});
+      }
+    }
+    data_.position[static_cast<size_t>(device_)] = static_cast<int>(actions.size());
+    if (!states_.empty())
+      throw std::logic_error(fmt::format("device {} finished its actions with {} micro-batch states still "
+                                         "held: the schedule is missing a backward", device_, states_.size()));
+  }
+
+ private:
+  // What one (stage, micro-batch) holds between its actions on this device.
+  struct State {
+    StepInfo info;
+    std::vector<LayerContext> ctx;       // per layer of the stage, then the loss (last stage)
+    std::vector<Tensor> segment_inputs;  // input of each recomputed segment
+    std::vector<Tensor> dy;              // per layer: the gradient its W needs
+    Tensor input, output, grad_output, grad_input;
+    bool weights_pending = false;        // I done, W not yet
+    bool backward_done = false;          // B, or I and W, done
+  };
+
+  double micros(Clock::time_point t) const {
+    return std::chrono::duration<double, std::micro>(t - data_.start).count();
+  }
+
+  const Stage& stage(int s) const { return t_.stages_.at(static_cast<size_t>(s)); }
+  bool is_last(int s) const { return s == t_.num_stages() - 1; }
+
+  State& state(int s, int m) {
+    auto& p = states_[{s, m}];
+    if (!p) {
+      p = std::make_unique<State>();
+      p->info = data_.info_base;
+      p->info.microbatch = m;
+      const Stage& st = stage(s);
+      const int layers = st.last_layer - st.first_layer;
+      p->ctx.reserve(static_cast<size_t>(layers) + 1);
+      for (int l = st.first_layer; l <= st.last_layer; ++l)  // +1: the loss context
+        p->ctx.emplace_back(backend_, p->info, static_cast<uint64_t>(l));
+      p->dy.resize(static_cast<size_t>(layers));
+    }
+    return *p;
+  }
+
+  void release(int s, int m) { states_.erase({s, m}); }
+
+  [[noreturn]] void fail_wait(const Action& a, const std::string& what) {
+    throw TimeoutError(fmt::format(
+        "device {} ({}) waited {} s in action {} for {}: the peer is stalled, dead or the schedule does "
+        "not match; raise --timeout if the peer is only slow\n{}",
+        device_, backend_.device().str(), t_.config_.timeout_s, a.str(), what, t_.grid(data_)));
+  }
+
+  Clock::time_point deadline() const {
+    return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(t_.config_.timeout_s));
+  }
+
+  // Sends `value` to stage `to` (on another device): copy into that device's memory, then post.
+  void send(const Action& a, int to, Direction dir, const Tensor& value) {
+    const int dst = stage(to).device;
+    Backend& dst_backend = *t_.devices_[static_cast<size_t>(dst)];
+    Tensor copy = dst_backend.empty(value.shape(), value.dtype());
+    if (value.bytes()) backend_.copy_to_peer(dst_backend, copy.data(), value.data(), value.bytes());
+    backend_.synchronize();  // the copy is complete before the receiver may use it
+    if (!t_.mailboxes_[static_cast<size_t>(dst)]->put({to, a.microbatch, dir}, std::move(copy), deadline()))
+      fail_wait(a, fmt::format("space in the mailbox of device {} (stage {})", dst, to));
+  }
+
+  Tensor receive(const Action& a, Direction dir, int from) {
+    Tensor t = t_.mailboxes_[static_cast<size_t>(device_)]->take({a.stage, a.microbatch, dir}, deadline());
+    if (!t.defined())
+      fail_wait(a, fmt::format("{} of micro-batch {} from stage {} on device {}",
+                               dir == Direction::forward ? "the activation" : "the gradient", a.microbatch,
+                               from, stage(from).device));
+    return t;
+  }
+
+  // Forward through layers [a, b) of stage s with the contexts of `st`.
+  Tensor forward_layers(State& st, int s, int a, int b, Tensor x) {
+    Model& model = *t_.model_;
+    const int first = stage(s).first_layer;
+    for (int l = a; l < b; ++l) x = model.layer(l).forward(x, st.ctx[static_cast<size_t>(l - first)]);
+    return x;
+  }
+
+  void forward(const Action& a) {
+    const int s = a.stage, m = a.microbatch;
+    State& st = state(s, m);
+    const Stage& sg = stage(s);
+    Tensor x;
+    if (s == 0) {
+      x = upload_rows(backend_, data_.inputs, data_.mb_first[static_cast<size_t>(m)], data_.mb_size[static_cast<size_t>(m)]);
+    } else {
+      if (!st.input.defined())
+        throw std::logic_error(fmt::format("{}: no input activation (missing RECV_F?)", a.str()));
+      x = std::move(st.input);
+    }
+    const auto segments = stage_segments(t_.config_.recompute, sg.first_layer, sg.last_layer, is_last(s));
+    st.segment_inputs.assign(segments.size(), Tensor());
+    for (size_t k = 0; k < segments.size(); ++k) {
+      const Segment& seg = segments[k];
+      if (seg.recompute) st.segment_inputs[k] = x;
+      x = forward_layers(st, s, seg.first_layer, seg.last_layer, x);
+      if (seg.recompute)
+        for (int l = seg.first_layer; l < seg.last_layer; ++l) st.ctx[static_cast<size_t>(l - sg.first_layer)].clear();
+    }
+    if (is_last(s)) {
+      Model& model = *t_.model_;
+      LayerContext& loss_ctx = st.ctx.back();
+      const Tensor target = upload_rows(backend_, data_.targets, data_.mb_first[static_cast<size_t>(m)],
+                                        data_.mb_size[static_cast<size_t>(m)]);
+      data_.loss[static_cast<size_t>(device_)] += model.loss().forward(x, target, data_.global_batch, loss_ctx);
+      const int64_t c = model.loss().count_correct(x, target, backend_);
+      int64_t& total = data_.correct[static_cast<size_t>(device_)];
+      total = c < 0 ? -1 : total + c;
+      st.grad_output = model.loss().backward(loss_ctx);
+      loss_ctx.clear();
+    } else if (stage(s + 1).device == device_) {
+      state(s + 1, m).input = std::move(x);  // local hand-off, no copy
+    } else {
+      st.output = std::move(x);
+    }
+  }
+
+  // Input gradient through stage s; with `with_weights` (a B action) each layer's weight
+  // gradient follows its input gradient at once, as in single-device training.
+  void backward(const Action& a, bool with_weights) {
+    const int s = a.stage, m = a.microbatch;
+    State& st = state(s, m);
+    const Stage& sg = stage(s);
+    Model& model = *t_.model_;
+    if (!st.grad_output.defined())
+      throw std::logic_error(fmt::format("{}: no output gradient (missing F or RECV_B?)", a.str()));
+    Tensor dy = std::move(st.grad_output);
+    const auto segments = stage_segments(t_.config_.recompute, sg.first_layer, sg.last_layer, is_last(s));
+    for (size_t k = segments.size(); k-- > 0;) {
+      const Segment& seg = segments[k];
+      if (seg.recompute) forward_layers(st, s, seg.first_layer, seg.last_layer, st.segment_inputs[k]);
+      if (seg.recompute) st.segment_inputs[k] = Tensor();
+      for (int l = seg.last_layer - 1; l >= seg.first_layer; --l) {
+        LayerContext& c = st.ctx[static_cast<size_t>(l - sg.first_layer)];
+        Layer& layer = model.layer(l);
+        Tensor dx = l > 0 ? layer.backward_input(dy, c) : Tensor();  // nobody needs dL/d(input)
+        if (with_weights) {
+          layer.backward_weight(dy, c);
+          c.clear();
+        } else {
+          st.dy[static_cast<size_t>(l - sg.first_layer)] = std::move(dy);
+        }
+        dy = std::move(dx);
+      }
+    }
+    if (s > 0) {
+      if (stage(s - 1).device == device_) state(s - 1, m).grad_output = std::move(dy);
+      else st.grad_input = std::move(dy);
+    }
+    st.weights_pending = !with_weights;
+    st.backward_done = with_weights;
+  }
+
+  void weights(const Action& a) {
+    const int s = a.stage, m = a.microbatch;
+    State& st = state(s, m);
+    if (!st.weights_pending) throw std::logic_error(fmt::format("{}: W without a preceding I", a.str()));
+    const Stage& sg = stage(s);
+    for (int l = sg.last_layer - 1; l >= sg.first_layer; --l) {
+      LayerContext& c = st.ctx[static_cast<size_t>(l - sg.first_layer)];
+      t_.model_->layer(l).backward_weight(st.dy[static_cast<size_t>(l - sg.first_layer)], c);
+      c.clear();
+      st.dy[static_cast<size_t>(l - sg.first_layer)] = Tensor();
+    }
+    st.weights_pending = false;
+    st.backward_done = true;
+  }
+
+  // Frees a (stage, micro-batch) as soon as nothing of it is needed any more.
+  void maybe_release(int s, int m) {
+    auto it = states_.find({s, m});
+    if (it == states_.end()) return;
+    const State& st = *it->second;
+    if (st.backward_done && !st.grad_input.defined()) release(s, m);
+  }
+
+  void execute(const Action& a) {
+    switch (a.type) {
+      case ActionType::F:
+        forward(a);
+        break;
+      case ActionType::B:
+        backward(a, true);
+        break;
+      case ActionType::I:
+        backward(a, false);
+        break;
+      case ActionType::W:
+        weights(a);
+        break;
+      case ActionType::SEND_F: {
+        State& st = state(a.stage, a.microbatch);
+        if (!st.output.defined()) throw std::logic_error(fmt::format("{}: nothing to send (F not run?)", a.str()));
+        send(a, a.stage + 1, Direction::forward, st.output);
+        st.output = Tensor();
+        break;
+      }
+      case ActionType::RECV_F:
+        state(a.stage, a.microbatch).input = receive(a, Direction::forward, a.stage - 1);
+        break;
+      case ActionType::SEND_B: {
+        State& st = state(a.stage, a.microbatch);
+        if (!st.grad_input.defined())
+          throw std::logic_error(fmt::format("{}: nothing to send (B/I not run?)", a.str()));
+        send(a, a.stage - 1, Direction::backward, st.grad_input);
+        st.grad_input = Tensor();
+        break;
+      }
+      case ActionType::RECV_B:
+        state(a.stage, a.microbatch).grad_output = receive(a, Direction::backward, a.stage + 1);
+        break;
+      case ActionType::REDUCE_GRAD:
+      case ActionType::STEP:
+        return;  // the optimizer step runs after the lists (see train_step)
+    }
+    if (sched::has_microbatch(a.type)) maybe_release(a.stage, a.microbatch);
+  }
+
+  PipelineTrainer& t_;
+  StepData& data_;
+  int device_;
+  Backend& backend_;
+  std::map<std::pair<int, int>, std::unique_ptr<State>> states_;
+};
+
+}  // namespace pt
+
+namespace pt {
+
+// ---- the trainer ---------------------------------------------------------------------------------
+
+PipelineTrainer::PipelineTrainer(Model& model, std::vector<Backend*> devices, const PipelineConfig& config)
+    : model_(&model), config_(config), devices_(std::move(devices)) {
+  const sched::Schedule& sc = config_.schedule;
+  if (static_cast<int>(devices_.size()) != sc.num_devices)
+    throw UsageError(fmt::format("the schedule has {} devices but {} were given", sc.num_devices, devices_.size()));
+  if (static_cast<int>(config_.layers_per_stage.size()) != sc.num_stages)
+    throw UsageError(fmt::format("the partition has {} stages but the schedule has {}",
+                                 config_.layers_per_stage.size(), sc.num_stages));
+  const int total = std::accumulate(config_.layers_per_stage.begin(), config_.layers_per_stage.end(), 0);
+  if (total != model.num_layers())
+    throw UsageError(fmt::format("the stages cover {} layers but the model has {}", total, model.num_layers()));
+  if (config_.schedule.microbatches != config_.trainer.microbatches)
+    throw UsageError(fmt::format("the schedule is for {} micro-batches but --microbatches is {}",
+                                 config_.schedule.microbatches, config_.trainer.microbatches));
+  if (!(config_.timeout_s > 0)) throw UsageError(fmt::format("--timeout {} must be > 0 seconds", config_.timeout_s));
+  int first = 0;
+  for (int s = 0; s < sc.num_stages; ++s) {
+    const int n = config_.layers_per_stage[static_cast<size_t>(s)];
+    if (n < 1) throw UsageError(fmt::format("stage {} has {} layers; every stage needs at least one", s, n));
+    Stage st{first, first + n, sc.device_of(s), nullptr, nullptr};
+    Backend& b = *devices_.at(static_cast<size_t>(st.device));
+    st.params = std::make_unique<StageParameters>(model, st.first_layer, st.last_layer, b, config_.trainer.seed);
+    st.optimizer = std::make_unique<Optimizer>(config_.trainer.optimizer, b, st.params->layout());
+    stages_.push_back(std::move(st));
+    first += n;
+  }
+  workers_ = std::make_unique<DeviceWorkers>(devices_);
+  for (int d = 0; d < sc.num_devices; ++d) {
+    // Room for every message a device can receive in one step: a valid schedule never blocks
+    // a sender, while the bound still catches a runaway one.
+    const size_t capacity = 2 * static_cast<size_t>(sc.num_stages) * static_cast<size_t>(sc.microbatches) + 2;
+    mailboxes_.push_back(std::make_unique<Mailbox>(capacity, &workers_->abort_flag()));
+  }
+}
+
+PipelineTrainer::~PipelineTrainer() = default;
+
+std::vector<StageState> PipelineTrainer::stage_states() {
+  std::vector<StageState> out;
+  for (Stage& s : stages_) out.push_back({s.params.get(), s.optimizer.get()});
+  return out;
+}
+
+std::string PipelineTrainer::grid(const StepData& data) const {
+  std::string out = "where each device was (the action in [brackets] is the one it was executing):\n";
+  for (int d = 0; d < config_.schedule.num_devices; ++d) {
+    const auto& actions = config_.schedule.actions[static_cast<size_t>(d)];
+    const int pos = data.position[static_cast<size_t>(d)].load();
+    out += fmt::format("  device {} ({}):", d, devices_[static_cast<size_t>(d)]->device().str());
+    for (int i = 0; i < static_cast<int>(actions.size()); ++i)
+      out += fmt::format(fmt::runtime(i == pos ? " [{}]" : " {}"), actions[static_cast<size_t>(i)].str());
+    if (pos >= static_cast<int>(actions.size())) out += "  (finished)";
+    out += "\n";
+  }
+  return out;
+}
+
+StepStats PipelineTrainer::train_step(const Tensor& inputs, const Tensor& targets) {
+  const int64_t batch = inputs.shape()[0];
+  if (targets.shape()[0] != batch)
+    throw UsageError(fmt::format("a batch has {} inputs but {} targets", batch, targets.shape()[0]));
+  StepData data(devices_.size());
+  data.inputs = inputs;
+  data.targets = targets;
+  data.global_batch = batch;
+  data.mb_size = split_sizes(batch, config_.trainer.microbatches);
+  data.mb_first.resize(data.mb_size.size());
+  std::exclusive_scan(data.mb_size.begin(), data.mb_size.end(), data.mb_first.begin(), int64_t{0});
+  data.info_base = StepInfo{config_.trainer.seed, step_, 0, true};
+  data.start = Clock::now();
+
+  for (Stage& s : stages_) s.params->zero_grads();
+  for (auto* b : devices_) b->reset_peak();
+  trace_.assign(devices_.size(), {});
+  for (auto& mb : mailboxes_) mb->clear();
+
+  auto wake_all = [this] {
+    for (auto& mb : mailboxes_) mb->notify_all();
+  };
+  workers_->run_on_all(
+      [&](int d) {
+        DeviceExecutor exec(*this, data, d);
+        exec.run(config_.schedule.actions[static_cast<size_t>(d)],
+                 config_.record_trace ? &trace_[static_cast<size_t>(d)] : nullptr);
+        devices_[static_cast<size_t>(d)]->synchronize();
+      },
+      wake_all);
+
+  StepStats stats;
+  stats.samples = batch;
+  // The loss is computed on the devices of the last stage; add their shares in device order.
+  for (size_t d = 0; d < devices_.size(); ++d) stats.loss += data.loss[d];
+  const int last_device = stages_.back().device;
+  stats.correct = data.correct[static_cast<size_t>(last_device)];
+  peak_bytes_.clear();
+  for (auto* b : devices_) peak_bytes_.push_back(b->memory_stats().peak_bytes);
+
+  std::vector<const StageParameters*> params;
+  for (const Stage& s : stages_) params.push_back(s.params.get());
+  stats.grad_norm = global_grad_norm(params);
+  stats.lr = config_.trainer.lr.at(step_);
+  if (!std::isfinite(stats.grad_norm)) {
+    stats.skipped = true;
+  } else {
+    const float factor = clip_factor(stats.grad_norm, config_.trainer.clip_norm);
+    workers_->run_on_all([&](int d) {
+      for (Stage& s : stages_) {
+        if (s.device != d) continue;
+        Tensor g = s.params->grads_flat();
+        if (factor != 1.f && g.numel()) s.params->backend().scale(factor, g.f32(), g.numel());
+        s.optimizer->step(s.params->params_flat(), g, stats.lr);
+      }
+      devices_[static_cast<size_t>(d)]->synchronize();
+    });
+  }
+  ++step_;
+  return stats;
+}
+
+EvalStats PipelineTrainer::evaluate(const Tensor& inputs, const Tensor& targets, int64_t chunk) {
+  const int64_t n = inputs.shape()[0];
+  EvalStats out;
+  out.samples = n;
+  int64_t correct = 0;
+  const StepInfo info{config_.trainer.seed, step_, 0, false};
+  for (int64_t first = 0; first < n; first += chunk) {
+    const int64_t count = std::min(chunk, n - first);
+    Tensor x = upload_rows(*devices_[static_cast<size_t>(stages_.front().device)], inputs, first, count);
+    for (size_t k = 0; k < stages_.size(); ++k) {
+      const Stage& s = stages_[k];
+      Backend& b = *devices_[static_cast<size_t>(s.device)];
+      if (k > 0 && stages_[k - 1].device != s.device) {  // move the activation to this device
+        Backend& from = *devices_[static_cast<size_t>(stages_[k - 1].device)];
+        Tensor moved = b.empty(x.shape(), x.dtype());
+        from.copy_to_peer(b, moved.data(), x.data(), x.bytes());
+        from.synchronize();
+        x = moved;
+      }
+      b.bind_current_thread();
+      for (int l = s.first_layer; l < s.last_layer; ++l) {
+        LayerContext ctx(b, info, static_cast<uint64_t>(l));
+        x = model_->layer(l).forward(x, ctx);
+      }
+    }
+    Backend& last = *devices_[static_cast<size_t>(stages_.back().device)];
+    const Tensor target = upload_rows(last, targets, first, count);
+    LayerContext loss_ctx(last, info, static_cast<uint64_t>(model_->num_layers()));
+    out.loss += model_->loss().forward(x, target, n, loss_ctx);
+    const int64_t c = model_->loss().count_correct(x, target, last);
+    correct = c < 0 ? -1 : correct + c;
+  }
+  out.accuracy = correct < 0 ? -1.0 : static_cast<double>(correct) / static_cast<double>(n);
+  return out;
+}
+
+}  // namespace pt

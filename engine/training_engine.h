@@ -1,0 +1,47 @@
+#pragma once
+// What the training loop (engine/fit.h) needs from a trainer, whether it runs the model on one
+// device (Trainer, the reference) or as a pipeline over several (PipelineTrainer).
+#include <cstdint>
+#include <vector>
+
+#include "engine/checkpoint.h"
+#include "layers/model.h"
+
+namespace pt {
+
+struct StepStats {
+  double loss = 0;         // mean over the global batch
+  int64_t correct = 0;     // classification only (-1 otherwise)
+  int64_t samples = 0;
+  double grad_norm = 0;    // global L2 norm before clipping
+  float lr = 0;
+  bool skipped = false;    // non-finite gradients: the step was not applied
+};
+
+struct EvalStats {
+  double loss = 0;   // mean over the data set
+  double accuracy = -1;
+  int64_t samples = 0;
+};
+
+class TrainingEngine {
+ public:
+  virtual ~TrainingEngine() = default;
+  // One optimizer step on one global batch; inputs (B, ...) and targets (B, ...) are host tensors.
+  virtual StepStats train_step(const Tensor& inputs, const Tensor& targets) = 0;
+  // Forward only, evaluation mode, over host tensors.
+  virtual EvalStats evaluate(const Tensor& inputs, const Tensor& targets, int64_t chunk = 1000) = 0;
+  virtual Model& model() const = 0;
+  virtual uint64_t seed() const = 0;
+  // Optimizer steps taken so far (the next step's index).
+  virtual int64_t step() const = 0;
+  virtual void set_step(int64_t step) = 0;
+  // Every stage's parameters and optimizer, in stage order (for checkpoints).
+  virtual std::vector<StageState> stage_states() = 0;
+};
+
+// The global gradient norm over all stages: each parameter's sum of squares (double), added in
+// global parameter order, so one device and any partition give the same bits.
+double global_grad_norm(const std::vector<const StageParameters*>& stages);
+
+}  // namespace pt
