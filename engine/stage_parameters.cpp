@@ -37,7 +37,7 @@ void initial_values(const ParamInit& init, uint64_t seed, int layer_index, size_
 
 StageParameters::StageParameters(const Model& model, int first_layer, int last_layer,
                                  Backend& backend, uint64_t seed)
-    : first_(first_layer), last_(last_layer), backend_(&backend) {
+    : model_(&model), first_(first_layer), last_(last_layer), backend_(&backend) {
   if (first_layer < 0 || last_layer > model.num_layers() || first_layer >= last_layer)
     throw UsageError(fmt::format("stage layer range [{}, {}) is not inside the model's {} layers",
                                  first_layer, last_layer, model.num_layers()));
@@ -68,6 +68,17 @@ StageParameters::StageParameters(const Model& model, int first_layer, int last_l
       grads.push_back(grad(e));
     }
     layer.bind(params, grads);
+  }
+}
+
+StageParameters::~StageParameters() {
+  size_t e = 0;
+  for (int l = first_; l < last_; ++l) {
+    Layer& layer = model_->layer(l);
+    const size_t n = layer.param_specs().size();
+    // Someone may have bound the layer elsewhere since (e.g. a profiler): leave that alone.
+    if (n > 0 && !layer.params().empty() && layer.params()[0].data() == param(e).data()) layer.unbind();
+    e += n;
   }
 }
 

@@ -22,6 +22,10 @@ class StageParameters {
  public:
   StageParameters(const Model& model, int first_layer, int last_layer, Backend& backend,
                   uint64_t seed);
+  // Unbinds the stage's layers that are still bound to these parameters.
+  ~StageParameters();
+  StageParameters(const StageParameters&) = delete;
+  StageParameters& operator=(const StageParameters&) = delete;
 
   int first_layer() const { return first_; }
   int last_layer() const { return last_; }  // exclusive
@@ -38,6 +42,7 @@ class StageParameters {
   void zero_grads();
 
  private:
+  const Model* model_;
   int first_, last_;
   Backend* backend_;
   std::vector<ParameterEntry> entries_;

@@ -46,4 +46,9 @@ void Layer::bind(std::span<const Tensor> params, std::span<const Tensor> grads) 
   grads_.assign(grads.begin(), grads.end());
 }
 
+void Layer::unbind() {
+  params_.clear();
+  grads_.clear();
+}
+
 }  // namespace pt

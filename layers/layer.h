@@ -111,6 +111,9 @@ class Layer {
 
   // Gives the layer views of its parameters and gradients, in param_specs() order.
   virtual void bind(std::span<const Tensor> params, std::span<const Tensor> grads);
+  // Drops the views given by bind(). Whoever bound a layer unbinds it before the memory's
+  // backend goes away (a view keeps its storage, and so a pointer to the backend, alive).
+  virtual void unbind();
   std::span<const Tensor> params() const { return params_; }
   std::span<const Tensor> grads() const { return grads_; }
 

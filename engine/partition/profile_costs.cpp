@@ -1,0 +1,137 @@
+// profile_costs: the measured counterpart of estimate_costs (see layer_costs.h).
+#include <algorithm>
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "engine/core/error.h"
+#include "engine/core/random.h"
+#include "engine/partition/layer_costs.h"
+#include "engine/stage_parameters.h"
+#include "layers/embedding.h"
+
+namespace pt {
+
+namespace {
+
+// A (shape) tensor on `backend` with f32 values uniform in [-1, 1), or i32 ids in [0, vocab).
+Tensor random_tensor(Backend& backend, const Shape& shape, DType dtype, int64_t vocab,
+                     uint64_t key) {
+  Tensor t = backend.empty(shape, dtype);
+  const auto n = static_cast<size_t>(t.numel());
+  CounterRng rng(key);
+  if (dtype == DType::i32) {
+    std::vector<int32_t> host(n);
+    for (auto& v : host) v = static_cast<int32_t>(rng.next_below(static_cast<uint64_t>(vocab)));
+    if (n) backend.copy_from_host(t.data(), host.data(), t.bytes());
+  } else {
+    std::vector<float> host(n);
+    for (auto& v : host) v = static_cast<float>(2.0 * rng.next_double() - 1.0);
+    if (n) backend.copy_from_host(t.data(), host.data(), t.bytes());
+  }
+  return t;
+}
+
+// Seconds `f` takes, with the device drained before and after (ops may be asynchronous).
+template <class F>
+double timed(Backend& backend, F&& f) {
+  using clock = std::chrono::steady_clock;
+  backend.synchronize();
+  const auto t0 = clock::now();
+  f();
+  backend.synchronize();
+  return std::chrono::duration<double>(clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Profiling binds the layers to its own parameters; this puts back the bindings they had
+// (a trainer's stages, say), on every way out. Layers that were unbound stay bound to the
+// profiling parameters: the Layer interface has no unbind (see layer_costs.h).
+class BindingGuard {
+ public:
+  explicit BindingGuard(const Model& model) : model_(model) {
+    for (int l = 0; l < model.num_layers(); ++l) {
+      const Layer& layer = model.layer(l);
+      params_.emplace_back(layer.params().begin(), layer.params().end());
+      grads_.emplace_back(layer.grads().begin(), layer.grads().end());
+    }
+  }
+  ~BindingGuard() {
+    for (int l = 0; l < model_.num_layers(); ++l) {
+      const auto i = static_cast<size_t>(l);
+      if (!params_[i].empty()) model_.layer(l).bind(params_[i], grads_[i]);
+    }
+  }
+  BindingGuard(const BindingGuard&) = delete;
+  BindingGuard& operator=(const BindingGuard&) = delete;
+
+ private:
+  const Model& model_;
+  std::vector<std::vector<Tensor>> params_, grads_;
+};
+
+// A measured 0 only means "below the clock's resolution" (a reshape is a view); a floor keeps
+// such layers from looking free to a partitioner that balances time.
+constexpr double kMinSeconds = 1e-9;
+
+}  // namespace
+
+std::vector<LayerProfile> profile_costs(const Model& model, Backend& backend,
+                                        int64_t microbatch_size, int repeats, uint64_t seed) {
+  if (microbatch_size < 1)
+    throw UsageError(fmt::format("micro-batch size must be >= 1 but is {}", microbatch_size));
+  if (repeats < 1)
+    throw UsageError(fmt::format("profiling needs repeats >= 1 but got {}", repeats));
+  const int L = model.num_layers();
+  backend.bind_current_thread();
+  const BindingGuard restore(model);
+  StageParameters params(model, 0, L, backend, seed);  // binds every layer to device memory
+
+  // Token ids must be valid rows of the first layer's table; 0..1 is safe for any vocabulary.
+  int64_t vocab = 2;
+  if (const auto* e = dynamic_cast<const Embedding*>(&model.layer(0))) vocab = e->vocab();
+  Tensor x = random_tensor(backend, model.input_shape().with_batch(microbatch_size),
+                           model.input_dtype(), vocab, hash_keys(seed, 0x1234));
+
+  const StepInfo info{seed, 0, 0, true};
+  std::vector<LayerProfile> out;
+  out.reserve(static_cast<size_t>(L));
+  for (int l = 0; l < L; ++l) {
+    Layer& layer = model.layer(l);
+    const Tensor dy = random_tensor(backend, layer.output_shape().with_batch(microbatch_size),
+                                    DType::f32, 0, hash_keys(seed, static_cast<uint64_t>(l) + 1));
+    const bool has_weights = layer.param_count() > 0;
+    LayerProfile p;
+    p.param_bytes = layer.param_count() * static_cast<int64_t>(sizeof(float));
+    std::vector<double> tf, ti, tw;
+    Tensor y;
+    // Run r = -1 is the warm-up (first-touch allocations, oneDNN primitive creation).
+    for (int r = -1; r < repeats; ++r) {
+      LayerContext ctx(backend, info, static_cast<uint64_t>(l));
+      Tensor dx;
+      y = Tensor();  // free the last run's output outside the timed call
+      const double f = timed(backend, [&] { y = layer.forward(x, ctx); });
+      p.activation_bytes = static_cast<int64_t>(ctx.saved_bytes());
+      const double i = timed(backend, [&] { dx = layer.backward_input(dy, ctx); });
+      const double w = has_weights ? timed(backend, [&] { layer.backward_weight(dy, ctx); }) : 0.0;
+      if (r < 0) continue;
+      tf.push_back(f);
+      ti.push_back(i);
+      tw.push_back(w);
+    }
+    p.output_bytes = static_cast<int64_t>(y.bytes());
+    p.forward_s = std::max(median(tf), kMinSeconds);
+    p.backward_input_s = std::max(median(ti), kMinSeconds);
+    p.backward_weight_s = has_weights ? std::max(median(tw), kMinSeconds) : 0.0;
+    out.push_back(p);
+    x = y;  // the next layer sees a real activation
+  }
+  return out;
+}
+
+}  // namespace pt

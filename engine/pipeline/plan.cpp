@@ -1,0 +1,122 @@
+#include "engine/pipeline/plan.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "engine/core/error.h"
+#include "schedule/generators.h"
+#include "schedule/lowering.h"
+#include "schedule/text_format.h"
+#include "schedule/validate.h"
+
+namespace pt {
+
+namespace {
+
+sched::Schedule compute_schedule(const PlanRequest& r) {
+  if (r.devices < 1) throw UsageError(fmt::format("--stages {} must be >= 1", r.devices));
+  if (r.microbatches < 1) throw UsageError(fmt::format("--microbatches {} must be >= 1", r.microbatches));
+  if (r.schedule.starts_with("file:")) {
+    sched::Schedule s;
+    try {
+      s = sched::read_schedule_file(r.schedule.substr(5));
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(e.what());
+    }
+    if (s.num_devices != r.devices || s.microbatches != r.microbatches)
+      throw UsageError(fmt::format("schedule file {} is for {} devices and {} micro-batches, but the flags say "
+                                   "--stages {} --microbatches {}: make them agree",
+                                   r.schedule.substr(5), s.num_devices, s.microbatches, r.devices, r.microbatches));
+    return s;
+  }
+  try {
+    return sched::generate(r.schedule, r.devices, r.microbatches);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+}
+
+}  // namespace
+
+PipelinePlan make_plan(const Model& model, const PlanRequest& r, Backend* profile_on) {
+  PipelinePlan plan;
+  plan.schedule_name = r.schedule;
+  sched::Schedule compute = compute_schedule(r);
+  if (compute.num_stages > model.num_layers())
+    throw UsageError(fmt::format("cannot split {} layers into {} stages{}: use --stages <= {}", model.num_layers(),
+                                 compute.num_stages,
+                                 compute.num_stages != compute.num_devices
+                                     ? fmt::format(" ({} devices x {} chunks)", compute.num_devices,
+                                                   compute.chunks_per_device())
+                                     : "",
+                                 model.num_layers() / compute.chunks_per_device()));
+  // A file may hold a compute-only or an already lowered schedule; lower only the former.
+  const bool lowered = std::any_of(compute.actions.begin(), compute.actions.end(), [](const auto& list) {
+    return std::any_of(list.begin(), list.end(), [](const sched::Action& a) { return sched::is_communication(a.type); });
+  });
+  plan.schedule = lowered ? compute : sched::add_communication(compute);
+  const sched::Validation v = sched::validate(plan.schedule);
+  if (!v.ok()) throw UsageError(fmt::format("the schedule '{}' is not valid:\n{}", r.schedule, v.report));
+
+  // Costs of one micro-batch (the largest, when M does not divide B).
+  const int64_t mb = (r.batch + r.microbatches - 1) / r.microbatches;
+  std::vector<LayerProfile> costs;
+  if (r.costs == "profile") {
+    if (!profile_on) throw UsageError("--costs profile needs a device to profile on");
+    costs = profile_costs(model, *profile_on, mb);
+    plan.costs = fmt::format("profiled on {}", profile_on->device().str());
+  } else if (r.costs == "estimate") {
+    costs = estimate_costs(model, mb);
+    plan.costs = "estimated from FLOPs and bytes";
+  } else {
+    throw UsageError(fmt::format("unknown --costs '{}': use estimate or profile", r.costs));
+  }
+
+  // Memory depends on how many micro-batches each stage holds at once: simulate with unit times.
+  const sched::SimResult unit = sched::simulate(plan.schedule);
+  PartitionRequest pr;
+  pr.method = r.partition;
+  pr.stages = plan.schedule.num_stages;
+  pr.mem_cap_bytes = r.mem_cap_bytes;
+  pr.inflight_per_stage = unit.peak_inflight;
+  pr.optimizer_slots = r.optimizer_slots;
+  plan.partition = partition(model, costs, pr);
+
+  // Simulate again with each stage's costs and the transfer of each boundary activation.
+  sched::SimConfig sim;
+  for (const StagePlan& st : plan.partition.stages) {
+    sched::StageTimes t;
+    t.f = t.i = t.w = 0;
+    for (int l = st.first_layer; l < st.last_layer; ++l) {
+      t.f += costs[static_cast<size_t>(l)].forward_s;
+      t.i += costs[static_cast<size_t>(l)].backward_input_s;
+      t.w += costs[static_cast<size_t>(l)].backward_weight_s;
+    }
+    sim.stages.push_back(t);
+    sim.transfer.push_back(static_cast<double>(costs[static_cast<size_t>(st.last_layer - 1)].output_bytes) /
+                           r.transfer_bytes_per_second);
+  }
+  sim.transfer.pop_back();  // S - 1 boundaries
+  plan.simulated = sched::simulate(plan.schedule, sim);
+  return plan;
+}
+
+std::string PipelinePlan::report() const {
+  std::string out = fmt::format("partition ({}, costs {}):\n{}", partition.method, costs, partition.table());
+  const sched::Schedule& s = schedule;
+  size_t actions = 0;
+  for (const auto& list : s.actions) actions += list.size();
+  out += fmt::format("schedule {}: {} devices x {} chunk{}, {} micro-batches, {} actions\n", schedule_name,
+                     s.num_devices, s.chunks_per_device(), s.chunks_per_device() == 1 ? "" : "s", s.microbatches,
+                     actions);
+  out += fmt::format("predicted step time {:.2f} ms; bubble per device:", simulated.step_time * 1e3);
+  for (double b : simulated.bubble_fraction) out += fmt::format(" {:.1f}%", 100 * b);
+  out += "\npeak in-flight micro-batches per stage:";
+  for (int p : simulated.peak_inflight) out += fmt::format(" {}", p);
+  out += "\n";
+  return out;
+}
+
+}  // namespace pt

@@ -1,0 +1,47 @@
+#pragma once
+// Planning a pipeline run from the user's flags, before anything runs: the schedule (generated
+// or read from a file, lowered with SEND/RECV, validated and dry-run), the partition of layers
+// into its stages (balanced by estimated or profiled costs, bounded by memory), and the timed
+// simulation of one step with those costs (step time, bubble per device, peak in-flight
+// activations per stage). `--plan-only` prints this and exits.
+#include <cstdint>
+#include <string>
+
+#include "engine/partition/partitioner.h"
+#include "schedule/schedule.h"
+#include "schedule/simulate.h"
+
+namespace pt {
+
+struct PlanRequest {
+  int devices = 1;                 // --stages: pipeline devices D
+  int microbatches = 1;            // M
+  int64_t batch = 1;               // B (sets the micro-batch size the costs are for)
+  std::string schedule = "1f1b";   // gpipe | 1f1b | interleaved:V | zb-h1 | file:PATH
+  std::string partition = "time";  // uniform | params | time | memory | layout:a,b,...
+  int64_t mem_cap_bytes = 0;       // --mem-cap (per device)
+  std::string costs = "estimate";  // estimate | profile
+  int optimizer_slots = 1;         // SGD momentum 1, AdamW 2
+  double transfer_bytes_per_second = 30e9;  // for the simulated SEND/RECV times
+};
+
+struct PipelinePlan {
+  sched::Schedule schedule;   // lowered (SEND/RECV) and validated
+  Partition partition;        // one StagePlan per (virtual) stage
+  sched::SimResult simulated; // with the partition's per-stage costs (seconds)
+  std::string schedule_name;
+  std::string costs;          // "estimated" | "profiled on cpu:0"
+
+  double predicted_step_s() const { return simulated.step_time; }
+  // The partition table, the schedule, predicted step time, bubble and memory: what
+  // --plan-only prints.
+  std::string report() const;
+};
+
+// Throws UsageError (bad flags: S > layers, M < 1, unknown schedule, a layout that does not sum
+// to the layer count, a memory cap nothing fits) or the validator's error (a schedule file with
+// a missing or extra action, or a deadlock), each with what would fix it.
+// `profile_on` is needed for costs == "profile".
+PipelinePlan make_plan(const Model& model, const PlanRequest& request, Backend* profile_on = nullptr);
+
+}  // namespace pt

@@ -1,0 +1,77 @@
+// Where costs come from: the roofline estimate and the measurement on the CPU backend.
+#include <doctest/doctest.h>
+
+#include "engine/core/error.h"
+#include "engine/partition/layer_costs.h"
+#include "engine/stage_parameters.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "layers/zoo.h"
+
+using namespace pt;
+
+TEST_CASE("estimate_costs: every layer of fashion_cnn takes time, sizes follow the shapes") {
+  const Model m = fashion_cnn();
+  const int64_t B = 16;
+  const auto c = estimate_costs(m, B);
+  REQUIRE(c.size() == static_cast<size_t>(m.num_layers()));
+  const auto big = estimate_costs(m, 4 * B);
+  for (int l = 0; l < m.num_layers(); ++l) {
+    const LayerProfile& p = c[static_cast<size_t>(l)];
+    const Layer& layer = m.layer(l);
+    INFO("layer ", l, " ", layer.name());
+    CHECK(p.forward_s > 0);  // flatten and pooling too: they stream their tensors
+    CHECK(p.backward_input_s > 0);
+    CHECK((p.backward_weight_s > 0) == (layer.param_count() > 0));
+    CHECK(p.param_bytes == layer.param_count() * 4);
+    CHECK(p.output_bytes == layer.output_shape().numel() * B * 4);
+    CHECK(p.activation_bytes == layer.cost().activation_bytes * B);
+    CHECK(big[static_cast<size_t>(l)].total_s() > p.total_s());  // more samples, more time
+  }
+  // The first conv: 2 * (32*28*28) * 1*3*3 FLOPs per sample, compute-bound at 100 GFLOP/s.
+  CHECK(c[0].forward_s == doctest::Approx(2.0 * 32 * 28 * 28 * 9 * B / 100e9));
+  CHECK_THROWS_AS(estimate_costs(m, 0), UsageError);
+}
+
+TEST_CASE("profile_costs: deep_mlp(2, 64) measured on the CPU backend") {
+  // The backend first: layers that were unbound keep the profiling parameters (layer_costs.h).
+  auto backend = make_cpu_backend(0, 1);
+  const Model m = deep_mlp(2, 64);
+  const auto c = profile_costs(m, *backend, 8, 3, 5);
+  const auto e = estimate_costs(m, 8);
+  REQUIRE(c.size() == 6);
+  for (int l = 0; l < m.num_layers(); ++l) {
+    const LayerProfile& p = c[static_cast<size_t>(l)];
+    INFO("layer ", l, " ", m.layer(l).name());
+    CHECK(p.forward_s > 0);
+    CHECK(p.backward_input_s > 0);
+    CHECK((p.backward_weight_s > 0) == (m.layer(l).param_count() > 0));
+    CHECK(p.total_s() < 1.0);  // a 64-wide layer on 8 samples: far below a second
+    CHECK(p.param_bytes == e[static_cast<size_t>(l)].param_bytes);
+    CHECK(p.output_bytes == e[static_cast<size_t>(l)].output_bytes);
+    // What the layers really saved equals what their cost() declares.
+    CHECK(p.activation_bytes == e[static_cast<size_t>(l)].activation_bytes);
+  }
+  CHECK_THROWS_AS(profile_costs(m, *backend, 8, 0), UsageError);
+}
+
+TEST_CASE("profile_costs: an i32 input gets valid token ids") {
+  auto backend = make_cpu_backend(0, 1);
+  const Model m =
+      ModelBuilder({4}, DType::i32).embedding(50, 8).flatten().linear(3).cross_entropy().build();
+  const auto c = profile_costs(m, *backend, 4, 1);
+  REQUIRE(c.size() == 3);
+  CHECK(c[0].forward_s > 0);
+  CHECK(c[0].backward_weight_s > 0);
+  CHECK(c[0].param_bytes == 50 * 8 * 4);
+}
+
+TEST_CASE("profile_costs: layers bound before (a trainer's stage) are bound back afterwards") {
+  auto backend = make_cpu_backend(0, 1);
+  const Model m = deep_mlp(1, 16);
+  StageParameters stage(m, 0, m.num_layers(), *backend, 3);
+  const void* weight = m.layer(1).params()[0].data();
+  REQUIRE(weight == stage.param(0).data());
+  (void)profile_costs(m, *backend, 4, 1);
+  CHECK(m.layer(1).params()[0].data() == weight);
+  CHECK(m.layer(1).grads()[0].data() == stage.grad(0).data());
+}
