@@ -19,6 +19,20 @@ struct Schedule {
 
   int device_of(int stage) const { return stage_device.at(static_cast<size_t>(stage)); }
   int chunks_per_device() const { return num_stages / num_devices; }  // V
+
+  bool operator==(const Schedule&) const = default;
 };
+
+// A schedule with empty lists and the default placement, stage k on device k % D: with
+// S = D * V that is chunk c = k / D of device d = k % D (Megatron's interleaved layout).
+inline Schedule empty_schedule(int num_devices, int num_stages, int microbatches) {
+  Schedule s;
+  s.num_devices = num_devices;
+  s.num_stages = num_stages;
+  s.microbatches = microbatches;
+  for (int k = 0; k < num_stages; ++k) s.stage_device.push_back(k % num_devices);
+  s.actions.resize(static_cast<size_t>(num_devices));
+  return s;
+}
 
 }  // namespace pt::sched

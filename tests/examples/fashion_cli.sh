@@ -27,6 +27,23 @@ expect_error "dataset-fashion-mnist" --data "$work/nowhere" --steps 1
 expect_error "unknown device 'tpu:0'" --devices tpu:0 --steps 1
 expect_error "cannot open cuda:0" --devices cuda:0 --steps 1
 
+# Pipeline flags that cannot work: each is refused before anything runs.
+sch=$(dirname "$0")/schedules
+expect_error "cannot split 10 layers into 12 stages" --stages 12 --plan-only
+expect_error "--microbatches must be >= 1" --stages 2 --microbatches 0 --plan-only
+expect_error "layout" --stages 2 --partition layout:3,3 --plan-only
+expect_error "unknown schedule" --stages 2 --schedule 2f2b --plan-only
+expect_error "unknown --recompute 'sometimes'" --stages 2 --recompute sometimes --plan-only
+expect_error "lists 1 device but --stages is 2" --stages 2 --devices cpu:0 --plan-only
+expect_error "1B1" --stages 2 --microbatches 2 --schedule "file:$sch/missing_action.txt" --plan-only
+expect_error "0F0" --stages 2 --microbatches 2 --schedule "file:$sch/extra_action.txt" --plan-only
+expect_error "deadlock" --stages 2 --microbatches 2 --schedule "file:$sch/deadlock.txt" --plan-only
+expect_error "<-- ERROR HERE" --stages 2 --microbatches 2 --schedule "file:$sch/deadlock.txt" --plan-only
+expect_error "is for 2 devices and 2 micro-batches" --stages 2 --microbatches 4 --schedule "file:$sch/good_gpipe.txt" --plan-only
+out=$("$exe" --stages 2 --microbatches 2 --schedule "file:$sch/good_gpipe.txt" --plan-only 2>&1) \
+  && grep -q "predicted step time" <<<"$out" && echo "ok: a hand-written schedule plans" \
+  || { echo "FAIL: good schedule file"; echo "$out"; fails=$((fails+1)); }
+
 # A corrupt data file.
 mkdir -p "$work/bad"
 for f in train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz; do
@@ -50,6 +67,18 @@ if [ -f "$work/bad/train-images-idx3-ubyte.gz" ]; then
   head -c 1000 "$work/c.safetensors" > "$work/cut.safetensors"
   expect_error "cut.safetensors" --steps 6 --batch 64 --resume "$work/cut.safetensors" --data "$data"
   expect_error "cannot be resumed from" --steps 6 --batch 64 --resume "$work/init.safetensors" --data "$data"
+  # A pipelined run: 2 stages, trace and timeline, parity with the single-device reference.
+  if "$exe" --steps 3 --batch 64 --stages 2 --microbatches 4 --schedule zb-h1 --recompute always \
+       --trace "$work/t.json" --timeline "$work/t.svg" --parity-check --data "$data" > "$work/pipe.txt" 2>&1 \
+     && grep -q "bit-identical" "$work/pipe.txt" && [ -s "$work/t.json" ] && grep -q "</svg>" "$work/t.svg"; then
+    echo "ok: pipelined run with trace, timeline and parity check"
+  else
+    echo "FAIL: pipelined run"; cat "$work/pipe.txt"; fails=$((fails+1))
+  fi
+  # Resuming a pipelined run from a single-device checkpoint (names are global layer indices).
+  "$exe" --steps 6 --batch 64 --microbatches 2 --stages 2 --resume "$work/c.safetensors" --data "$data" > "$work/resume2.txt" 2>&1 \
+    && grep -q "resumed from" "$work/resume2.txt" && echo "ok: resume under another partition" \
+    || { echo "FAIL: resume with --stages 2"; cat "$work/resume2.txt"; fails=$((fails+1)); }
   # No temporary files left behind by any of the above.
   if ls -a "$work" | grep -q '\.tmp'; then echo "FAIL: temporary files left: $(ls -a "$work")"; fails=$((fails+1)); fi
 fi

@@ -1,0 +1,43 @@
+#pragma once
+// Schedule generators: pure functions (D devices, M micro-batches[, V chunks]) -> compute-only
+// Schedule (F/B, or F/I/W). Communication, gradient reduction and optimizer steps are added by
+// the lowering passes (schedule/lowering.h); the validator checks the result.
+//
+// One rule binds every generator: each stage runs its weight-gradient work (B, or W) in ascending
+// micro-batch order m = 0..M-1, because single-device training accumulates dW in that order and
+// the parity tests compare gradients bit for bit.
+//
+// Without interleaving, stage s is on device s (S = D). With V chunks per device, stage
+// k = c * D + d is chunk c of device d (S = D * V).
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "schedule/schedule.h"
+
+namespace pt::sched {
+
+// Fill-drain (GPipe): every F, then every B. Holds all M micro-batches' activations.
+Schedule gpipe(int D, int M);
+
+// One-forward-one-backward with flush (PipeDream-flush, Megatron's default): at most D - d
+// micro-batches in flight on device d. Any M >= 1, including M < D.
+Schedule one_f_one_b(int D, int M);
+
+// Megatron's interleaved 1F1B: V model chunks per device, bubble shrunk by V. Needs M % D == 0
+// when V > 1 (see interleaved.cpp); V == 1 is one_f_one_b.
+Schedule interleaved(int D, int M, int V);
+
+// Zero-bubble ZB-H1 (Qi et al. 2023): backward split into I (input gradient, on the critical path)
+// and W (weight gradient, deferred into the bubbles); peak in-flight micro-batches as in 1F1B.
+Schedule zb_h1(int D, int M);
+
+// By name: "gpipe", "1f1b", "interleaved:V", "zb-h1", or "file:PATH" (a compute-only schedule
+// in the text format, which must match D and M and validate). Throws std::invalid_argument
+// naming the valid names for an unknown one, and for D < 1 or M < 1.
+Schedule generate(std::string_view name, int D, int M);
+
+// The names generate() accepts, for help texts: {"gpipe", "1f1b", "interleaved:V", ...}.
+std::vector<std::string> schedule_names();
+
+}  // namespace pt::sched

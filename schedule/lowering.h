@@ -1,0 +1,24 @@
+#pragma once
+// Lowering passes: pure Schedule -> Schedule functions that turn a generator's compute-only lists
+// into what the runtime executes. Each adds one kind of action and leaves the rest in order.
+#include "schedule/schedule.h"
+
+namespace pt::sched {
+
+// Adds the point-to-point communication between adjacent stages on different devices:
+//   RECV_F(s,m) right before F(s,m)    when s-1 is on another device,
+//   SEND_F(s,m) right after F(s,m)     when s+1 is on another device,
+//   RECV_B(s,m) right before bwd(s,m)  when s+1 is on another device,
+//   SEND_B(s,m) right after bwd(s,m)   when s-1 is on another device,
+// where bwd is B, or I when the backward is split (I produces the input gradient; W sends
+// nothing). Adjacent stages on one device hand off locally: no action. A receive sits as late as
+// possible and a send as early as possible, so a device never waits for data earlier than the
+// compute that needs it. Throws std::invalid_argument when `schedule` already has communication.
+Schedule add_communication(const Schedule& schedule);
+
+// Appends STEP(s) (the optimizer step of stage s) for every stage at the end of its device's
+// list, stages in ascending order. Data-parallel gradient reduction (REDUCE_GRAD) will go before
+// these; the runtime may not consume either yet. Throws when the schedule already has a STEP.
+Schedule add_step(const Schedule& schedule);
+
+}  // namespace pt::sched

@@ -1,0 +1,169 @@
+#include "schedule/simulate.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <stdexcept>
+
+#include "schedule/dry_run.h"
+#include "schedule/validate.h"
+
+namespace pt::sched {
+
+namespace {
+
+// A per-stage (or per-boundary) table given as one entry per item, one entry for all, or none.
+template <typename T>
+T pick(const std::vector<T>& table, int k, const T& fallback) {
+  if (table.empty()) return fallback;
+  if (table.size() == 1) return table[0];
+  return table.at(static_cast<size_t>(k));
+}
+
+double duration(const Action& a, const StageTimes& t) {
+  switch (a.type) {
+    case ActionType::F: return t.f;
+    case ActionType::B: return t.b >= 0.0 ? t.b : t.i + t.w;
+    case ActionType::I: return t.i;
+    case ActionType::W: return t.w;
+    default: return 0.0;
+  }
+}
+
+void check_config(const Schedule& schedule, const SimConfig& config) {
+  const size_t S = static_cast<size_t>(schedule.num_stages);
+  if (config.stages.size() > 1 && config.stages.size() != S)
+    throw std::invalid_argument("simulate: " + std::to_string(config.stages.size()) +
+                                " stage times for " + std::to_string(S) +
+                                " stages; give one per stage, or one for all");
+  const size_t boundaries = S > 0 ? S - 1 : 0;
+  if (config.transfer.size() > 1 && config.transfer.size() != boundaries)
+    throw std::invalid_argument("simulate: " + std::to_string(config.transfer.size()) +
+                                " transfer times for " + std::to_string(boundaries) +
+                                " stage boundaries; give one per boundary, or one for all");
+}
+
+}  // namespace
+
+double SimResult::mean_bubble_fraction() const {
+  if (bubble_fraction.empty()) return 0.0;
+  double sum = 0.0;
+  for (double b : bubble_fraction) sum += b;
+  return sum / static_cast<double>(bubble_fraction.size());
+}
+
+SimResult simulate(const Schedule& schedule, const SimConfig& config) {
+  require_valid(schedule);
+  check_config(schedule, config);
+  const size_t D = schedule.actions.size();
+
+  SimResult r;
+  r.timeline.resize(D);
+  r.busy.assign(D, 0.0);
+  for (size_t d = 0; d < D; ++d) {
+    r.timeline[d].resize(schedule.actions[d].size());
+    for (size_t k = 0; k < schedule.actions[d].size(); ++k)
+      r.timeline[d][k].action = schedule.actions[d][k];
+  }
+  std::vector<double> device_free(D, 0.0);
+
+  auto timed = [&](Slot s) -> TimedAction& {
+    return r.timeline[static_cast<size_t>(s.device)][static_cast<size_t>(s.index)];
+  };
+  const DryRunResult run = dry_run(schedule, infer_form(schedule), [&](Slot self, std::span<const Slot> deps) {
+    TimedAction& t = timed(self);
+    double start = device_free[static_cast<size_t>(self.device)];
+    for (const Slot& dep_slot : deps) {
+      const TimedAction& dep = timed(dep_slot);
+      double ready = dep.end;
+      if (dep_slot.device != self.device) {
+        const int boundary = std::min(dep.action.stage, t.action.stage);
+        ready += pick(config.transfer, boundary, 0.0);
+      }
+      start = std::max(start, ready);
+    }
+    const double time = duration(t.action, pick(config.stages, t.action.stage, StageTimes{}));
+    t.start = start;
+    t.end = start + time;
+    device_free[static_cast<size_t>(self.device)] = t.end;
+    if (is_compute(t.action.type)) r.busy[static_cast<size_t>(self.device)] += time;
+  });
+  if (!run.completed) throw std::logic_error("simulate: dry run stalled on a validated schedule");
+
+  for (const auto& list : r.timeline)
+    for (const TimedAction& t : list) r.step_time = std::max(r.step_time, t.end);
+  r.bubble_fraction.resize(D);
+  for (size_t d = 0; d < D; ++d)
+    r.bubble_fraction[d] = r.step_time > 0.0 ? 1.0 - r.busy[d] / r.step_time : 0.0;
+
+  r.peak_inflight.assign(static_cast<size_t>(schedule.num_stages), 0);
+  std::vector<int> inflight(static_cast<size_t>(schedule.num_stages), 0);
+  for (const auto& list : schedule.actions)
+    for (const Action& a : list) {
+      int& now = inflight[static_cast<size_t>(a.stage)];
+      if (a.type == ActionType::F) {
+        ++now;
+        r.peak_inflight[static_cast<size_t>(a.stage)] =
+            std::max(r.peak_inflight[static_cast<size_t>(a.stage)], now);
+      }
+      if (a.type == ActionType::W || a.type == ActionType::B) --now;
+    }
+  return r;
+}
+
+double analytic_bubble(std::string_view name, int D, int M, int V) {
+  if (D < 1 || M < 1) throw std::invalid_argument("analytic_bubble: needs D >= 1 and M >= 1");
+  const double d = D - 1, m = M;
+  if (name == "gpipe" || name == "1f1b") return d / (m + d);
+  if (name == "zb-h1") return d / (3.0 * m + d);
+  if (name == "interleaved" || name.starts_with("interleaved:")) {
+    if (name.starts_with("interleaved:")) {
+      const std::string_view v = name.substr(12);
+      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), V);
+      if (ec != std::errc() || end != v.data() + v.size())
+        throw std::invalid_argument("analytic_bubble: bad chunk count in '" + std::string(name) + "'");
+    }
+    if (V < 1) throw std::invalid_argument("analytic_bubble: needs V >= 1");
+    return d / (static_cast<double>(V) * m + d);
+  }
+  throw std::invalid_argument("analytic_bubble: no formula for '" + std::string(name) +
+                              "' (known: gpipe, 1f1b, interleaved:V, zb-h1)");
+}
+
+std::string render_timeline(const SimResult& result, double unit) {
+  if (!(unit > 0.0)) throw std::invalid_argument("render_timeline: unit must be > 0");
+  if (result.timeline.empty()) return "";
+  const auto cell_of = [&](double t) { return static_cast<size_t>(std::floor(t / unit + 1e-9)); };
+  const size_t columns = cell_of(result.step_time) + (std::fmod(result.step_time, unit) > 1e-9 ? 1 : 0);
+  std::vector<std::vector<std::string>> grid(result.timeline.size(),
+                                             std::vector<std::string>(columns, "."));
+  size_t width = std::to_string(columns).size();
+  for (size_t d = 0; d < result.timeline.size(); ++d)
+    for (const TimedAction& t : result.timeline[d]) {
+      if (t.end <= t.start) continue;
+      const size_t first = cell_of(t.start);
+      const auto end_cell = static_cast<size_t>(std::ceil(t.end / unit - 1e-9));
+      const size_t last = std::max(first + 1, end_cell);
+      for (size_t c = first; c < last && c < columns; ++c) grid[d][c] = c == first ? t.action.str() : "---";
+      width = std::max(width, t.action.str().size());
+    }
+  const std::string label_last = "device " + std::to_string(result.timeline.size() - 1);
+  const size_t label = label_last.size();
+  auto padded = [](std::string s, size_t w) {
+    s.resize(std::max(s.size(), w), ' ');
+    return s;
+  };
+  std::string out = padded("t", label);
+  for (size_t c = 0; c < columns; ++c) out += "  " + padded(std::to_string(c), width);
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  out += '\n';
+  for (size_t d = 0; d < grid.size(); ++d) {
+    std::string row = padded("device " + std::to_string(d), label);
+    for (size_t c = 0; c < columns; ++c) row += "  " + padded(grid[d][c], width);
+    while (!row.empty() && row.back() == ' ') row.pop_back();
+    out += row + '\n';
+  }
+  return out;
+}
+
+}  // namespace pt::sched

@@ -1,0 +1,72 @@
+#pragma once
+// The timed simulator: how long one step of a schedule takes, and where the bubbles are, from
+// per-stage action times alone. It is the dry run (schedule/dry_run.h) with clocks:
+//   - each device runs its list in order, one action at a time;
+//   - an action starts when its device is free and everything it waits for
+//     (schedule/dependencies.h) has finished; a dependency on another device adds the transfer
+//     time of the stage boundary between them (0 between stages on one device);
+//   - F, B, I, W take their stage's time; SEND takes no device time (non-blocking); a RECV
+//     completes at max(device free, send end + transfer), so in a lowered schedule the wait sits
+//     on the RECV, in a compute-only one on the compute: both give the same times;
+//     REDUCE_GRAD and STEP take no time here.
+// Peak in-flight micro-batches of a stage (activations held): +1 at each F, -1 at each W (or B),
+// counted in list order, which is the device's execution order.
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "schedule/schedule.h"
+
+namespace pt::sched {
+
+struct StageTimes {
+  double f = 1.0;   // forward
+  double b = -1.0;  // full backward; < 0: i + w
+  double i = 1.0;   // input gradient
+  double w = 1.0;   // weight gradient
+};
+
+struct SimConfig {
+  std::vector<StageTimes> stages;  // one per stage; a single entry applies to every stage;
+                                   // empty: StageTimes{}
+  std::vector<double> transfer;    // per boundary k (stage k -> k + 1), paid only when the two
+                                   // stages are on different devices; a single entry applies to
+                                   // every boundary; empty: 0
+};
+
+struct TimedAction {
+  Action action;
+  double start = 0.0;
+  double end = 0.0;
+};
+
+struct SimResult {
+  double step_time = 0.0;                          // the last action's end; the step starts at 0
+  std::vector<double> busy;                        // per device: time in F/B/I/W
+  std::vector<double> bubble_fraction;             // per device: 1 - busy / step_time
+  std::vector<int> peak_inflight;                  // per stage
+  std::vector<std::vector<TimedAction>> timeline;  // per device, in list order
+
+  double mean_bubble_fraction() const;
+};
+
+// Validates `schedule` first (either form) and throws std::invalid_argument with the validator's
+// report if it is not valid (a deadlock included); likewise for a SimConfig of the wrong size.
+SimResult simulate(const Schedule& schedule, const SimConfig& config = {});
+
+// The bubble fraction the literature gives, with equal per-stage times and free communication:
+//   gpipe, 1f1b        (D - 1) / (M + D - 1)             (Huang et al. 2019; Narayanan et al. 2021)
+//   interleaved[:V]    (D - 1) / (V M + D - 1)           (Narayanan et al. 2021: the fill and
+//                                                         drain shrink by V; stage times are 1/V)
+//   zb-h1              (D - 1) / (3 M + D - 1)           (Qi et al. 2023 with F = I = W: a
+//                                                         bubble of (D - 1)(F + I - W) per device)
+// `name` is a generate() name; V is taken from "interleaved:V", else from the argument.
+double analytic_bubble(std::string_view name, int D, int M, int V = 1);
+
+// The timeline as text, one column per `unit` of time, for docs and debugging:
+//   t         0    1    2    3
+//   device 0  0F0  0F1  0B0  ---
+// Zero-time actions (SEND, RECV, STEP) are not drawn; '.' is idle.
+std::string render_timeline(const SimResult& result, double unit = 1.0);
+
+}  // namespace pt::sched

@@ -1,0 +1,161 @@
+// Generators: every shape of the sweep validates and dry-runs, compute-only and lowered; weight
+// gradients run in ascending micro-batch order; the dispatcher's names and errors.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "schedule/generators.h"
+#include "schedule/lowering.h"
+#include "schedule/text_format.h"
+#include "schedule/validate.h"
+#include "tests/schedule/sweep.h"
+
+using namespace pt::sched;
+
+namespace {
+
+std::string what_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(no exception)";
+}
+
+}  // namespace
+
+TEST_CASE("sweep: every generated schedule validates and runs without deadlock") {
+  int count = 0;
+  for (const auto& g : test::sweep_schedules()) {
+    CAPTURE(g.label());
+    const Validation compute = validate(g.schedule, {Form::ComputeOnly, true});
+    CHECK_MESSAGE(compute.ok(), compute.report);
+    const Schedule lowered = add_communication(g.schedule);
+    const Validation low = validate(lowered, {Form::Lowered, true});
+    CHECK_MESSAGE(low.ok(), low.report);
+    const Validation stepped = validate(add_step(lowered), {Form::Lowered, true});
+    CHECK_MESSAGE(stepped.ok(), stepped.report);
+    ++count;
+  }
+  CHECK(count == 5 * 9 * 3 + 2 * (9 + 4 + 3 + 2 + 1));  // interleaved only where M % D == 0
+}
+
+TEST_CASE("sweep: generators emit compute actions only, with the right shape") {
+  for (const auto& g : test::sweep_schedules()) {
+    CAPTURE(g.label());
+    const Schedule& s = g.schedule;
+    CHECK(s.num_devices == g.D);
+    CHECK(s.microbatches == g.M);
+    const int V = g.name.starts_with("interleaved:") ? std::stoi(g.name.substr(12)) : 1;
+    CHECK(s.num_stages == g.D * V);
+    for (int k = 0; k < s.num_stages; ++k) CHECK(s.device_of(k) == k % g.D);
+    for (const auto& list : s.actions)
+      for (const Action& a : list) CHECK(is_compute(a.type));
+    const bool split = g.name == "zb-h1";
+    for (const auto& list : s.actions)
+      for (const Action& a : list) {
+        if (split) CHECK(a.type != ActionType::B);
+        else CHECK((a.type == ActionType::F || a.type == ActionType::B));
+      }
+  }
+}
+
+TEST_CASE("sweep: weight gradients of each stage in ascending micro-batch order") {
+  // Single-device training accumulates dW for m = 0..M-1; the parity tests need the same order.
+  for (const auto& g : test::sweep_schedules()) {
+    CAPTURE(g.label());
+    std::vector<int> next(static_cast<size_t>(g.schedule.num_stages), 0);
+    for (const auto& list : g.schedule.actions)
+      for (const Action& a : list)
+        if (a.type == ActionType::W || a.type == ActionType::B) {
+          CAPTURE(a.str());
+          CHECK(a.microbatch == next[static_cast<size_t>(a.stage)]);
+          ++next[static_cast<size_t>(a.stage)];
+        }
+    for (int n : next) CHECK(n == g.M);
+  }
+}
+
+TEST_CASE("sweep: forwards of each stage in ascending micro-batch order") {
+  // Stage 0 reads micro-batches from the data loader in order; every generator keeps it.
+  for (const auto& g : test::sweep_schedules()) {
+    CAPTURE(g.label());
+    std::vector<int> next(static_cast<size_t>(g.schedule.num_stages), 0);
+    for (const auto& list : g.schedule.actions)
+      for (const Action& a : list)
+        if (a.type == ActionType::F) CHECK(a.microbatch == next[static_cast<size_t>(a.stage)]++);
+  }
+}
+
+TEST_CASE("1f1b: warm-up of min(D - d - 1, M) forwards on device d") {
+  for (int D = 1; D <= 5; ++D)
+    for (int M = 1; M <= 9; ++M) {
+      const Schedule s = one_f_one_b(D, M);
+      for (int d = 0; d < D; ++d) {
+        const auto& list = s.actions[static_cast<size_t>(d)];
+        const auto first_b = std::find_if(list.begin(), list.end(),
+                                          [](const Action& a) { return a.type == ActionType::B; });
+        const int forwards_before = static_cast<int>(first_b - list.begin());
+        CAPTURE(D);
+        CAPTURE(M);
+        CAPTURE(d);
+        // The warm-up plus the steady phase's first forward (when forwards remain).
+        const int warmup = std::min(D - d - 1, M);
+        CHECK(forwards_before == warmup + (warmup < M ? 1 : 0));
+      }
+    }
+}
+
+TEST_CASE("gpipe: all forwards before any backward on every device") {
+  const Schedule s = gpipe(3, 5);
+  for (const auto& list : s.actions) {
+    for (size_t k = 0; k < 5; ++k) CHECK(list[k].type == ActionType::F);
+    for (size_t k = 5; k < 10; ++k) CHECK(list[k].type == ActionType::B);
+  }
+}
+
+TEST_CASE("zb-h1: device d defers d weight gradients past its steady state") {
+  // Device D-1 runs F,I pairs for D-1 micro-batches before its first W; device 0 none.
+  const int D = 4, M = 8;
+  const Schedule s = zb_h1(D, M);
+  for (int d = 0; d < D; ++d) {
+    const auto& list = s.actions[static_cast<size_t>(d)];
+    const auto first_w = std::find_if(list.begin(), list.end(),
+                                      [](const Action& a) { return a.type == ActionType::W; });
+    const int is_before = static_cast<int>(std::count_if(
+        list.begin(), first_w, [](const Action& a) { return a.type == ActionType::I; }));
+    CAPTURE(d);
+    CHECK(is_before == d + 1);
+  }
+}
+
+TEST_CASE("interleaved: V == 1 is 1f1b; M % D != 0 is refused with the rule and the fix") {
+  CHECK(interleaved(3, 5, 1) == one_f_one_b(3, 5));
+  const std::string msg = what_of([] { interleaved(3, 7, 2); });
+  CHECK(msg.find("M % D == 0") != std::string::npos);
+  CHECK(msg.find("micro-batches: 7") != std::string::npos);
+  CHECK(msg.find("6 or 9") != std::string::npos);
+  CHECK(what_of([] { interleaved(4, 2, 2); }).find("use 4 micro-batches") != std::string::npos);
+  CHECK(what_of([] { interleaved(2, 4, 0); }).find("at least 1 chunk") != std::string::npos);
+}
+
+TEST_CASE("generate: names, and errors that list the valid ones") {
+  CHECK(generate("gpipe", 2, 3) == gpipe(2, 3));
+  CHECK(generate("1f1b", 3, 4) == one_f_one_b(3, 4));
+  CHECK(generate("zb-h1", 3, 4) == zb_h1(3, 4));
+  CHECK(generate("interleaved:2", 2, 4) == interleaved(2, 4, 2));
+  CHECK(generate("interleaved:3", 2, 4).num_stages == 6);
+
+  const std::string unknown = what_of([] { generate("pipedream", 2, 2); });
+  CHECK(unknown.find("unknown schedule 'pipedream'") != std::string::npos);
+  for (const std::string& name : schedule_names()) CHECK(unknown.find(name) != std::string::npos);
+  CHECK(what_of([] { generate("interleaved:x", 2, 2); }).find("V must be an integer") !=
+        std::string::npos);
+  CHECK(what_of([] { generate("interleaved:", 2, 2); }).find("V must be") != std::string::npos);
+  CHECK(what_of([] { generate("1f1b", 0, 2); }).find("devices: 0") != std::string::npos);
+  CHECK(what_of([] { generate("gpipe", 2, 0); }).find("micro-batches: 0") != std::string::npos);
+  CHECK(what_of([] { zb_h1(-1, 2); }) != "(no exception)");
+}

@@ -1,0 +1,35 @@
+#pragma once
+// The shapes every schedule test sweeps: each generator for D = 1..5, M = 1..9, and interleaved
+// with V = 2, 3 where Megatron's rule M % D == 0 allows it.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "schedule/generators.h"
+
+namespace pt::sched::test {
+
+struct Generated {
+  std::string name;  // generate() name
+  int D = 1, M = 1;
+  Schedule schedule;
+  std::string label() const {
+    return name + " D=" + std::to_string(D) + " M=" + std::to_string(M);
+  }
+};
+
+inline std::vector<Generated> sweep_schedules(int max_d = 5, int max_m = 9) {
+  std::vector<Generated> out;
+  for (int D = 1; D <= max_d; ++D)
+    for (int M = 1; M <= max_m; ++M) {
+      for (const char* name : {"gpipe", "1f1b", "zb-h1"}) out.push_back({name, D, M, generate(name, D, M)});
+      for (int V : {2, 3})
+        if (M % D == 0) {
+          const std::string name = "interleaved:" + std::to_string(V);
+          out.push_back({name, D, M, generate(name, D, M)});
+        }
+    }
+  return out;
+}
+
+}  // namespace pt::sched::test
