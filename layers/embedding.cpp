@@ -1,0 +1,60 @@
+#include "layers/embedding.h"
+
+#include <fmt/format.h>
+
+#include "engine/core/error.h"
+#include "layers/layer_checks.h"
+
+namespace pt {
+
+Embedding::Embedding(Shape in, int64_t vocab, int64_t dim)
+    : Layer(std::string(kKind), in), vocab_(vocab), dim_(dim) {
+  if (in.rank() >= Shape::kMaxRank - 1)
+    throw ShapeError(fmt::format("embedding: expects ids of rank below {} (usually (T)) but got {}",
+                                 Shape::kMaxRank - 1, in.str()));
+  require_positive(kKind, "input size", in.numel());
+  require_positive(kKind, "vocab", vocab);
+  require_positive(kKind, "dim", dim);
+  output_shape_ = in;
+  output_shape_.push_back(dim);
+}
+
+std::vector<ParamSpec> Embedding::param_specs() const {
+  return {{"weight", Shape{vocab_, dim_}, ParamInit::normal(1.f)}};
+}
+
+LayerCost Embedding::cost() const {
+  const double n = static_cast<double>(input_shape_.numel());
+  LayerCost c;
+  c.forward_flops = 0;                                              // a gather
+  c.backward_input_flops = 0;                                       // nothing flows into ids
+  c.backward_weight_flops = n * static_cast<double>(dim_);          // scatter-add
+  c.activation_bytes = input_shape_.numel() * 4;                    // the ids
+  return c;
+}
+
+Tensor Embedding::forward(const Tensor& ids, LayerContext& ctx) {
+  const int64_t B = check_batched(*this, "input", ids, input_shape_, DType::i32);
+  require_bound(*this);
+  Tensor y = ctx.alloc(output_shape_.with_batch(B));
+  // y (n, dim) = W[ids (n)], n = B * T
+  ctx.backend().embedding_forward(ids.i32(), params_[0].f32(), y.f32(), ids.numel(), dim_, vocab_);
+  if (ctx.info().training) ctx.save(ids);
+  return y;
+}
+
+Tensor Embedding::backward_input(const Tensor& dy, LayerContext& ctx) {
+  (void)ctx;
+  check_batched(*this, "gradient", dy, output_shape_);
+  return Tensor();
+}
+
+void Embedding::backward_weight(const Tensor& dy, LayerContext& ctx) {
+  check_batched(*this, "gradient", dy, output_shape_);
+  require_bound(*this);
+  const Tensor& ids = saved_or_throw(*this, ctx, 0);
+  // dW[ids[i]] += dy (i), i < n
+  ctx.backend().embedding_backward_weight(ids.i32(), dy.f32(), grads_[0].f32(), ids.numel(), dim_);
+}
+
+}  // namespace pt

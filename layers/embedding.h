@@ -1,0 +1,35 @@
+#pragma once
+// Embedding (PyTorch nn.Embedding): token ids -> rows of a table.
+//   ids (B, T) int32 -> y (B, T, dim),  y[b, t] = W[ids[b, t]],  W (vocab, dim).
+// Backward: no gradient flows into ids (backward_input returns an undefined Tensor);
+//   dW[ids[b, t]] += dy[b, t]   (a scatter-add). Init: W normal(0, 1). Saves the ids.
+#include <cstdint>
+#include <string_view>
+
+#include "layers/layer.h"
+
+namespace pt {
+
+class Embedding final : public Layer {
+ public:
+  static constexpr std::string_view kKind = "embedding";
+
+  // in: the per-sample shape of the ids, usually (T).
+  Embedding(Shape in, int64_t vocab, int64_t dim);
+
+  std::string_view kind() const override { return kKind; }
+  DType input_dtype() const override { return DType::i32; }
+  int64_t vocab() const { return vocab_; }
+  int64_t dim() const { return dim_; }
+  std::vector<ParamSpec> param_specs() const override;
+  LayerCost cost() const override;
+
+  Tensor forward(const Tensor& ids, LayerContext& ctx) override;
+  Tensor backward_input(const Tensor& dy, LayerContext& ctx) override;  // returns Tensor()
+  void backward_weight(const Tensor& dy, LayerContext& ctx) override;
+
+ private:
+  int64_t vocab_, dim_;
+};
+
+}  // namespace pt

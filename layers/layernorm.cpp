@@ -1,0 +1,73 @@
+#include "layers/layernorm.h"
+
+#include <fmt/format.h>
+
+#include "engine/core/error.h"
+#include "layers/layer_checks.h"
+
+namespace pt {
+
+LayerNorm::LayerNorm(Shape in, float eps) : Layer(std::string(kKind), in), eps_(eps) {
+  if (in.rank() == 0)
+    throw ShapeError(fmt::format("layernorm: expects input (..., C) but got {}", in.str()));
+  C_ = in.back();
+  require_positive(kKind, "input size", in.numel());
+  if (!(eps > 0.f)) throw ShapeError(fmt::format("layernorm: eps must be positive but got {}", eps));
+  output_shape_ = in;
+}
+
+std::vector<ParamSpec> LayerNorm::param_specs() const {
+  return {{"weight", Shape{C_}, ParamInit::ones()}, {"bias", Shape{C_}, ParamInit::zeros()}};
+}
+
+LayerCost LayerNorm::cost() const {
+  const double n = static_cast<double>(input_shape_.numel());
+  LayerCost c;
+  c.forward_flops = 8.0 * n;           // mean, variance, normalise, scale and shift
+  c.backward_input_flops = 10.0 * n;   // two row reductions and the combination
+  c.backward_weight_flops = 4.0 * n;   // dgamma, dbeta
+  c.activation_bytes = (input_shape_.numel() + 2 * input_shape_.rows()) * 4;  // x, mean, rstd
+  return c;
+}
+
+// ---- forward -------------------------------------------------------------------------------
+Tensor LayerNorm::forward(const Tensor& x, LayerContext& ctx) {
+  const int64_t B = check_batched(*this, "input", x, input_shape_);
+  require_bound(*this);
+  const int64_t rows = B * input_shape_.rows();
+  Tensor y = ctx.alloc(output_shape_.with_batch(B));
+  Tensor mean = ctx.alloc(Shape{rows});
+  Tensor rstd = ctx.alloc(Shape{rows});
+  ctx.backend().layernorm_forward(x.f32(), params_[0].f32(), params_[1].f32(), y.f32(), mean.f32(),
+                                  rstd.f32(), rows, C_, eps_);
+  if (ctx.info().training) {
+    ctx.save(x);
+    ctx.save(mean);
+    ctx.save(rstd);
+  }
+  return y;
+}
+
+// ---- backward ------------------------------------------------------------------------------
+Tensor LayerNorm::backward_input(const Tensor& dy, LayerContext& ctx) {
+  const int64_t B = check_batched(*this, "gradient", dy, output_shape_);
+  require_bound(*this);
+  const Tensor& x = saved_or_throw(*this, ctx, 0);
+  const int64_t rows = B * input_shape_.rows();
+  Tensor dx = ctx.alloc(input_shape_.with_batch(B));
+  ctx.backend().layernorm_backward_input(dy.f32(), x.f32(), params_[0].f32(), ctx.saved(1).f32(),
+                                         ctx.saved(2).f32(), dx.f32(), rows, C_);
+  return dx;
+}
+
+void LayerNorm::backward_weight(const Tensor& dy, LayerContext& ctx) {
+  const int64_t B = check_batched(*this, "gradient", dy, output_shape_);
+  require_bound(*this);
+  const Tensor& x = saved_or_throw(*this, ctx, 0);
+  const int64_t rows = B * input_shape_.rows();
+  ctx.backend().layernorm_backward_weight(dy.f32(), x.f32(), ctx.saved(1).f32(),
+                                          ctx.saved(2).f32(), grads_[0].f32(), grads_[1].f32(),
+                                          rows, C_);
+}
+
+}  // namespace pt

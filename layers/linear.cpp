@@ -1,0 +1,89 @@
+#include "layers/linear.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "engine/core/error.h"
+#include "layers/layer_checks.h"
+
+namespace pt {
+
+Linear::Linear(Shape in, int64_t out_features, bool bias)
+    : Layer(std::string(kKind), in), out_(out_features), bias_(bias) {
+  if (in.rank() == 0)
+    throw ShapeError(fmt::format("linear: expects input (..., in_features) but got {}", in.str()));
+  in_ = in.back();
+  require_positive(kKind, "in_features (the input's last dimension)", in_);
+  require_positive(kKind, "input size", in.numel());
+  require_positive(kKind, "out_features", out_);
+  output_shape_ = in;
+  output_shape_[in.rank() - 1] = out_;
+}
+
+void Linear::check_in_features(const Shape& in, int64_t in_features) {
+  if (in.rank() > 0 && in.back() == in_features) return;
+  std::string hint;
+  if (in.rank() >= 2 && in.numel() == in_features) hint = "; add .flatten() before it";
+  throw ShapeError(fmt::format("linear: expects input (..., {}) but got {}{}", in_features,
+                               in.str(), hint));
+}
+
+std::vector<ParamSpec> Linear::param_specs() const {
+  const float bound = 1.f / std::sqrt(static_cast<float>(in_));
+  std::vector<ParamSpec> specs{{"weight", Shape{out_, in_}, ParamInit::uniform(bound)}};
+  if (bias_) specs.push_back({"bias", Shape{out_}, ParamInit::uniform(bound)});
+  return specs;
+}
+
+LayerCost Linear::cost() const {
+  const double gemm = 2.0 * static_cast<double>(input_shape_.rows() * in_ * out_);
+  LayerCost c;
+  c.forward_flops = gemm;          // x W^T (the bias add is not counted)
+  c.backward_input_flops = gemm;   // dy W
+  c.backward_weight_flops = gemm;  // dy^T x (the bias row sum is not counted)
+  c.activation_bytes = input_shape_.numel() * 4;  // x
+  return c;
+}
+
+// ---- forward -------------------------------------------------------------------------------
+Tensor Linear::forward(const Tensor& x, LayerContext& ctx) {
+  const int64_t B = check_batched(*this, "input", x, input_shape_);
+  require_bound(*this);
+  Backend& be = ctx.backend();
+  const int64_t rows = B * input_shape_.rows();
+  Tensor y = ctx.alloc(output_shape_.with_batch(B));
+  // y (rows, out) = x (rows, in) W^T (in, out)
+  be.gemm(false, true, rows, out_, in_, 1.f, x.f32(), in_, params_[0].f32(), in_, 0.f, y.f32(),
+          out_);
+  if (bias_) be.add_bias(y.f32(), params_[1].f32(), rows, out_);
+  if (ctx.info().training) ctx.save(x);
+  return y;
+}
+
+// ---- backward ------------------------------------------------------------------------------
+Tensor Linear::backward_input(const Tensor& dy, LayerContext& ctx) {
+  const int64_t B = check_batched(*this, "gradient", dy, output_shape_);
+  require_bound(*this);
+  const int64_t rows = B * input_shape_.rows();
+  Tensor dx = ctx.alloc(input_shape_.with_batch(B));
+  // dx (rows, in) = dy (rows, out) W (out, in)
+  ctx.backend().gemm(false, false, rows, in_, out_, 1.f, dy.f32(), out_, params_[0].f32(), in_, 0.f,
+                     dx.f32(), in_);
+  return dx;
+}
+
+void Linear::backward_weight(const Tensor& dy, LayerContext& ctx) {
+  const int64_t B = check_batched(*this, "gradient", dy, output_shape_);
+  require_bound(*this);
+  const Tensor& x = saved_or_throw(*this, ctx, 0);
+  Backend& be = ctx.backend();
+  const int64_t rows = B * input_shape_.rows();
+  // dW (out, in) += dy^T (out, rows) x (rows, in)
+  be.gemm(true, false, out_, in_, rows, 1.f, dy.f32(), out_, x.f32(), in_, 1.f, grads_[0].f32(),
+          in_);
+  // db (out) += sum over rows of dy (rows, out)
+  if (bias_) be.sum_rows_accumulate(dy.f32(), grads_[1].f32(), rows, out_);
+}
+
+}  // namespace pt

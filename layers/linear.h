@@ -1,0 +1,44 @@
+#pragma once
+// Linear (PyTorch nn.Linear) over the LAST dimension, so it applies to sequences too:
+//   x (B, ..., in) -> y (B, ..., out),   y = x W^T + b,   W (out, in), b (out).
+// Backward, with rows = B * (product of the middle dimensions):
+//   dx (rows, in)  = dy (rows, out) W (out, in)
+//   dW (out, in)  += dy^T (out, rows) x (rows, in)      db (out) += sum over rows of dy
+// Init (PyTorch's kaiming_uniform(a = sqrt 5)): W and b uniform in [-1/sqrt(in), 1/sqrt(in)).
+#include <cstdint>
+#include <string_view>
+
+#include "layers/layer.h"
+
+namespace pt {
+
+class Linear final : public Layer {
+ public:
+  static constexpr std::string_view kKind = "linear";
+
+  // in: the per-sample input shape (..., in_features).
+  Linear(Shape in, int64_t out_features, bool bias = true);
+
+  // For callers that name in_features explicitly (PyTorch style): throws ShapeError
+  // "linear: expects input (..., 784) but got (28, 28); add .flatten() before it" unless the
+  // per-sample shape `in` ends in in_features.
+  static void check_in_features(const Shape& in, int64_t in_features);
+
+  std::string_view kind() const override { return kKind; }
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+  bool has_bias() const { return bias_; }
+
+  std::vector<ParamSpec> param_specs() const override;
+  LayerCost cost() const override;
+
+  Tensor forward(const Tensor& x, LayerContext& ctx) override;
+  Tensor backward_input(const Tensor& dy, LayerContext& ctx) override;
+  void backward_weight(const Tensor& dy, LayerContext& ctx) override;
+
+ private:
+  int64_t in_ = 0, out_ = 0;
+  bool bias_ = true;
+};
+
+}  // namespace pt

@@ -1,0 +1,135 @@
+#include "layers/losses.h"
+
+#include <fmt/format.h>
+
+#include "engine/core/error.h"
+#include "layers/layer_checks.h"
+
+namespace pt {
+
+namespace {
+
+// The prediction/target tensors of one micro-batch: (B, ...per_sample) of the given dtype.
+int64_t check_loss_tensor(std::string_view kind, std::string_view what, const Tensor& t,
+                          const Shape& per_sample, DType dtype) {
+  if (t.shape().rank() != per_sample.rank() + 1 || t.shape().drop_first() != per_sample)
+    throw ShapeError(fmt::format("{}: expects {} {} but got {}", kind, what,
+                                 batched_str(per_sample), t.shape().str()));
+  if (t.dtype() != dtype)
+    throw ShapeError(fmt::format("{}: expects {} of type {} but got {}", kind, what,
+                                 dtype_name(dtype), dtype_name(t.dtype())));
+  return t.shape()[0];
+}
+
+void check_global_batch(std::string_view kind, int64_t batch, int64_t global_batch) {
+  if (global_batch <= 0 || batch > global_batch)
+    throw UsageError(fmt::format("{}: global batch {} must be positive and at least the "
+                                 "micro-batch size {}",
+                                 kind, global_batch, batch));
+}
+
+const Tensor& saved_or_throw(std::string_view kind, const LayerContext& ctx, size_t i) {
+  if (i >= ctx.saved_count())
+    throw UsageError(fmt::format("{}: backward found nothing saved; run forward (in training "
+                                 "mode) on this context first",
+                                 kind));
+  return ctx.saved(i);
+}
+
+}  // namespace
+
+// ---- softmax cross-entropy -----------------------------------------------------------------
+SoftmaxCrossEntropy::SoftmaxCrossEntropy(Shape in) : in_(in) {
+  if (in.rank() != 1 && in.rank() != 2)
+    throw ShapeError(fmt::format("{}: expects predictions (classes) or (T, classes) but got {}",
+                                 kKind, in.str()));
+  require_positive(kKind, "classes", in.back());
+  if (in.rank() == 2) require_positive(kKind, "T", in[0]);
+}
+
+Shape SoftmaxCrossEntropy::target_shape() const {
+  return in_.rank() == 1 ? Shape{} : Shape{in_[0]};
+}
+
+void SoftmaxCrossEntropy::check_input(const Shape& prediction_shape) const {
+  if (prediction_shape != in_)
+    throw ShapeError(fmt::format("{}: expects predictions {} but the model outputs {}", kKind,
+                                 in_.str(), prediction_shape.str()));
+}
+
+void SoftmaxCrossEntropy::check_batch(const Tensor& prediction, const Tensor& target) const {
+  const int64_t B = check_loss_tensor(kKind, "predictions", prediction, in_, DType::f32);
+  const int64_t Bt = check_loss_tensor(kKind, "targets", target, target_shape(), DType::i32);
+  if (B != Bt)
+    throw ShapeError(fmt::format("{}: {} predictions but {} targets", kKind, B, Bt));
+}
+
+double SoftmaxCrossEntropy::forward(const Tensor& prediction, const Tensor& target,
+                                    int64_t global_batch, LayerContext& ctx) {
+  check_batch(prediction, target);
+  check_global_batch(kKind, prediction.shape()[0], global_batch);
+  const int64_t rows = prediction.numel() / classes();
+  Tensor probs = ctx.alloc(prediction.shape());
+  const double sum = ctx.backend().softmax_xent_forward(prediction.f32(), target.i32(),
+                                                        probs.f32(), rows, classes());
+  divisor_ = static_cast<double>(global_batch) * static_cast<double>(target_shape().numel());
+  if (ctx.info().training) {
+    ctx.save(probs);
+    ctx.save(target);
+  }
+  return sum / divisor_;
+}
+
+Tensor SoftmaxCrossEntropy::backward(LayerContext& ctx) {
+  const Tensor& probs = saved_or_throw(kKind, ctx, 0);
+  const Tensor& labels = ctx.saved(1);
+  Tensor dlogits = ctx.alloc(probs.shape());
+  // dlogits = (probs - onehot(labels)) / divisor
+  ctx.backend().softmax_xent_backward(probs.f32(), labels.i32(), dlogits.f32(),
+                                      probs.numel() / classes(), classes(),
+                                      static_cast<float>(1.0 / divisor_));
+  return dlogits;
+}
+
+int64_t SoftmaxCrossEntropy::count_correct(const Tensor& prediction, const Tensor& target,
+                                           Backend& backend) const {
+  check_batch(prediction, target);
+  return backend.count_correct(prediction.f32(), target.i32(), prediction.numel() / classes(),
+                               classes());
+}
+
+// ---- mean squared error --------------------------------------------------------------------
+MseLoss::MseLoss(Shape in) : in_(in) { require_positive(kKind, "prediction size", in.numel()); }
+
+void MseLoss::check_input(const Shape& prediction_shape) const {
+  if (prediction_shape != in_)
+    throw ShapeError(fmt::format("{}: expects predictions {} but the model outputs {}", kKind,
+                                 in_.str(), prediction_shape.str()));
+}
+
+double MseLoss::forward(const Tensor& prediction, const Tensor& target, int64_t global_batch,
+                        LayerContext& ctx) {
+  const int64_t B = check_loss_tensor(kKind, "predictions", prediction, in_, DType::f32);
+  const int64_t Bt = check_loss_tensor(kKind, "targets", target, in_, DType::f32);
+  if (B != Bt) throw ShapeError(fmt::format("{}: {} predictions but {} targets", kKind, B, Bt));
+  check_global_batch(kKind, B, global_batch);
+  const double sum = ctx.backend().mse_forward(prediction.f32(), target.f32(), prediction.numel());
+  divisor_ = static_cast<double>(global_batch) * static_cast<double>(in_.numel());
+  if (ctx.info().training) {
+    ctx.save(prediction);
+    ctx.save(target);
+  }
+  return sum / divisor_;
+}
+
+Tensor MseLoss::backward(LayerContext& ctx) {
+  const Tensor& pred = saved_or_throw(kKind, ctx, 0);
+  const Tensor& target = ctx.saved(1);
+  Tensor dpred = ctx.alloc(pred.shape());
+  // dpred = 2 (pred - target) / divisor
+  ctx.backend().mse_backward(pred.f32(), target.f32(), dpred.f32(), pred.numel(),
+                             static_cast<float>(1.0 / divisor_));
+  return dpred;
+}
+
+}  // namespace pt
