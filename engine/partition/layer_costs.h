@@ -34,9 +34,8 @@ std::vector<LayerProfile> estimate_costs(const Model& model, int64_t microbatch_
 // one by one and times forward, backward_input and backward_weight of each (a random upstream
 // gradient of the output's shape), reporting the median of `repeats` runs after one warm-up.
 // activation_bytes is what the layer really saved in its LayerContext.
-// Layers that were bound before (e.g. to a trainer's stages) are bound back afterwards. Layers
-// that were not stay bound to the profiling parameters, which therefore live on in the model:
-// `backend` must outlive the model, or the model's next binding. (Layer has no unbind().)
+// Layers that were bound before (e.g. to a trainer's stages) are bound back afterwards; the
+// others are left unbound, as they were.
 std::vector<LayerProfile> profile_costs(const Model& model, Backend& backend,
                                         int64_t microbatch_size, int repeats = 3,
                                         uint64_t seed = 0);

@@ -49,9 +49,8 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Profiling binds the layers to its own parameters; this puts back the bindings they had
-// (a trainer's stages, say), on every way out. Layers that were unbound stay bound to the
-// profiling parameters: the Layer interface has no unbind (see layer_costs.h).
+// Profiling binds the layers to its own parameters (which unbind them again when they go away);
+// this puts back the bindings they had before (a trainer's stages, say), on every way out.
 class BindingGuard {
  public:
   explicit BindingGuard(const Model& model) : model_(model) {

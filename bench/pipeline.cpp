@@ -1,0 +1,536 @@
+// bench/pipeline: how close pipeline-parallel training on S CPU devices (one core each) comes to
+// its ideal, and how well the simulator predicts it. Every figure is measured in this one run and
+// every ratio compares figures of this run (the machine is noisy). Prints JSON lines:
+//
+//   {"bench":"pipeline_config", ...}   model, batch, stages, steps, costs
+//   {"bench":"baseline", "devices":1, "threads":1|S, "microbatches":M, "step_ms", "samples_per_s"}
+//       one device (Trainer, gradient accumulation over the same M micro-batches)
+//   {"bench":"pipeline", "schedule", "microbatches":M, ...}   one line per (schedule, M):
+//       speedup            = baseline step (1 device, 1 core, same M) / pipeline step
+//       ideal (analytic)   = S·M / (M + S − 1)                            gpipe, 1f1b
+//       ideal (simulated)  = Σ_s M·(F_s + I_s + W_s) / T_sim               zb-h1, interleaved:V
+//                            (profiled per-stage times, free transfers: the schedule's own limit)
+//       speedup_over_ideal = speedup / ideal; "ideal_kind" says which ideal was used
+//       bubble_err_pp_d    = 100·(measured bubble of device d − analytic_bubble(schedule, D, M))
+//                            measured by measure_bubble on the fastest timed step's trace;
+//                            bubble_err_vs_sim_pp_d: the same against the simulated bubble with
+//                            profiled costs (what is left once stage imbalance is accounted for)
+//       predicted_over_measured = T_sim(profiled F/I/W, measured transfers) / measured span of
+//                            the action lists (the optimizer step, which the simulator does not
+//                            model, is outside both)
+//       peak_mib_d, inflight_s  peak bytes per device (last_peak_bytes) and the simulator's
+//                            peak in-flight micro-batches per stage
+//       wrong              steps whose loss differs from the 1-core baseline's (bit-identical
+//                            expected: same micro-batches, same accumulation order, 1 thread)
+//   {"bench":"pipeline_memory", "microbatches":8, "schedule", ...}   gpipe vs 1f1b vs zb-h1
+//   {"bench":"zb_vs_1f1b", "microbatches":M, "sim_equal_ratio", "measured_ratio", ...}
+//   {"bench":"pipeline_summary", ...}  the headline figures and the targets
+//
+// Timing follows nccl-tests: verify (the loss check above), warm up, then the best of N steps.
+// Exits 3 when a pipeline's losses differ from the reference, 2 on bad flags, 1 on any failure
+// to run; performance targets are reported, never enforced.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "engine/core/error.h"
+#include "engine/core/random.h"
+#include "engine/metrics.h"
+#include "engine/partition/layer_costs.h"
+#include "engine/pipeline/pipeline_trainer.h"
+#include "engine/pipeline/plan.h"
+#include "engine/trace/bubble.h"
+#include "engine/trace/trace.h"
+#include "engine/trainer.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "layers/zoo.h"
+#include "schedule/simulate.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Fields = std::vector<std::pair<std::string, pt::MetricValue>>;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();  // json_line writes null
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+void emit(const Fields& fields) {
+  fmt::print("{}\n", pt::json_line(fields));
+  std::fflush(stdout);
+}
+
+struct Flags {
+  std::string model = "mlp";
+  int64_t batch = 256;
+  int stages = 2;  // S devices of 1 core each
+  int steps = 10, warmup = 3;
+  std::vector<int> microbatches{1, 2, 4, 8, 16};
+  std::vector<std::string> schedules{"gpipe", "1f1b", "zb-h1", "interleaved:2"};
+  std::string costs = "estimate";  // for the partitioner: estimate | profile
+  int profile_repeats = 5;
+  bool quick = false;
+};
+
+pt::Model make_model(const std::string& name) {
+  if (name == "mlp") return pt::fashion_mlp();     // 784-1024x4-10: 10 layers
+  if (name == "deep") return pt::deep_mlp(8, 512);  // 784-512x8-10: 18 layers
+  throw pt::UsageError(fmt::format("unknown --model '{}': use mlp or deep", name));
+}
+
+pt::TrainerConfig trainer_config(int M) {
+  pt::TrainerConfig cfg;
+  cfg.microbatches = M;
+  cfg.optimizer.kind = "sgd";  // momentum 0.9: one optimizer slot
+  cfg.optimizer.lr = 0.01f;
+  cfg.lr = {pt::LrSchedule::Kind::constant, 0.01f, 0, 0, 0.f};
+  return cfg;
+}
+
+// Synthetic inputs: the speed does not depend on the values.
+struct Batch {
+  std::vector<float> x;
+  std::vector<int32_t> y;
+  pt::Tensor hx, hy;
+
+  explicit Batch(int64_t B) : x(static_cast<size_t>(B * 784)), y(static_cast<size_t>(B)) {
+    pt::CounterRng rng(1);
+    for (auto& v : x) v = static_cast<float>(rng.next_double());
+    for (auto& v : y) v = static_cast<int32_t>(rng.next_below(10));
+    hx = pt::Tensor::borrow(x.data(), {B, 1, 28, 28});
+    hy = pt::Tensor::borrow(y.data(), {B}, pt::DType::i32);
+  }
+  Batch(const Batch&) = delete;  // hx, hy point into x, y
+  Batch& operator=(const Batch&) = delete;
+};
+
+// ---- timing ------------------------------------------------------------------------------------
+
+struct Timed {
+  double best_s = 0;           // fastest of the timed steps
+  std::vector<double> losses;  // every step's loss, warm-up included
+};
+
+// Warm-up steps, then `steps` timed ones; `after_timed(is_fastest_so_far)` runs after each timed
+// step (outside the timing) so the caller can keep what it needs of the fastest one.
+template <class Step, class After>
+Timed time_steps(int warmup, int steps, Step&& step, After&& after_timed) {
+  Timed t;
+  t.best_s = std::numeric_limits<double>::infinity();
+  for (int i = 0; i < warmup; ++i) t.losses.push_back(step().loss);
+  for (int i = 0; i < steps; ++i) {
+    const auto t0 = Clock::now();
+    const pt::StepStats s = step();
+    const double sec = seconds_since(t0);
+    t.losses.push_back(s.loss);
+    const bool best = sec < t.best_s;
+    if (best) t.best_s = sec;
+    after_timed(best);
+  }
+  return t;
+}
+
+Timed time_single_device(const Flags& f, const Batch& batch, int M, int threads) {
+  auto backend = pt::make_cpu_backend(0, threads);
+  backend->bind_current_thread();
+  pt::Model model = make_model(f.model);
+  pt::Trainer trainer(model, *backend, trainer_config(M));
+  return time_steps(f.warmup, f.steps, [&] { return trainer.train_step(batch.hx, batch.hy); }, [](bool) {});
+}
+
+// ---- profiled costs ----------------------------------------------------------------------------
+
+// Per-layer F/I/W of one micro-batch on a 1-thread CPU device, one profile per micro-batch size.
+class Profiles {
+ public:
+  explicit Profiles(const Flags& f) : flags_(f), backend_(pt::make_cpu_backend(0, 1)) {}
+
+  const std::vector<pt::LayerProfile>& at(int64_t microbatch) {
+    auto it = cache_.find(microbatch);
+    if (it != cache_.end()) return it->second;
+    // A model of its own: profiling leaves its layers bound to the profiling parameters.
+    models_.push_back(std::make_unique<pt::Model>(make_model(flags_.model)));
+    auto costs = pt::profile_costs(*models_.back(), *backend_, microbatch, flags_.profile_repeats);
+    return cache_.emplace(microbatch, std::move(costs)).first->second;
+  }
+  pt::Backend& backend() { return *backend_; }
+
+ private:
+  const Flags& flags_;
+  std::unique_ptr<pt::Backend> backend_;  // outlives models_ (declared first, destroyed last)
+  std::vector<std::unique_ptr<pt::Model>> models_;
+  std::map<int64_t, std::vector<pt::LayerProfile>> cache_;
+};
+
+// Each (virtual) stage's F, I, W: the sum over its layers.
+std::vector<pt::sched::StageTimes> stage_times(const pt::Partition& p, const std::vector<pt::LayerProfile>& costs) {
+  std::vector<pt::sched::StageTimes> out;
+  for (const pt::StagePlan& st : p.stages) {
+    pt::sched::StageTimes t;
+    t.f = t.i = t.w = 0;
+    for (int l = st.first_layer; l < st.last_layer; ++l) {
+      t.f += costs[static_cast<size_t>(l)].forward_s;
+      t.i += costs[static_cast<size_t>(l)].backward_input_s;
+      t.w += costs[static_cast<size_t>(l)].backward_weight_s;
+    }
+    out.push_back(t);
+  }
+  return out;
+}
+
+// Mean seconds of the SEND actions across each stage boundary k (stage k <-> k + 1): a send is
+// the copy into the receiver's memory plus the post to its mailbox.
+std::vector<double> measured_transfers(const std::vector<std::vector<pt::ExecutedAction>>& trace, int stages) {
+  const auto boundaries = static_cast<size_t>(std::max(stages - 1, 0));
+  std::vector<double> sum(boundaries, 0.0);
+  std::vector<int> count(boundaries, 0);
+  for (const auto& list : trace)
+    for (const pt::ExecutedAction& e : list) {
+      int k = -1;
+      if (e.action.type == pt::sched::ActionType::SEND_F) k = e.action.stage;
+      if (e.action.type == pt::sched::ActionType::SEND_B) k = e.action.stage - 1;
+      if (k < 0 || static_cast<size_t>(k) >= boundaries) continue;
+      sum[static_cast<size_t>(k)] += (e.end_us - e.start_us) * 1e-6;
+      ++count[static_cast<size_t>(k)];
+    }
+  for (size_t k = 0; k < boundaries; ++k) sum[k] = count[k] ? sum[k] / count[k] : 0.0;
+  return sum;
+}
+
+pt::Trace to_trace(const std::vector<std::vector<pt::ExecutedAction>>& executed,
+                   const std::vector<pt::Backend*>& devices) {
+  pt::Trace trace;
+  for (auto* b : devices) trace.device_names.push_back(b->device().str());
+  for (size_t d = 0; d < executed.size(); ++d)
+    for (const pt::ExecutedAction& e : executed[d])
+      trace.events.push_back({static_cast<int>(d), e.action, e.start_us, e.end_us, 0});
+  return trace;
+}
+
+// ---- one pipeline run ---------------------------------------------------------------------------
+
+struct Baseline {
+  double one_core_s = 0, threads_s = 0;
+  std::vector<double> losses;  // the 1-core reference's
+};
+
+struct RunResult {
+  std::string schedule;
+  int M = 0;
+  double step_s = 0, speedup_over_ideal = kNaN, predicted_over_measured = kNaN;
+  double bubble_err_pp_max = 0, bubble_err_vs_sim_pp_max = 0;  // largest |error| over the devices
+  double sim_equal_s = kNaN, sim_profiled_s = kNaN;
+  std::vector<size_t> peak_bytes;
+  std::vector<int> inflight;
+  std::vector<int64_t> predicted_peak_bytes;
+  int wrong = 0;
+};
+
+double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
+
+// Plans, runs and reports one (schedule, M); std::nullopt when the schedule is not valid for M.
+std::optional<RunResult> run_pipeline(const Flags& f, const Batch& batch, Profiles& profiles,
+                                      const std::string& schedule, int M, const Baseline& base) {
+  const int S = f.stages;
+  pt::Model model = make_model(f.model);
+  pt::PlanRequest req;
+  req.devices = S;
+  req.microbatches = M;
+  req.batch = f.batch;
+  req.schedule = schedule;
+  req.partition = "time";
+  req.costs = f.costs;
+  req.optimizer_slots = 1;  // SGD with momentum
+  std::optional<pt::PipelinePlan> planned;
+  try {
+    planned = pt::make_plan(model, req, &profiles.backend());
+  } catch (const pt::UsageError& e) {
+    emit({{"bench", std::string("pipeline")}, {"schedule", schedule}, {"microbatches", int64_t{M}},
+          {"skipped", std::string(e.what())}});
+    return std::nullopt;
+  }
+  const pt::PipelinePlan& plan = *planned;
+
+  std::vector<std::unique_ptr<pt::Backend>> owned;
+  std::vector<pt::Backend*> devices;
+  for (int d = 0; d < S; ++d) {
+    owned.push_back(pt::make_cpu_backend(d, 1));
+    devices.push_back(owned.back().get());
+  }
+  pt::PipelineConfig pc;
+  pc.trainer = trainer_config(M);
+  pc.schedule = plan.schedule;
+  pc.layers_per_stage = plan.partition.layout();
+  pc.record_trace = true;  // a clock read and a push_back per action
+  pt::PipelineTrainer trainer(model, devices, pc);
+
+  std::vector<std::vector<pt::ExecutedAction>> best_trace;
+  std::vector<size_t> peak;
+  const Timed t = time_steps(
+      f.warmup, f.steps, [&] { return trainer.train_step(batch.hx, batch.hy); },
+      [&](bool best) {
+        if (best) best_trace = trainer.last_trace();
+        const std::vector<size_t> step_peak = trainer.last_peak_bytes();
+        peak.resize(step_peak.size(), 0);
+        for (size_t d = 0; d < step_peak.size(); ++d) peak[d] = std::max(peak[d], step_peak[d]);
+      });
+
+  // ---- verify: the same losses as the single-device reference, step by step ----
+  RunResult r;
+  r.schedule = schedule;
+  r.M = M;
+  r.step_s = t.best_s;
+  const size_t n = std::min(t.losses.size(), base.losses.size());
+  for (size_t i = 0; i < n; ++i) r.wrong += t.losses[i] != base.losses[i];
+
+  // ---- bubble: measured on the fastest step vs the analytic formula ----
+  const pt::BubbleStats bubble = pt::measure_bubble(to_trace(best_trace, devices), 0);
+  const double analytic = pt::sched::analytic_bubble(schedule, S, M);
+
+  // ---- the simulator with profiled per-stage F/I/W and the measured transfers ----
+  const int64_t mb = (f.batch + M - 1) / M;
+  const auto& costs = profiles.at(mb);
+  pt::sched::SimConfig sim;
+  sim.stages = stage_times(plan.partition, costs);
+  const pt::sched::SimResult free_comm = pt::sched::simulate(plan.schedule, sim);
+  sim.transfer = measured_transfers(best_trace, plan.schedule.num_stages);
+  const pt::sched::SimResult predicted = pt::sched::simulate(plan.schedule, sim);
+  const pt::sched::SimResult equal = pt::sched::simulate(plan.schedule);  // F = I = W = 1
+  r.sim_equal_s = equal.step_time;
+  r.sim_profiled_s = predicted.step_time;
+  const double span_s = bubble.step_span_us * 1e-6;
+  r.predicted_over_measured = span_s > 0 ? predicted.step_time / span_s : kNaN;
+
+  // ---- speedup and the ideal ----
+  double work_s = 0;  // what one device computes in a step: M (F + I + W) over all stages
+  for (const auto& st : sim.stages) work_s += M * (st.f + st.i + st.w);
+  const double ideal_sim = work_s / free_comm.step_time;
+  const double ideal_analytic = S * (1.0 - analytic);  // = S·M/(M+S−1) for gpipe and 1f1b
+  const bool analytic_kind = schedule == "gpipe" || schedule == "1f1b";
+  const double ideal = analytic_kind ? ideal_analytic : ideal_sim;
+  const double speedup = base.one_core_s / t.best_s;
+  r.speedup_over_ideal = speedup / ideal;
+  r.peak_bytes = peak;
+  r.inflight = equal.peak_inflight;
+  for (const pt::StagePlan& st : plan.partition.stages) r.predicted_peak_bytes.push_back(st.peak_memory_bytes);
+
+  std::string layout;
+  for (int k : plan.partition.layout()) layout += (layout.empty() ? "" : ",") + std::to_string(k);
+  Fields out{{"bench", std::string("pipeline")},
+             {"schedule", schedule},
+             {"microbatches", int64_t{M}},
+             {"stages", int64_t{plan.schedule.num_stages}},
+             {"devices", int64_t{S}},
+             {"layout", layout},
+             {"costs", plan.costs},
+             {"step_ms", t.best_s * 1e3},
+             {"samples_per_s", static_cast<double>(f.batch) / t.best_s},
+             {"speedup", speedup},
+             {"speedup_vs_threads", base.threads_s / t.best_s},
+             {"ideal", ideal},
+             {"ideal_kind", std::string(analytic_kind ? "analytic" : "simulated")},
+             {"ideal_analytic", ideal_analytic},
+             {"ideal_simulated", ideal_sim},
+             {"speedup_over_ideal", r.speedup_over_ideal},
+             {"bubble_analytic_pct", 100 * analytic}};
+  for (size_t d = 0; d < bubble.bubble_fraction.size(); ++d) {
+    const double err = 100 * (bubble.bubble_fraction[d] - analytic);
+    const double err_sim = 100 * (bubble.bubble_fraction[d] - predicted.bubble_fraction[d]);
+    out.emplace_back(fmt::format("bubble_pct_d{}", d), 100 * bubble.bubble_fraction[d]);
+    out.emplace_back(fmt::format("bubble_err_pp_d{}", d), err);
+    out.emplace_back(fmt::format("bubble_sim_pct_d{}", d), 100 * predicted.bubble_fraction[d]);
+    out.emplace_back(fmt::format("bubble_err_vs_sim_pp_d{}", d), err_sim);
+    r.bubble_err_pp_max = std::max(r.bubble_err_pp_max, std::abs(err));
+    r.bubble_err_vs_sim_pp_max = std::max(r.bubble_err_vs_sim_pp_max, std::abs(err_sim));
+  }
+  out.emplace_back("span_ms", span_s * 1e3);
+  out.emplace_back("predicted_ms", predicted.step_time * 1e3);
+  out.emplace_back("predicted_over_measured", r.predicted_over_measured);
+  for (size_t k = 0; k < sim.stages.size(); ++k) {
+    const auto& st = sim.stages[k];
+    out.emplace_back(fmt::format("stage_fiw_ms_s{}", k),
+                     fmt::format("{:.3f}/{:.3f}/{:.3f}", st.f * 1e3, st.i * 1e3, st.w * 1e3));
+  }
+  for (size_t k = 0; k < sim.transfer.size(); ++k)
+    out.emplace_back(fmt::format("transfer_us_b{}", k), sim.transfer[k] * 1e6);
+  for (size_t d = 0; d < peak.size(); ++d) out.emplace_back(fmt::format("peak_mib_d{}", d), mib(static_cast<double>(peak[d])));
+  for (size_t k = 0; k < r.inflight.size(); ++k)
+    out.emplace_back(fmt::format("inflight_s{}", k), int64_t{r.inflight[k]});
+  out.emplace_back("steps_checked", static_cast<int64_t>(n));
+  out.emplace_back("wrong", int64_t{r.wrong});
+  emit(out);
+  return r;
+}
+
+const RunResult* find(const std::vector<RunResult>& runs, const std::string& schedule, int M) {
+  for (const RunResult& r : runs)
+    if (r.schedule == schedule && r.M == M) return &r;
+  return nullptr;
+}
+
+int run(Flags f, const CLI::App& app) {
+  if (f.quick) {
+    if (!app.count("--microbatches")) f.microbatches = {1, 4, 8};
+    if (!app.count("--steps")) f.steps = 3;
+    if (!app.count("--warmup")) f.warmup = 1;
+  }
+  if (f.stages < 2) throw pt::UsageError(fmt::format("--stages {} must be >= 2", f.stages));
+  if (f.steps < 1) throw pt::UsageError(fmt::format("--steps {} must be >= 1", f.steps));
+  if (f.warmup < 0) throw pt::UsageError(fmt::format("--warmup {} must be >= 0", f.warmup));
+  if (f.batch < 1) throw pt::UsageError(fmt::format("--batch {} must be >= 1", f.batch));
+  for (int M : f.microbatches)
+    if (M < 1 || M > f.batch)
+      throw pt::UsageError(fmt::format("--microbatches {} must be in [1, --batch {}]", M, f.batch));
+  for (const std::string& s : f.schedules) {
+    try {
+      pt::sched::analytic_bubble(s, f.stages, 1);  // the bubble needs a formula: a known name
+    } catch (const std::invalid_argument& e) {
+      throw pt::UsageError(fmt::format("--schedules '{}': {}", s, e.what()));
+    }
+  }
+
+  Profiles profiles(f);
+  const pt::Model shown = make_model(f.model);
+  const Batch batch(f.batch);
+  emit({{"bench", std::string("pipeline_config")}, {"model", f.model},
+        {"layers", int64_t{shown.num_layers()}}, {"params", shown.param_count()}, {"batch", f.batch},
+        {"devices", int64_t{f.stages}}, {"threads_per_device", int64_t{1}}, {"steps", int64_t{f.steps}},
+        {"warmup", int64_t{f.warmup}}, {"partition", std::string("time")}, {"costs", f.costs}});
+
+  std::vector<RunResult> runs;
+  for (int M : f.microbatches) {
+    // ---- baselines: one device, the same M micro-batches ----
+    Baseline base;
+    const Timed one = time_single_device(f, batch, M, 1);
+    const Timed many = time_single_device(f, batch, M, f.stages);
+    base.one_core_s = one.best_s;
+    base.threads_s = many.best_s;
+    base.losses = one.losses;
+    for (const auto& [threads, t] : {std::pair{1, &one}, std::pair{f.stages, &many}})
+      emit({{"bench", std::string("baseline")}, {"devices", int64_t{1}}, {"threads", int64_t{threads}},
+            {"microbatches", int64_t{M}}, {"step_ms", t->best_s * 1e3},
+            {"samples_per_s", static_cast<double>(f.batch) / t->best_s}});
+    // ---- the pipelines ----
+    for (const std::string& s : f.schedules)
+      if (auto r = run_pipeline(f, batch, profiles, s, M, base)) runs.push_back(std::move(*r));
+  }
+
+  // ---- memory at M = 8 (or the largest M run): activations held vs in-flight micro-batches ----
+  const int mem_m = std::count(f.microbatches.begin(), f.microbatches.end(), 8)
+                        ? 8
+                        : *std::max_element(f.microbatches.begin(), f.microbatches.end());
+  const RunResult* ref_1f1b = find(runs, "1f1b", mem_m);
+  for (const std::string s : {"gpipe", "1f1b", "zb-h1"}) {
+    const RunResult* r = find(runs, s, mem_m);
+    if (!r) continue;
+    Fields out{{"bench", std::string("pipeline_memory")}, {"schedule", s}, {"microbatches", int64_t{mem_m}}};
+    for (size_t d = 0; d < r->peak_bytes.size(); ++d) {
+      out.emplace_back(fmt::format("peak_mib_d{}", d), mib(static_cast<double>(r->peak_bytes[d])));
+      if (ref_1f1b && d < ref_1f1b->peak_bytes.size())
+        out.emplace_back(fmt::format("peak_over_1f1b_d{}", d), static_cast<double>(r->peak_bytes[d]) /
+                                                                    static_cast<double>(ref_1f1b->peak_bytes[d]));
+    }
+    for (size_t k = 0; k < r->inflight.size(); ++k)
+      out.emplace_back(fmt::format("inflight_s{}", k), int64_t{r->inflight[k]});
+    for (size_t k = 0; k < r->predicted_peak_bytes.size(); ++k)
+      out.emplace_back(fmt::format("planned_peak_mib_s{}", k), mib(static_cast<double>(r->predicted_peak_bytes[k])));
+    emit(out);
+  }
+
+  // ---- zb-h1 vs 1f1b ----
+  for (int M : f.microbatches) {
+    const RunResult* zb = find(runs, "zb-h1", M);
+    const RunResult* ob = find(runs, "1f1b", M);
+    if (!zb || !ob) continue;
+    emit({{"bench", std::string("zb_vs_1f1b")}, {"microbatches", int64_t{M}},
+          {"sim_equal_ratio", zb->sim_equal_s / ob->sim_equal_s},
+          {"sim_profiled_ratio", zb->sim_profiled_s / ob->sim_profiled_s},
+          {"measured_ratio", zb->step_s / ob->step_s}});
+  }
+
+  // ---- summary ----
+  double bubble_max = 0, bubble_max_1f1b = kNaN, bubble_vs_sim_max = 0, pred_min = kNaN, pred_max = kNaN;
+  int wrong = 0;
+  for (const RunResult& r : runs) {
+    bubble_max = std::max(bubble_max, r.bubble_err_pp_max);
+    bubble_vs_sim_max = std::max(bubble_vs_sim_max, r.bubble_err_vs_sim_pp_max);
+    if (r.schedule == "1f1b")
+      bubble_max_1f1b = std::isnan(bubble_max_1f1b) ? r.bubble_err_pp_max : std::max(bubble_max_1f1b, r.bubble_err_pp_max);
+    if (std::isfinite(r.predicted_over_measured)) {
+      pred_min = std::isnan(pred_min) ? r.predicted_over_measured : std::min(pred_min, r.predicted_over_measured);
+      pred_max = std::isnan(pred_max) ? r.predicted_over_measured : std::max(pred_max, r.predicted_over_measured);
+    }
+    wrong += r.wrong;
+  }
+  const RunResult* ob8 = find(runs, "1f1b", 8);
+  const RunResult* zb8 = find(runs, "zb-h1", 8);
+  const double ob8_ratio = ob8 ? ob8->speedup_over_ideal : kNaN;
+  const double zb_measured = ob8 && zb8 ? zb8->step_s / ob8->step_s : kNaN;
+  const double zb_sim = ob8 && zb8 ? zb8->sim_equal_s / ob8->sim_equal_s : kNaN;
+  auto meets = [](bool ok, bool known) { return known ? int64_t{ok} : int64_t{-1}; };  // -1: not measured
+  emit({{"bench", std::string("pipeline_summary")},
+        {"model", f.model},
+        {"runs", static_cast<int64_t>(runs.size())},
+        {"onef1b_speedup_over_ideal_m8", ob8_ratio},
+        {"target_speedup_over_ideal", 0.95},
+        {"meets_speedup", meets(ob8_ratio >= 0.95, ob8 != nullptr)},
+        {"bubble_err_pp_max", runs.empty() ? kNaN : bubble_max},
+        {"bubble_err_pp_max_1f1b", bubble_max_1f1b},
+        {"bubble_err_vs_sim_pp_max", runs.empty() ? kNaN : bubble_vs_sim_max},
+        {"target_bubble_err_pp", 2.0},
+        {"meets_bubble", meets(bubble_max <= 2.0, !runs.empty())},
+        {"predicted_over_measured_min", pred_min},
+        {"predicted_over_measured_max", pred_max},
+        {"meets_prediction", meets(pred_min >= 0.9 && pred_max <= 1.1, !std::isnan(pred_min))},
+        {"zb_h1_over_1f1b_measured_m8", zb_measured},
+        {"zb_h1_over_1f1b_sim_equal_m8", zb_sim},
+        {"wrong", int64_t{wrong}}});
+  if (wrong) {
+    fmt::print(stderr, "error: {} step losses of pipelined runs differ from the single-device reference\n", wrong);
+    return 3;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench/pipeline: pipeline speedup, bubble, prediction and memory vs the ideal (JSON lines)"};
+  Flags f;
+  app.add_option("--model", f.model, "mlp (784-1024x4-10) or deep (784-512x8-10)")->capture_default_str();
+  app.add_option("--batch", f.batch, "global batch size B")->capture_default_str();
+  app.add_option("--stages", f.stages, "pipeline devices S, one core each")->capture_default_str();
+  app.add_option("--steps", f.steps, "timed steps per measurement (best is reported)")->capture_default_str();
+  app.add_option("--warmup", f.warmup, "untimed steps before timing")->capture_default_str();
+  app.add_option("--microbatches", f.microbatches, "micro-batch counts M")->delimiter(',')->capture_default_str();
+  app.add_option("--schedules", f.schedules, "gpipe,1f1b,zb-h1,interleaved:V")->delimiter(',')->capture_default_str();
+  app.add_option("--costs", f.costs, "layer costs for the partition: estimate | profile")->capture_default_str();
+  app.add_option("--profile-repeats", f.profile_repeats, "runs per layer when profiling (median)")->capture_default_str();
+  app.add_flag("--quick", f.quick, "smoke run: M in {1,4,8}, 3 steps, 1 warm-up (unless given)");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(f, app);
+  } catch (const pt::UsageError& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 1;
+  }
+}
