@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # README command (2), and what CI runs (.ci/run): install dependencies, build with warnings as
 # errors, run every test; then build the tests with ASan+UBSan and run them again (the slow
-# accuracy run is left out of the sanitizer pass: it checks learning, not memory).
+# accuracy run is left out of the sanitizer pass: it checks learning, not memory); then the
+# pipeline runtime's tests under TSan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -19,3 +20,12 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPIPETRAIN_
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 1200 -LE 'slow|install'
+
+echo "== TSan build of the pipeline runtime tests =="
+cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPIPETRAIN_WERROR=ON \
+  -DPIPETRAIN_SANITIZE=thread -DPIPETRAIN_CUDA=OFF -DPIPETRAIN_BUILD_BENCH=OFF -DPIPETRAIN_BUILD_EXAMPLES=OFF
+cmake --build build-tsan -j "$jobs" --target test_pipeline
+# The runtime's tests (timeouts, traces, memory) and the parity sweep of the 14-layer MLP: every
+# schedule, 1..4 devices, each device its own thread.
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ./build-tsan/tests/test_pipeline -tce='*CNN*,*Fashion-MNIST MLP*'
+echo "all test stages passed"

@@ -12,6 +12,7 @@
 #include "engine/checkpoint.h"
 #include "engine/core/error.h"
 #include "engine/fit.h"
+#include "engine/trainer.h"
 #include "engine/io/safetensors.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "layers/zoo.h"
