@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"
 #include "engine/core/error.h"
 #include "engine/data/dataset.h"
 
@@ -17,17 +18,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "pipetrain-ds-XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
+struct TempDir : test::TempDir {
+  TempDir() : test::TempDir("pipetrain-ds") {}
 };
 
 std::string idx_bytes(const std::vector<uint32_t>& dims, const std::string& data) {

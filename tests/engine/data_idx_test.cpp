@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"
 #include "engine/core/error.h"
 #include "engine/data/idx.h"
 
@@ -16,17 +17,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "pipetrain-idx-XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
+struct TempDir : test::TempDir {
+  TempDir() : test::TempDir("pipetrain-idx") {}
 };
 
 // Header (magic 00 00 type ndims, big-endian dims) followed by `data`.

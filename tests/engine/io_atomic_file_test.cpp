@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"
 #include "engine/core/error.h"
 #include "engine/io/atomic_file.h"
 
@@ -18,17 +19,8 @@ namespace fs = std::filesystem;
 namespace {
 
 // A fresh directory under the system temp dir, removed with everything in it.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "pipetrain-atomic-XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
+struct TempDir : test::TempDir {
+  TempDir() : test::TempDir("pipetrain-atomic") {}
   std::vector<std::string> names() const {
     std::vector<std::string> out;
     for (const auto& e : fs::directory_iterator(path)) out.push_back(e.path().filename().string());

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"
 #include "engine/core/error.h"
 #include "engine/io/safetensors.h"
 
@@ -18,17 +19,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "pipetrain-st-XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
+struct TempDir : test::TempDir {
+  TempDir() : test::TempDir("pipetrain-st") {}
   size_t count() const {
     size_t n = 0;
     for ([[maybe_unused]] const auto& e : fs::directory_iterator(path)) ++n;
