@@ -51,6 +51,7 @@
 #include "engine/metrics.h"
 #include "engine/partition/layer_costs.h"
 #include "engine/pipeline/pipeline_trainer.h"
+#include "engine/pipeline/step_trace.h"
 #include "engine/pipeline/plan.h"
 #include "engine/trace/bubble.h"
 #include "engine/trace/trace.h"
@@ -211,16 +212,6 @@ std::vector<double> measured_transfers(const std::vector<std::vector<pt::Execute
   return sum;
 }
 
-pt::Trace to_trace(const std::vector<std::vector<pt::ExecutedAction>>& executed,
-                   const std::vector<pt::Backend*>& devices) {
-  pt::Trace trace;
-  for (auto* b : devices) trace.device_names.push_back(b->device().str());
-  for (size_t d = 0; d < executed.size(); ++d)
-    for (const pt::ExecutedAction& e : executed[d])
-      trace.events.push_back({static_cast<int>(d), e.action, e.start_us, e.end_us, 0});
-  return trace;
-}
-
 // ---- one pipeline run ---------------------------------------------------------------------------
 
 struct Baseline {
@@ -298,7 +289,7 @@ std::optional<RunResult> run_pipeline(const Flags& f, const Batch& batch, Profil
   for (size_t i = 0; i < n; ++i) r.wrong += t.losses[i] != base.losses[i];
 
   // ---- bubble: measured on the fastest step vs the analytic formula ----
-  const pt::BubbleStats bubble = pt::measure_bubble(to_trace(best_trace, devices), 0);
+  const pt::BubbleStats bubble = pt::measure_bubble(pt::step_trace(best_trace, devices, 0), 0);
   const double analytic = pt::sched::analytic_bubble(schedule, S, M);
 
   // ---- the simulator with profiled per-stage F/I/W and the measured transfers ----

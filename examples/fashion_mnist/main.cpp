@@ -24,6 +24,7 @@
 #include "engine/fit.h"
 #include "engine/pipeline/pipeline_trainer.h"
 #include "engine/pipeline/plan.h"
+#include "engine/pipeline/step_trace.h"
 #include "engine/trace/bubble.h"
 #include "engine/trace/chrome_trace.h"
 #include "engine/trace/timeline_svg.h"
@@ -197,12 +198,8 @@ int run(const Flags& f) {
              r.test.loss, r.test.samples);
 
   if (pipeline && r.steps > 0) {
-    pt::Trace trace;
-    for (auto* b : backends) trace.device_names.push_back(b->device().str());
     const int step = static_cast<int>(pipeline->step() - 1);
-    for (size_t d = 0; d < pipeline->last_trace().size(); ++d)
-      for (const pt::ExecutedAction& e : pipeline->last_trace()[d])
-        trace.events.push_back({static_cast<int>(d), e.action, e.start_us, e.end_us, step});
+    const pt::Trace trace = pt::step_trace(pipeline->last_trace(), backends, step);
     const pt::BubbleStats bubble = pt::measure_bubble(trace, step);
     fmt::print("last step: {:.2f} ms measured vs {:.2f} ms predicted; bubble per device measured / predicted:",
                bubble.step_span_us / 1e3, plan->predicted_step_s() * 1e3);
