@@ -16,9 +16,14 @@ namespace pt::sched {
 // compute that needs it. Throws std::invalid_argument when `schedule` already has communication.
 Schedule add_communication(const Schedule& schedule);
 
+// Inserts REDUCE_GRAD(s) right after the last weight-gradient action (B or W) of stage s: from
+// there on the stage's gradients are final and their data-parallel all-reduce may run while the
+// device goes on with other stages' work. Throws when the schedule already has a REDUCE_GRAD.
+Schedule add_grad_reduction(const Schedule& schedule);
+
 // Appends STEP(s) (the optimizer step of stage s) for every stage at the end of its device's
-// list, stages in ascending order. Data-parallel gradient reduction (REDUCE_GRAD) will go before
-// these; the runtime may not consume either yet. Throws when the schedule already has a STEP.
+// list, stages in ascending order (after any REDUCE_GRAD). The runtime does not consume STEP
+// yet: it steps every stage after the lists ran. Throws when the schedule already has a STEP.
 Schedule add_step(const Schedule& schedule);
 
 }  // namespace pt::sched

@@ -38,6 +38,23 @@ TEST_CASE("sweep: every generated schedule validates and runs without deadlock")
     CHECK_MESSAGE(low.ok(), low.report);
     const Validation stepped = validate(add_step(lowered), {Form::Lowered, true});
     CHECK_MESSAGE(stepped.ok(), stepped.report);
+    const Schedule reduced = add_step(add_grad_reduction(lowered));
+    const Validation red = validate(reduced, {Form::Lowered, true});
+    CHECK_MESSAGE(red.ok(), red.report);
+    // REDUCE_GRAD(s) sits right after the last B/W of s, once per stage.
+    int reduces = 0;
+    for (const auto& list : reduced.actions)
+      for (size_t i = 0; i < list.size(); ++i) {
+        if (list[i].type != ActionType::REDUCE_GRAD) continue;
+        ++reduces;
+        REQUIRE(i > 0);
+        CHECK((list[i - 1].type == ActionType::B || list[i - 1].type == ActionType::W));
+        CHECK(list[i - 1].stage == list[i].stage);
+        for (size_t k = i + 1; k < list.size(); ++k)
+          CHECK_FALSE(((list[k].type == ActionType::B || list[k].type == ActionType::W) && list[k].stage == list[i].stage));
+      }
+    CHECK(reduces == g.schedule.num_stages);
+    CHECK_THROWS_AS(add_grad_reduction(reduced), std::invalid_argument);
     ++count;
   }
   CHECK(count == 5 * 9 * 3 + 2 * (9 + 4 + 3 + 2 + 1));  // interleaved only where M % D == 0
