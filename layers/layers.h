@@ -1,6 +1,7 @@
 #pragma once
 // Every layer and loss (one include for the builder, the examples and the tests).
 #include "layers/activation.h"
+#include "layers/attention.h"
 #include "layers/conv2d.h"
 #include "layers/dropout.h"
 #include "layers/embedding.h"
@@ -9,5 +10,7 @@
 #include "layers/linear.h"
 #include "layers/losses.h"
 #include "layers/pool.h"
+#include "layers/position_embedding.h"
 #include "layers/reshape.h"
 #include "layers/residual.h"
+#include "layers/transformer_block.h"

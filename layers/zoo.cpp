@@ -1,5 +1,13 @@
 #include "layers/zoo.h"
 
+#include <cmath>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "engine/core/error.h"
+#include "layers/layers.h"
+
 namespace pt {
 
 Model fashion_mlp() {
@@ -23,6 +31,27 @@ Model deep_mlp(int hidden_layers, int64_t width, Shape input) {
   b.flatten();
   for (int i = 0; i < hidden_layers; ++i) b.linear(width).relu();
   return b.linear(10).cross_entropy().build();
+}
+
+Model gpt(int64_t vocab, int64_t context, int64_t d_model, int n_layers, int n_heads) {
+  if (n_layers < 1)
+    throw ShapeError(fmt::format("gpt: n_layers must be positive but got {}", n_layers));
+  ModelBuilder b(Shape{context}, DType::i32);
+  // TODO(lead): GPT-2 initialises the token embedding normal(0, 0.02); Embedding keeps
+  // PyTorch's normal(0, 1) default (LayerNorm follows, so training works either way).
+  b.embedding(vocab, d_model).name("tok_emb");
+  b.add(std::make_unique<PositionEmbedding>(context, d_model)).name("pos_emb");
+  // GPT-2: projections into the residual stream start at 0.02 / sqrt(2 n_layers), so the
+  // stream's variance does not grow with depth.
+  const float residual_proj_std = 0.02f / std::sqrt(2.f * static_cast<float>(n_layers));
+  for (int i = 0; i < n_layers; ++i)
+    b.add(std::make_unique<TransformerBlock>(d_model, n_heads, context, 4, residual_proj_std))
+        .name(fmt::format("block{}", i));
+  b.layer_norm().name("ln_f");
+  // Weight tying (GPT-2 shares lm_head.weight (vocab, d) with tok_emb.weight) is done at the
+  // engine level, not here: both layers keep their own parameter here.
+  b.linear(vocab, /*bias=*/false).name("lm_head");
+  return b.cross_entropy().build();
 }
 
 }  // namespace pt

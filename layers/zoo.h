@@ -12,5 +12,12 @@ Model fashion_cnn();
 // A deeper MLP for pipeline tests: flatten, then `hidden_layers` x (linear(width)-relu), then
 // linear(10): 2 * hidden_layers + 2 layers in all.
 Model deep_mlp(int hidden_layers, int64_t width, Shape input = {1, 28, 28});
+// A GPT-2 style language model on token ids (context) int32, next-token targets (context):
+//   tok_emb Embedding(vocab, d) - pos_emb PositionEmbedding(context, d) -
+//   block0 .. block{n_layers-1} TransformerBlock(d, n_heads) - ln_f LayerNorm -
+//   lm_head Linear(d, vocab, no bias),  loss SoftmaxCrossEntropy over (context, vocab).
+// Each block is one top-level layer, so the partitioner can cut between blocks. Throws
+// ShapeError for sizes that do not fit (n_heads must divide d_model).
+Model gpt(int64_t vocab, int64_t context, int64_t d_model, int n_layers, int n_heads);
 
 }  // namespace pt

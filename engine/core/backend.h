@@ -184,6 +184,21 @@ class Backend {
   virtual void embedding_backward_weight(const int32_t* ids, const float* dy, float* dtable,
                                          int64_t n, int64_t dim) = 0;
 
+  // ---- attention --------------------------------------------------------------------------
+  // Causal multi-head self-attention on the output of one fused QKV projection:
+  //   qkv (B, T, 3, H, Dh) -> out (B, T, H, Dh),  lse (B, H, T)
+  //   out[b,t,h] = sum_{s<=t} softmax_s(scale q[b,t,h] . k[b,s,h]) v[b,s,h]
+  //   lse[b,h,t] = log sum_{s<=t} exp(scale q . k)   (saved so backward recomputes the softmax)
+  // T is the actual sequence length of this call (any T >= 1). Memory-efficient: no (T, T)
+  // matrix per head is stored.
+  virtual void attention_forward(const float* qkv, float* out, float* lse, int64_t B, int64_t T,
+                                 int64_t H, int64_t Dh, float scale) = 0;
+  // dqkv (B, T, 3, H, Dh) = d(out)/d(qkv) applied to dout (B, T, H, Dh); overwrites dqkv.
+  // out and lse are forward's outputs for the same qkv.
+  virtual void attention_backward(const float* qkv, const float* out, const float* dout,
+                                  const float* lse, float* dqkv, int64_t B, int64_t T, int64_t H,
+                                  int64_t Dh, float scale) = 0;
+
   // ---- reductions and optimizer updates ---------------------------------------------------
   virtual double sum_squares(const float* x, int64_t n) = 0;  // host value, double accumulation
   virtual bool all_finite(const float* x, int64_t n) = 0;     // host value

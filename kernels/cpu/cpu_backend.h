@@ -113,6 +113,13 @@ class CpuBackend final : public Backend {
   void embedding_backward_weight(const int32_t* ids, const float* dy, float* dtable, int64_t n,
                                  int64_t dim) override;
 
+  // ---- attention (cpu_attention.cpp) ------------------------------------------------------
+  void attention_forward(const float* qkv, float* out, float* lse, int64_t B, int64_t T,
+                         int64_t H, int64_t Dh, float scale) override;
+  void attention_backward(const float* qkv, const float* out, const float* dout, const float* lse,
+                          float* dqkv, int64_t B, int64_t T, int64_t H, int64_t Dh,
+                          float scale) override;
+
   // ---- reductions and optimizer updates ---------------------------------------------------
   double sum_squares(const float* x, int64_t n) override;
   bool all_finite(const float* x, int64_t n) override;

@@ -1,0 +1,52 @@
+#pragma once
+// Causal multi-head self-attention (GPT-2's attn block without dropout):
+//   x (B, T, d) -> qkv = x Wqkv^T + bqkv            (B, T, 3, H, Dh)   Wqkv (3d, d)
+//               -> a = attention(qkv), causal       (B, T, H, Dh) = (B, T, d)
+//               -> y = a Wproj^T + bproj            (B, T, d)          Wproj (d, d)
+// with H = n_heads, Dh = d / H, softmax scale 1/sqrt(Dh) and 1 <= T <= context (any shorter
+// sequence is accepted; positions never see later ones).
+// The attention itself is the backend op attention_forward / attention_backward (memory-
+// efficient: it saves the per-row log-sum-exp, not the (T, T) probabilities).
+//
+// Saved by forward: x, qkv, a, lse (B, H, T). backward_input computes dqkv on its way to dx and
+// keeps it in the context, so backward_weight (possibly much later, zero-bubble schedules) can
+// form dWqkv without redoing the attention backward:
+//   da = dy Wproj;  dqkv = attention_backward(da);  dx = dqkv Wqkv
+//   dWproj += dy^T a;  dbproj += sum dy;  dWqkv += dqkv^T x;  dbqkv += sum dqkv
+// Parameters: "qkv.weight", "qkv.bias", "proj.weight", "proj.bias". Init (GPT-2): weights
+// normal(0, 0.02), proj.weight normal(0, proj_init_std) (GPT-2: 0.02 / sqrt(2 n_layers), as it
+// writes into the residual stream), biases zero.
+#include <cstdint>
+#include <string_view>
+
+#include "layers/layer.h"
+
+namespace pt {
+
+class CausalSelfAttention final : public Layer {
+ public:
+  static constexpr std::string_view kKind = "causal_self_attention";
+
+  // Per-sample input (context, d_model). Throws ShapeError unless n_heads divides d_model.
+  CausalSelfAttention(int64_t d_model, int64_t n_heads, int64_t context,
+                      float proj_init_std = 0.02f);
+
+  std::string_view kind() const override { return kKind; }
+  int64_t d_model() const { return d_; }
+  int64_t n_heads() const { return H_; }
+  int64_t head_dim() const { return d_ / H_; }
+  int64_t context() const { return context_; }
+
+  std::vector<ParamSpec> param_specs() const override;
+  LayerCost cost() const override;
+
+  Tensor forward(const Tensor& x, LayerContext& ctx) override;
+  Tensor backward_input(const Tensor& dy, LayerContext& ctx) override;
+  void backward_weight(const Tensor& dy, LayerContext& ctx) override;
+
+ private:
+  int64_t d_, H_, context_;
+  float proj_init_std_;
+};
+
+}  // namespace pt

@@ -1,0 +1,158 @@
+#include "layers/transformer_block.h"
+
+#include <fmt/format.h>
+
+#include "engine/core/error.h"
+#include "layers/layer_checks.h"
+#include "layers/sequence_checks.h"
+
+namespace pt {
+
+namespace {
+
+// Child contexts of the sub-layers.
+enum Child : size_t { kLn1, kAttn, kLn2, kFc, kGelu, kProj };
+// Parameter-name prefixes of the sub-layers, in the same order.
+constexpr const char* kPrefix[] = {"ln1", "attn", "ln2", "mlp.fc", "mlp.gelu", "mlp.proj"};
+// This layer's own saved slots (filled by backward_input).
+enum Saved : size_t { kGradFc, kGradLn2, kGradX2, kGradLn1, kBackwardSaves };
+
+// The MLP's hidden width r d, checked before the sub-layers are built with it.
+int64_t mlp_width(int64_t d_model, int64_t mlp_ratio) {
+  require_positive(TransformerBlock::kKind, "mlp_ratio", mlp_ratio);
+  return mlp_ratio * d_model;
+}
+
+}  // namespace
+
+TransformerBlock::TransformerBlock(int64_t d_model, int64_t n_heads, int64_t context,
+                                   int64_t mlp_ratio, float residual_proj_std)
+    : Layer(std::string(kKind), Shape{context, d_model}),
+      d_(d_model),
+      context_(context),
+      residual_proj_std_(residual_proj_std),
+      ln1_(Shape{d_model}),
+      attn_(d_model, n_heads, context, residual_proj_std),
+      ln2_(Shape{d_model}),
+      fc_(Shape{d_model}, mlp_width(d_model, mlp_ratio)),
+      gelu_(Shape{mlp_width(d_model, mlp_ratio)}, Activation::gelu_tanh),
+      proj_(Shape{mlp_width(d_model, mlp_ratio)}, d_model) {
+  // The sub-layers checked d_model, n_heads, context and the init std.
+  output_shape_ = input_shape_;
+}
+
+std::vector<ParamSpec> TransformerBlock::param_specs() const {
+  std::vector<ParamSpec> specs;
+  const auto ps = parts();
+  for (size_t i = 0; i < kParts; ++i)
+    for (ParamSpec s : ps[i]->param_specs()) {
+      // GPT-2 init for the MLP instead of Linear's PyTorch default (attn has its own already).
+      if (i == kFc || i == kProj)
+        s.init = s.name == "bias"       ? ParamInit::zeros()
+                 : i == kFc             ? ParamInit::normal(0.02f)
+                                        : ParamInit::normal(residual_proj_std_);
+      s.name = fmt::format("{}.{}", kPrefix[i], s.name);
+      specs.push_back(std::move(s));
+    }
+  return specs;
+}
+
+LayerCost TransformerBlock::cost() const {
+  // Per-token sub-layers cost per token; the attention per sequence of `context` tokens.
+  LayerCost c;
+  const auto ps = parts();
+  for (size_t i = 0; i < kParts; ++i) {
+    const LayerCost p = ps[i]->cost();
+    const double times = i == kAttn ? 1.0 : static_cast<double>(context_);
+    c.forward_flops += times * p.forward_flops;
+    c.backward_input_flops += times * p.backward_input_flops;
+    c.backward_weight_flops += times * p.backward_weight_flops;
+    c.activation_bytes += (i == kAttn ? 1 : context_) * p.activation_bytes;
+  }
+  const double n = static_cast<double>(context_ * d_);
+  c.forward_flops += 2.0 * n;         // the two residual adds
+  c.backward_input_flops += 2.0 * n;  // and their gradients
+  return c;
+}
+
+void TransformerBlock::bind(std::span<const Tensor> params, std::span<const Tensor> grads) {
+  Layer::bind(params, grads);  // checks counts and shapes against param_specs()
+  size_t at = 0;
+  for (Layer* l : parts()) {
+    const size_t n = l->param_specs().size();
+    l->bind(params.subspan(at, n), grads.subspan(at, n));
+    at += n;
+  }
+}
+
+void TransformerBlock::unbind() {
+  Layer::unbind();
+  for (Layer* l : parts()) l->unbind();
+}
+
+// ---- forward -------------------------------------------------------------------------------
+Tensor TransformerBlock::forward(const Tensor& x, LayerContext& ctx) {
+  const auto [B, T] = check_sequence(*this, "input", x, context_, d_);
+  require_bound(*this);
+  Backend& be = ctx.backend();
+  const Shape rows{B * T, d_}, seq{B, T, d_};
+  // x2 = x + attn(ln1(x))
+  const Tensor h1 = ln1_.forward(x.reshape(rows), ctx.child(kLn1));
+  const Tensor a = attn_.forward(h1.reshape(seq), ctx.child(kAttn));
+  Tensor x2 = ctx.alloc(seq);
+  be.add(x.f32(), a.f32(), x2.f32(), x2.numel());
+  // y = x2 + proj(gelu(fc(ln2(x2))))
+  const Tensor h2 = ln2_.forward(x2.reshape(rows), ctx.child(kLn2));
+  const Tensor f = fc_.forward(h2, ctx.child(kFc));
+  const Tensor g = gelu_.forward(f, ctx.child(kGelu));
+  const Tensor m = proj_.forward(g, ctx.child(kProj));
+  Tensor y = ctx.alloc(seq);
+  be.add(x2.f32(), m.f32(), y.f32(), y.numel());
+  return y;
+}
+
+// ---- backward ------------------------------------------------------------------------------
+Tensor TransformerBlock::backward_input(const Tensor& dy, LayerContext& ctx) {
+  const auto [B, T] = check_sequence(*this, "gradient", dy, context_, d_);
+  require_bound(*this);
+  if (ctx.saved_count() != 0)
+    throw UsageError(fmt::format("{}: backward_input ran twice on one context without clear()",
+                                 layer_label(*this)));
+  Backend& be = ctx.backend();
+  const Shape rows{B * T, d_}, seq{B, T, d_};
+  // The MLP branch: g_x2 = dy + ln2'(fc'(gelu'(proj'(dy))))
+  const Tensor g_gelu = proj_.backward_input(dy.reshape(rows), ctx.child(kProj));
+  const Tensor g_fc = gelu_.backward_input(g_gelu, ctx.child(kGelu));
+  const Tensor g_ln2 = fc_.backward_input(g_fc, ctx.child(kFc));
+  const Tensor d_ln2 = ln2_.backward_input(g_ln2, ctx.child(kLn2));
+  Tensor g_x2 = ctx.alloc(seq);
+  be.add(dy.f32(), d_ln2.f32(), g_x2.f32(), g_x2.numel());
+  // The attention branch: dx = g_x2 + ln1'(attn'(g_x2))
+  const Tensor g_ln1 = attn_.backward_input(g_x2, ctx.child(kAttn));
+  const Tensor d_ln1 = ln1_.backward_input(g_ln1.reshape(rows), ctx.child(kLn1));
+  Tensor dx = ctx.alloc(seq);
+  be.add(g_x2.f32(), d_ln1.f32(), dx.f32(), dx.numel());
+  // In Saved order, for backward_weight.
+  ctx.save(g_fc);
+  ctx.save(g_ln2);
+  ctx.save(g_x2);
+  ctx.save(g_ln1.reshape(rows));
+  return dx;
+}
+
+void TransformerBlock::backward_weight(const Tensor& dy, LayerContext& ctx) {
+  const auto [B, T] = check_sequence(*this, "gradient", dy, context_, d_);
+  require_bound(*this);
+  if (ctx.saved_count() != kBackwardSaves)
+    throw UsageError(fmt::format("{}: backward_weight needs backward_input to run first on this "
+                                 "context (found {} of {} saved gradients)",
+                                 layer_label(*this), ctx.saved_count(), kBackwardSaves));
+  require_same_dims(*this, dy.shape(), ctx.saved(kGradX2).shape());
+  proj_.backward_weight(dy.reshape(Shape{B * T, d_}), ctx.child(kProj));
+  fc_.backward_weight(ctx.saved(kGradFc), ctx.child(kFc));
+  ln2_.backward_weight(ctx.saved(kGradLn2), ctx.child(kLn2));
+  attn_.backward_weight(ctx.saved(kGradX2), ctx.child(kAttn));
+  ln1_.backward_weight(ctx.saved(kGradLn1), ctx.child(kLn1));
+}
+
+}  // namespace pt

@@ -1,0 +1,79 @@
+#pragma once
+// A GPT-2 transformer block (pre-LayerNorm, no dropout):
+//   x (B, T, d) -> x2 = x + attn(ln1(x))
+//               -> y  = x2 + mlp(ln2(x2)),   mlp = Linear(d, r d) - GELU(tanh) - Linear(r d, d)
+// with 1 <= T <= context (any shorter sequence is accepted). One block is one top-level layer
+// of a Model, so the pipeline partitioner can cut between blocks.
+//
+// The sub-layers other than the attention are per-token (built for the per-sample shape (d) or
+// (r d)) and see the sequence as (B T, channels) rows; the attention sees (B, T, d). Each
+// sub-layer i uses ctx.child(i): 0 ln1, 1 attn, 2 ln2, 3 fc, 4 gelu, 5 proj.
+//
+// Backward (with g = gradients flowing backwards):
+//   g_m = dy;  g_f = gelu'(fc out) * (g_m Wproj);  g_h2 = g_f Wfc;  g_x2 = dy + ln2'(g_h2)
+//   g_h1 = attn'(g_x2);  dx = g_x2 + ln1'(g_h1)
+// backward_input keeps g_f, g_h2, g_x2 and g_h1 in this layer's own saved slots (forward saves
+// nothing here; the sub-layers save their own) because backward_weight, which zero-bubble
+// schedules run later, feeds them to the sub-layers' backward_weight:
+//   proj(dy), fc(g_f), ln2(g_h2), attn(g_x2), ln1(g_h1).
+// Parameters (in this order): ln1.{weight,bias}, attn.{qkv,proj}.{weight,bias}, ln2.{weight,bias},
+// mlp.fc.{weight,bias}, mlp.proj.{weight,bias}. Init (GPT-2): LayerNorm ones / zeros, Linear
+// weights normal(0, 0.02), biases zero, and the two projections into the residual stream
+// (attn.proj.weight, mlp.proj.weight) normal(0, residual_proj_std), which GPT-2 sets to
+// 0.02 / sqrt(2 n_layers).
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "layers/activation.h"
+#include "layers/attention.h"
+#include "layers/layer.h"
+#include "layers/layernorm.h"
+#include "layers/linear.h"
+
+namespace pt {
+
+class TransformerBlock final : public Layer {
+ public:
+  static constexpr std::string_view kKind = "transformer_block";
+
+  // Per-sample input (context, d_model). Throws ShapeError unless n_heads divides d_model.
+  TransformerBlock(int64_t d_model, int64_t n_heads, int64_t context, int64_t mlp_ratio = 4,
+                   float residual_proj_std = 0.02f);
+
+  std::string_view kind() const override { return kKind; }
+  int64_t d_model() const { return d_; }
+  int64_t context() const { return context_; }
+  const CausalSelfAttention& attention() const { return attn_; }
+
+  std::vector<ParamSpec> param_specs() const override;
+  LayerCost cost() const override;
+  // Checks like Layer::bind, then gives each sub-layer its slice of params and grads.
+  void bind(std::span<const Tensor> params, std::span<const Tensor> grads) override;
+  void unbind() override;
+
+  Tensor forward(const Tensor& x, LayerContext& ctx) override;
+  Tensor backward_input(const Tensor& dy, LayerContext& ctx) override;
+  void backward_weight(const Tensor& dy, LayerContext& ctx) override;
+
+ private:
+  // The sub-layers in child-context order (ln1, attn, ln2, fc, gelu, proj).
+  static constexpr size_t kParts = 6;
+  std::array<Layer*, kParts> parts() { return {&ln1_, &attn_, &ln2_, &fc_, &gelu_, &proj_}; }
+  std::array<const Layer*, kParts> parts() const {
+    return {&ln1_, &attn_, &ln2_, &fc_, &gelu_, &proj_};
+  }
+
+  int64_t d_, context_;
+  float residual_proj_std_;
+  LayerNorm ln1_;
+  CausalSelfAttention attn_;
+  LayerNorm ln2_;
+  Linear fc_;
+  ActivationLayer gelu_;
+  Linear proj_;
+};
+
+}  // namespace pt
