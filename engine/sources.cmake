@@ -11,3 +11,10 @@ file(GLOB trace_sources CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/engine/tr
 list(APPEND sources ${trace_sources})
 file(GLOB partition_sources CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/engine/partition/*.cpp")
 list(APPEND sources ${partition_sources})
+# engine/parallel: the data-parallel axis (device mesh, gradient buckets and their reduction).
+file(GLOB parallel_sources CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/engine/parallel/*.cpp")
+list(APPEND sources ${parallel_sources})
+# engine/comm: communicators (in-process threads, MPI processes) for transfers between processes
+# and the data-parallel gradient reduction.
+file(GLOB comm_sources CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/engine/comm/*.cpp")
+list(APPEND sources ${comm_sources})

@@ -44,9 +44,12 @@ StageParameters::StageParameters(const Model& model, int first_layer, int last_l
   SizeTable table;
   for (int l = first_; l < last_; ++l) {
     const Layer& layer = model.layer(l);
-    for (const ParamSpec& spec : layer.param_specs()) {
-      const std::string name = parameter_name(l, layer, spec.name);
-      entries_.push_back({l, name, table.add(name, spec.shape)});
+    const auto specs = layer.param_specs();
+    for (size_t p = 0; p < specs.size(); ++p) {
+      const std::string name = parameter_name(l, layer, specs[p].name);
+      const ParameterTie* tie = model.tie_of({l, p});
+      const bool copy = tie && tie->members[0] != ParamRef{l, p};
+      entries_.push_back({l, name, table.add(name, specs[p].shape), p, copy});
     }
   }
   params_ = Arena(backend, table);
@@ -62,7 +65,11 @@ StageParameters::StageParameters(const Model& model, int first_layer, int last_l
     for (size_t p = 0; p < specs.size(); ++p, ++e) {
       Tensor t = param(e);
       host.resize(static_cast<size_t>(t.numel()));
-      initial_values(specs[p].init, seed, l, p, host.data(), t.numel());
+      // A tied copy starts as its owner does: same init, same key, same values.
+      const ParameterTie* tie = model.tie_of({l, p});
+      const ParamRef from = tie ? tie->members[0] : ParamRef{l, p};
+      const ParamInit init = tie ? model.layer(from.layer).param_specs()[from.param].init : specs[p].init;
+      initial_values(init, seed, from.layer, from.param, host.data(), t.numel());
       backend.copy_from_host(t.data(), host.data(), t.bytes());
       params.push_back(t);
       grads.push_back(grad(e));

@@ -6,6 +6,7 @@
 
 #include "engine/core/error.h"
 #include "engine/data/batching.h"
+#include "engine/tied_gradients.h"
 
 namespace pt {
 
@@ -64,6 +65,7 @@ StepStats Trainer::train_step(const Tensor& inputs, const Tensor& targets) {
 
   // One pass over all gradients: the norm for clipping, and the inf/NaN check.
   Tensor grads = params_->grads_flat();
+  sum_tied_gradients(*model_, {params_.get()});
   stats.grad_norm = global_grad_norm({params_.get()});
   stats.lr = config_.lr.at(step_);
   if (!std::isfinite(stats.grad_norm)) {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "engine/checkpoint.h"
+#include "engine/comm/communicator.h"
 #include "layers/model.h"
 
 namespace pt {
@@ -43,5 +44,10 @@ class TrainingEngine {
 // The global gradient norm over all stages: each parameter's sum of squares (double), added in
 // global parameter order, so one device and any partition give the same bits.
 double global_grad_norm(const std::vector<const StageParameters*>& stages);
+
+// The same over a pipeline whose stages are spread over the processes of `group` (nullable:
+// all stages are in `stages`): each process computes its tensors' sums of squares, they are
+// exchanged, and every process adds all of them in global order — the same bits everywhere.
+double global_grad_norm(const std::vector<const StageParameters*>& stages, const Model& model, Communicator* group);
 
 }  // namespace pt

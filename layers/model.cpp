@@ -67,7 +67,40 @@ std::string Model::signature() const {
     for (const ParamSpec& p : l.param_specs()) out += fmt::format(" {}{}", p.name, p.shape.str());
     out += '\n';
   }
+  for (const ParameterTie& t : ties_) {
+    out += "tie";
+    for (const ParamRef& m : t.members) out += fmt::format(" {}.{}", m.layer, m.param);
+    out += '\n';
+  }
   return out;
+}
+
+void Model::tie(int a, const std::string& a_param, int b, const std::string& b_param) {
+  const auto find = [&](int layer, const std::string& name) {
+    if (layer < 0 || layer >= num_layers())
+      throw ShapeError(fmt::format("tie: layer {} does not exist (the model has {} layers)", layer, num_layers()));
+    const auto specs = this->layer(layer).param_specs();
+    for (size_t i = 0; i < specs.size(); ++i)
+      if (specs[i].name == name) return std::pair{ParamRef{layer, i}, specs[i].shape};
+    throw ShapeError(fmt::format("tie: layer {} ({}) has no parameter '{}'", layer, this->layer(layer).name(), name));
+  };
+  auto [ra, sa] = find(a, a_param);
+  auto [rb, sb] = find(b, b_param);
+  if (ra == rb) throw ShapeError(fmt::format("tie: {}.{} cannot be tied to itself", a, a_param));
+  if (sa != sb)
+    throw ShapeError(fmt::format("tie: {}.{} has shape {} but {}.{} has {}: tied parameters need one shape", a,
+                                 a_param, sa.str(), b, b_param, sb.str()));
+  if (tie_of(ra) || tie_of(rb)) throw ShapeError(fmt::format("tie: {}.{} or {}.{} is already tied", a, a_param, b, b_param));
+  ParameterTie t;
+  t.members = ra < rb ? std::vector{ra, rb} : std::vector{rb, ra};
+  ties_.push_back(std::move(t));
+}
+
+const ParameterTie* Model::tie_of(const ParamRef& ref) const {
+  for (const ParameterTie& t : ties_)
+    for (const ParamRef& m : t.members)
+      if (m == ref) return &t;
+  return nullptr;
 }
 
 std::string parameter_name(int global_layer_index, const Layer& layer, const std::string& param) {

@@ -12,6 +12,22 @@
 
 namespace pt {
 
+// One parameter of one layer: (global layer index, index in its param_specs()).
+struct ParamRef {
+  int layer = 0;
+  size_t param = 0;
+  auto operator<=>(const ParamRef&) const = default;
+};
+
+// One logical parameter held by several layers (GPT's LM head and token embedding). Each layer
+// keeps its own copy, because the layers may sit on different stages; the copies start equal
+// (all initialised like members[0]), their gradients are summed in member order before every
+// optimizer step and handed to every copy, so the copies stay bit-identical. The gradient norm
+// counts the parameter once (members[0]).
+struct ParameterTie {
+  std::vector<ParamRef> members;  // sorted by layer; members[0] is the owner
+};
+
 class Model {
  public:
   Model() = default;
@@ -34,11 +50,20 @@ class Model {
   // shapes). Checkpoints store it to refuse loading into another model.
   std::string signature() const;
 
+  // Ties parameter `a_param` of layer `a` to `b_param` of layer `b` (names as in param_specs(),
+  // e.g. "weight"); throws ShapeError when a name is unknown, the shapes differ, or either is
+  // already tied.
+  void tie(int a, const std::string& a_param, int b, const std::string& b_param);
+  const std::vector<ParameterTie>& ties() const { return ties_; }
+  // The tie `ref` belongs to, or nullptr.
+  const ParameterTie* tie_of(const ParamRef& ref) const;
+
  private:
   Shape input_shape_;
   DType input_dtype_ = DType::f32;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::unique_ptr<Loss> loss_;
+  std::vector<ParameterTie> ties_;
 };
 
 // "{global_layer_index}.{layer_name}.{param}", e.g. "0.linear.weight": the name of a parameter

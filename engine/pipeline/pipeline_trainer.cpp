@@ -9,6 +9,8 @@
 
 #include "engine/core/error.h"
 #include "engine/data/batching.h"
+#include "engine/pipeline/remote_transfer.h"
+#include "engine/tied_gradients.h"
 
 namespace pt {
 
@@ -36,7 +38,11 @@ struct PipelineTrainer::StepData {
 class PipelineTrainer::DeviceExecutor {
  public:
   DeviceExecutor(PipelineTrainer& t, StepData& data, int device)
-      : t_(t), data_(data), device_(device), backend_(*t.devices_[static_cast<size_t>(device)]) {}
+      : t_(t),
+        data_(data),
+        device_(device),
+        backend_(*t.devices_[static_cast<size_t>(device)]),
+        reducer_(t.reducers_[static_cast<size_t>(device)].get()) {}
 
   void run(const std::vector<Action>& actions, std::vector<ExecutedAction>* trace) {
     for (size_t i = 0; i < actions.size(); ++i) {
@@ -49,6 +55,8 @@ class PipelineTrainer::DeviceExecutor {
       }
     }
     data_.position[static_cast<size_t>(device_)] = static_cast<int>(actions.size());
+    for (auto& p : pending_sends_) p->wait(fmt::format("the completion of device {}'s sends to other processes", device_));
+    pending_sends_.clear();
     if (!states_.empty())
       throw std::logic_error(fmt::format("device {} finished its actions with {} micro-batch states still "
                                          "held: the schedule is missing a backward", device_, states_.size()));
@@ -102,9 +110,21 @@ class PipelineTrainer::DeviceExecutor {
     return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(t_.config_.timeout_s));
   }
 
-  // Sends `value` to stage `to` (on another device): copy into that device's memory, then post.
+  Communicator& pipeline_group() const { return *t_.config_.parallel.pipeline_group; }
+  int tag(Direction dir, int receiving_stage, int microbatch) const {
+    return transfer_tag(dir == Direction::forward ? TransferKind::activation : TransferKind::gradient,
+                        receiving_stage, microbatch, t_.num_stages(), pipeline_group());
+  }
+
+  // Sends `value` to stage `to` (on another device): copy into that device's memory, then post;
+  // to another process: start the send and go on (it completes by the end of the list).
   void send(const Action& a, int to, Direction dir, const Tensor& value) {
     const int dst = stage(to).device;
+    if (!t_.local(dst)) {
+      backend_.synchronize();
+      pending_sends_.push_back(send_tensor(pipeline_group(), dst, tag(dir, to, a.microbatch), value));
+      return;
+    }
     Backend& dst_backend = *t_.devices_[static_cast<size_t>(dst)];
     Tensor copy = dst_backend.empty(value.shape(), value.dtype());
     if (value.bytes()) backend_.copy_to_peer(dst_backend, copy.data(), value.data(), value.bytes());
@@ -114,6 +134,12 @@ class PipelineTrainer::DeviceExecutor {
   }
 
   Tensor receive(const Action& a, Direction dir, int from) {
+    const int src = stage(from).device;
+    if (!t_.local(src))
+      return recv_tensor(pipeline_group(), backend_, src, tag(dir, a.stage, a.microbatch),
+                         fmt::format("action {} of device {} (the {} of micro-batch {} from stage {})", a.str(),
+                                     device_, dir == Direction::forward ? "activation" : "gradient", a.microbatch,
+                                     from));
     Tensor t = t_.mailboxes_[static_cast<size_t>(device_)]->take({a.stage, a.microbatch, dir}, deadline());
     if (!t.defined())
       fail_wait(a, fmt::format("{} of micro-batch {} from stage {} on device {}",
@@ -179,6 +205,7 @@ class PipelineTrainer::DeviceExecutor {
     if (!st.grad_output.defined())
       throw std::logic_error(fmt::format("{}: no output gradient (missing F or RECV_B?)", a.str()));
     Tensor dy = std::move(st.grad_output);
+    const bool final_wgrad = with_weights && is_final_weight_gradient(s);
     const auto segments = stage_segments(t_.config_.recompute, sg.first_layer, sg.last_layer, is_last(s));
     for (size_t k = segments.size(); k-- > 0;) {
       const Segment& seg = segments[k];
@@ -191,6 +218,7 @@ class PipelineTrainer::DeviceExecutor {
         if (with_weights) {
           layer.backward_weight(dy, c);
           c.clear();
+          if (final_wgrad && reducer_) reducer_->layer_done(s, l);
         } else {
           st.dy[static_cast<size_t>(l - sg.first_layer)] = std::move(dy);
         }
@@ -210,14 +238,22 @@ class PipelineTrainer::DeviceExecutor {
     State& st = state(s, m);
     if (!st.weights_pending) throw std::logic_error(fmt::format("{}: W without a preceding I", a.str()));
     const Stage& sg = stage(s);
+    const bool final_wgrad = is_final_weight_gradient(s);
     for (int l = sg.last_layer - 1; l >= sg.first_layer; --l) {
       LayerContext& c = st.ctx[static_cast<size_t>(l - sg.first_layer)];
       t_.model_->layer(l).backward_weight(st.dy[static_cast<size_t>(l - sg.first_layer)], c);
       c.clear();
+      if (final_wgrad && reducer_) reducer_->layer_done(s, l);
       st.dy[static_cast<size_t>(l - sg.first_layer)] = Tensor();
     }
     st.weights_pending = false;
     st.backward_done = true;
+  }
+
+  // True for the stage's last weight-gradient action (B or W) of the step: the gradients of the
+  // layers it finishes are final, and their buckets may be all-reduced.
+  bool is_final_weight_gradient(int s) {
+    return ++weight_gradient_actions_[s] == t_.config_.trainer.microbatches;
   }
 
   // Frees a (stage, micro-batch) as soon as nothing of it is needed any more.
@@ -264,6 +300,8 @@ class PipelineTrainer::DeviceExecutor {
         state(a.stage, a.microbatch).grad_output = receive(a, Direction::backward, a.stage + 1);
         break;
       case ActionType::REDUCE_GRAD:
+        if (reducer_) reducer_->flush(a.stage);
+        return;
       case ActionType::STEP:
         return;  // the optimizer step runs after the lists (see train_step)
     }
@@ -274,7 +312,10 @@ class PipelineTrainer::DeviceExecutor {
   StepData& data_;
   int device_;
   Backend& backend_;
+  GradientReducer* reducer_;  // null without data parallelism
   std::map<std::pair<int, int>, std::unique_ptr<State>> states_;
+  std::map<int, int> weight_gradient_actions_;  // per stage: B/W actions run so far this step
+  std::vector<std::unique_ptr<PendingSend>> pending_sends_;
 };
 
 }  // namespace pt
@@ -286,6 +327,7 @@ namespace pt {
 PipelineTrainer::PipelineTrainer(Model& model, std::vector<Backend*> devices, const PipelineConfig& config)
     : model_(&model), config_(config), devices_(std::move(devices)) {
   const sched::Schedule& sc = config_.schedule;
+  const ParallelContext& par = config_.parallel;
   if (static_cast<int>(devices_.size()) != sc.num_devices)
     throw UsageError(fmt::format("the schedule has {} devices but {} were given", sc.num_devices, devices_.size()));
   if (static_cast<int>(config_.layers_per_stage.size()) != sc.num_stages)
@@ -298,37 +340,90 @@ PipelineTrainer::PipelineTrainer(Model& model, std::vector<Backend*> devices, co
     throw UsageError(fmt::format("the schedule is for {} micro-batches but --microbatches is {}",
                                  config_.schedule.microbatches, config_.trainer.microbatches));
   if (!(config_.timeout_s > 0)) throw UsageError(fmt::format("--timeout {} must be > 0 seconds", config_.timeout_s));
+  if (par.replicas < 1 || par.replica < 0 || par.replica >= par.replicas)
+    throw UsageError(fmt::format("replica {} of {} does not exist", par.replica, par.replicas));
+  for (int d = 0; d < sc.num_devices; ++d) {
+    if (!local(d)) continue;
+    local_devices_.push_back(d);
+    if (par.pipeline_group && devices_[static_cast<size_t>(d)]->device().kind != DeviceKind::cpu)
+      throw UsageError(fmt::format("device {} ({}) exchanges with other processes through host memory, which only "
+                                   "CPU devices have; GPU pipelines across processes need the NCCL transport",
+                                   d, devices_[static_cast<size_t>(d)]->device().str()));
+    if (par.replicas > 1 && !par.data_parallel_group(d))
+      throw UsageError(fmt::format("replica {} of {} has no data-parallel group for device {}", par.replica,
+                                   par.replicas, d));
+  }
+  if (local_devices_.empty()) throw UsageError("none of the schedule's devices is held by this process");
+  if (static_cast<int>(local_devices_.size()) != sc.num_devices) {
+    if (!par.pipeline_group)
+      throw UsageError("some schedule devices are in other processes (nullptr) but no pipeline communicator was given");
+    if (par.pipeline_group->size() != sc.num_devices)
+      throw UsageError(fmt::format("the pipeline communicator has {} ranks but the schedule has {} devices",
+                                   par.pipeline_group->size(), sc.num_devices));
+  }
   int first = 0;
   for (int s = 0; s < sc.num_stages; ++s) {
     const int n = config_.layers_per_stage[static_cast<size_t>(s)];
     if (n < 1) throw UsageError(fmt::format("stage {} has {} layers; every stage needs at least one", s, n));
     Stage st{first, first + n, sc.device_of(s), nullptr, nullptr};
-    Backend& b = *devices_.at(static_cast<size_t>(st.device));
-    st.params = std::make_unique<StageParameters>(model, st.first_layer, st.last_layer, b, config_.trainer.seed);
-    st.optimizer = std::make_unique<Optimizer>(config_.trainer.optimizer, b, st.params->layout());
+    if (local(st.device)) {
+      Backend& b = *devices_[static_cast<size_t>(st.device)];
+      st.params = std::make_unique<StageParameters>(model, st.first_layer, st.last_layer, b, config_.trainer.seed);
+      st.optimizer = std::make_unique<Optimizer>(config_.trainer.optimizer, b, st.params->layout());
+    }
     stages_.push_back(std::move(st));
     first += n;
   }
-  workers_ = std::make_unique<DeviceWorkers>(devices_);
+  std::vector<Backend*> held;
+  for (int d : local_devices_) held.push_back(devices_[static_cast<size_t>(d)]);
+  workers_ = std::make_unique<DeviceWorkers>(held);
+  reducers_.resize(devices_.size());
   for (int d = 0; d < sc.num_devices; ++d) {
     // Room for every message a device can receive in one step: a valid schedule never blocks
     // a sender, while the bound still catches a runaway one.
     const size_t capacity = 2 * static_cast<size_t>(sc.num_stages) * static_cast<size_t>(sc.microbatches) + 2;
     mailboxes_.push_back(std::make_unique<Mailbox>(capacity, &workers_->abort_flag()));
+    Communicator* group = par.replicas > 1 && local(d) ? par.data_parallel_group(d) : nullptr;
+    if (!group) continue;
+    std::vector<std::pair<int, StageParameters*>> held_stages;
+    for (int s = 0; s < sc.num_stages; ++s)
+      if (stages_[static_cast<size_t>(s)].device == d) held_stages.emplace_back(s, stages_[static_cast<size_t>(s)].params.get());
+    reducers_[static_cast<size_t>(d)] = std::make_unique<GradientReducer>(*group, held_stages, par.bucket_bytes);
   }
 }
 
 PipelineTrainer::~PipelineTrainer() = default;
 
+const PipelineTrainer::Stage& PipelineTrainer::stage_of_layer(int layer) const {
+  for (const Stage& s : stages_)
+    if (layer >= s.first_layer && layer < s.last_layer) return s;
+  throw std::out_of_range(fmt::format("layer {} is in no stage", layer));
+}
+
+bool PipelineTrainer::holds_last_stage() const { return local(stages_.back().device); }
+
+std::vector<ReductionStats> PipelineTrainer::last_reduction_stats() const {
+  std::vector<ReductionStats> out;
+  for (const auto& r : reducers_)
+    if (r) out.push_back(r->last_stats());
+  return out;
+}
+
 std::vector<StageState> PipelineTrainer::stage_states() {
   std::vector<StageState> out;
-  for (Stage& s : stages_) out.push_back({s.params.get(), s.optimizer.get()});
+  for (Stage& s : stages_)
+    if (s.params) out.push_back({s.params.get(), s.optimizer.get()});
   return out;
 }
 
 std::string PipelineTrainer::grid(const StepData& data) const {
   std::string out = "where each device was (the action in [brackets] is the one it was executing):\n";
   for (int d = 0; d < config_.schedule.num_devices; ++d) {
+    if (!local(d)) {
+      out += fmt::format("  device {}: in another process (world rank {})\n", d,
+                         config_.parallel.pipeline_group->world_rank(d));
+      continue;
+    }
     const auto& actions = config_.schedule.actions[static_cast<size_t>(d)];
     const int pos = data.position[static_cast<size_t>(d)].load();
     out += fmt::format("  device {} ({}):", d, devices_[static_cast<size_t>(d)]->device().str());
@@ -344,18 +439,33 @@ StepStats PipelineTrainer::train_step(const Tensor& inputs, const Tensor& target
   const int64_t batch = inputs.shape()[0];
   if (targets.shape()[0] != batch)
     throw UsageError(fmt::format("a batch has {} inputs but {} targets", batch, targets.shape()[0]));
+  const ParallelContext& par = config_.parallel;
+  const int M = config_.trainer.microbatches;
+  const int64_t parts = static_cast<int64_t>(par.replicas) * M;
+  if (batch < parts)
+    throw UsageError(fmt::format("a batch of {} samples cannot feed {} replica(s) x {} micro-batches: every "
+                                 "micro-batch needs at least one sample; raise --batch to >= {}",
+                                 batch, par.replicas, M, parts));
   StepData data(devices_.size());
   data.inputs = inputs;
   data.targets = targets;
   data.global_batch = batch;
-  data.mb_size = split_sizes(batch, config_.trainer.microbatches);
-  data.mb_first.resize(data.mb_size.size());
-  std::exclusive_scan(data.mb_size.begin(), data.mb_size.end(), data.mb_first.begin(), int64_t{0});
+  // The batch is cut into R*M micro-batches; replica r trains on micro-batches r*M .. r*M+M-1,
+  // the same ones single-device accumulation over R*M micro-batches would see.
+  const std::vector<int64_t> all_sizes = split_sizes(batch, parts);
+  std::vector<int64_t> all_first(all_sizes.size());
+  std::exclusive_scan(all_sizes.begin(), all_sizes.end(), all_first.begin(), int64_t{0});
+  const auto mine = static_cast<ptrdiff_t>(par.replica) * M;
+  data.mb_size.assign(all_sizes.begin() + mine, all_sizes.begin() + mine + M);
+  data.mb_first.assign(all_first.begin() + mine, all_first.begin() + mine + M);
   data.info_base = StepInfo{config_.trainer.seed, step_, 0, true};
   data.start = Clock::now();
 
-  for (Stage& s : stages_) s.params->zero_grads();
-  for (auto* b : devices_) b->reset_peak();
+  for (Stage& s : stages_)
+    if (s.params) s.params->zero_grads();
+  for (int d : local_devices_) devices_[static_cast<size_t>(d)]->reset_peak();
+  for (auto& r : reducers_)
+    if (r) r->start_step();
   trace_.assign(devices_.size(), {});
   for (auto& mb : mailboxes_) mb->clear();
 
@@ -363,32 +473,38 @@ StepStats PipelineTrainer::train_step(const Tensor& inputs, const Tensor& target
     for (auto& mb : mailboxes_) mb->notify_all();
   };
   workers_->run_on_all(
-      [&](int d) {
+      [&](int i) {
+        const int d = local_devices_[static_cast<size_t>(i)];
         DeviceExecutor exec(*this, data, d);
         exec.run(config_.schedule.actions[static_cast<size_t>(d)],
                  config_.record_trace ? &trace_[static_cast<size_t>(d)] : nullptr);
+        if (auto& reducer = reducers_[static_cast<size_t>(d)]) reducer->finish();
         devices_[static_cast<size_t>(d)]->synchronize();
       },
       wake_all);
 
   StepStats stats;
   stats.samples = batch;
-  // The loss is computed on the devices of the last stage; add their shares in device order.
+  // The loss is computed on the device of the last stage; add the devices' shares in order.
   for (size_t d = 0; d < devices_.size(); ++d) stats.loss += data.loss[d];
   const int last_device = stages_.back().device;
   stats.correct = data.correct[static_cast<size_t>(last_device)];
-  peak_bytes_.clear();
-  for (auto* b : devices_) peak_bytes_.push_back(b->memory_stats().peak_bytes);
+  peak_bytes_.assign(devices_.size(), 0);
+  for (int d : local_devices_) peak_bytes_[static_cast<size_t>(d)] = devices_[static_cast<size_t>(d)]->memory_stats().peak_bytes;
 
-  std::vector<const StageParameters*> params;
-  for (const Stage& s : stages_) params.push_back(s.params.get());
-  stats.grad_norm = global_grad_norm(params);
+  std::vector<StageParameters*> held;
+  for (const Stage& s : stages_)
+    if (s.params) held.push_back(s.params.get());
+  sum_tied_gradients(*model_, held, par.pipeline_group, [this](int layer) { return stage_of_layer(layer).device; });
+  const std::vector<const StageParameters*> params(held.begin(), held.end());
+  stats.grad_norm = global_grad_norm(params, *model_, par.pipeline_group);
   stats.lr = config_.trainer.lr.at(step_);
   if (!std::isfinite(stats.grad_norm)) {
-    stats.skipped = true;
+    stats.skipped = true;  // every replica and stage sees the same norm, so all skip together
   } else {
     const float factor = clip_factor(stats.grad_norm, config_.trainer.clip_norm);
-    workers_->run_on_all([&](int d) {
+    workers_->run_on_all([&](int i) {
+      const int d = local_devices_[static_cast<size_t>(i)];
       for (Stage& s : stages_) {
         if (s.device != d) continue;
         Tensor g = s.params->grads_flat();
@@ -404,37 +520,64 @@ StepStats PipelineTrainer::train_step(const Tensor& inputs, const Tensor& target
 
 EvalStats PipelineTrainer::evaluate(const Tensor& inputs, const Tensor& targets, int64_t chunk) {
   const int64_t n = inputs.shape()[0];
+  const EvalShare share = evaluate_rows(inputs, targets, 0, n, n, chunk);
   EvalStats out;
   out.samples = n;
-  int64_t correct = 0;
+  out.loss = share.loss;
+  out.accuracy = share.correct < 0 ? -1.0 : static_cast<double>(share.correct) / static_cast<double>(n);
+  return out;
+}
+
+PipelineTrainer::EvalShare PipelineTrainer::evaluate_rows(const Tensor& inputs, const Tensor& targets,
+                                                          int64_t first_row, int64_t row_count, int64_t divisor,
+                                                          int64_t chunk) {
+  EvalShare out;
   const StepInfo info{config_.trainer.seed, step_, 0, false};
-  for (int64_t first = 0; first < n; first += chunk) {
-    const int64_t count = std::min(chunk, n - first);
-    Tensor x = upload_rows(*devices_[static_cast<size_t>(stages_.front().device)], inputs, first, count);
-    for (size_t k = 0; k < stages_.size(); ++k) {
-      const Stage& s = stages_[k];
-      Backend& b = *devices_[static_cast<size_t>(s.device)];
-      if (k > 0 && stages_[k - 1].device != s.device) {  // move the activation to this device
-        Backend& from = *devices_[static_cast<size_t>(stages_[k - 1].device)];
-        Tensor moved = b.empty(x.shape(), x.dtype());
-        from.copy_to_peer(b, moved.data(), x.data(), x.bytes());
-        from.synchronize();
-        x = moved;
+  Communicator* group = config_.parallel.pipeline_group;
+  const int S = num_stages();
+  int index = 0;
+  for (int64_t first = first_row; first < first_row + row_count; first += chunk, ++index) {
+    const int64_t count = std::min(chunk, first_row + row_count - first);
+    Tensor x;
+    for (int k = 0; k < S; ++k) {
+      const Stage& s = stages_[static_cast<size_t>(k)];
+      const bool here = local(s.device);
+      if (k == 0) {
+        if (here) x = upload_rows(*devices_[static_cast<size_t>(s.device)], inputs, first, count);
+      } else if (const int prev = stages_[static_cast<size_t>(k - 1)].device; prev != s.device) {
+        const std::string what = fmt::format("evaluation chunk {} from stage {} to stage {}", index, k - 1, k);
+        if (local(prev) && here) {  // move the activation to this device
+          Backend& from = *devices_[static_cast<size_t>(prev)];
+          Backend& to = *devices_[static_cast<size_t>(s.device)];
+          Tensor moved = to.empty(x.shape(), x.dtype());
+          from.copy_to_peer(to, moved.data(), x.data(), x.bytes());
+          from.synchronize();
+          x = moved;
+        } else if (local(prev)) {
+          devices_[static_cast<size_t>(prev)]->synchronize();
+          send_tensor(*group, s.device, transfer_tag(TransferKind::evaluation, k, index, S, *group), x)->wait(what);
+          x = Tensor();
+        } else if (here) {
+          x = recv_tensor(*group, *devices_[static_cast<size_t>(s.device)], prev,
+                          transfer_tag(TransferKind::evaluation, k, index, S, *group), what);
+        }
       }
+      if (!here) continue;
+      Backend& b = *devices_[static_cast<size_t>(s.device)];
       b.bind_current_thread();
       for (int l = s.first_layer; l < s.last_layer; ++l) {
         LayerContext ctx(b, info, static_cast<uint64_t>(l));
         x = model_->layer(l).forward(x, ctx);
       }
     }
+    if (!holds_last_stage()) continue;
     Backend& last = *devices_[static_cast<size_t>(stages_.back().device)];
     const Tensor target = upload_rows(last, targets, first, count);
     LayerContext loss_ctx(last, info, static_cast<uint64_t>(model_->num_layers()));
-    out.loss += model_->loss().forward(x, target, n, loss_ctx);
+    out.loss += model_->loss().forward(x, target, divisor, loss_ctx);
     const int64_t c = model_->loss().count_correct(x, target, last);
-    correct = c < 0 ? -1 : correct + c;
+    out.correct = c < 0 || out.correct < 0 ? -1 : out.correct + c;
   }
-  out.accuracy = correct < 0 ? -1.0 : static_cast<double>(correct) / static_cast<double>(n);
   return out;
 }
 

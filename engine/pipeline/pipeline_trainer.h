@@ -1,10 +1,16 @@
 #pragma once
-// Pipeline-parallel training in one process: the model's layers are split into stages
-// (contiguous layer ranges), each stage lives on one device, and one worker thread per device
-// executes that device's action list from the schedule — nothing else decides the order.
-// Transfers between devices copy into the receiving device's memory and go through its
-// mailbox. After the lists ran, the gradient norm is taken over all stages (global clipping and
-// the inf/NaN check) and every stage's optimizer steps on its own device.
+// Pipeline-parallel training: the model's layers are split into stages (contiguous layer
+// ranges), each stage lives on one device, and one worker thread per device executes that
+// device's action list from the schedule — nothing else decides the order. Transfers between
+// devices of this process copy into the receiving device's memory and go through its mailbox;
+// transfers to devices of other processes go through the pipeline communicator
+// (config.parallel). After the lists ran, the gradient norm is taken over all stages (global
+// clipping and the inf/NaN check) and every stage's optimizer steps on its own device.
+//
+// As one replica of R (config.parallel.replicas), it trains on its share of every global batch
+// (micro-batches r*M .. r*M+M-1 of the batch cut into R*M) and all-reduces each device's
+// gradients with the same device of the other replicas, in buckets that start while backward
+// still runs (engine/parallel/gradient_reducer.h). DataParallelTrainer drives the replicas.
 //
 // With a synchronous schedule this computes exactly single-device gradient accumulation over
 // the same micro-batches (Trainer): same per-layer calls, same dW accumulation order.
@@ -14,6 +20,8 @@
 
 #include "engine/pipeline/device_workers.h"
 #include "engine/pipeline/mailbox.h"
+#include "engine/parallel/gradient_reducer.h"
+#include "engine/parallel/parallel_context.h"
 #include "engine/pipeline/recompute.h"
 #include "engine/trainer.h"
 #include "schedule/schedule.h"
@@ -27,6 +35,7 @@ struct PipelineConfig {
   RecomputePolicy recompute;
   double timeout_s = 60;              // every wait for a peer gives up after this long
   bool record_trace = false;
+  ParallelContext parallel;           // replicas and other processes (default: none)
 };
 
 // One executed action, for traces and measured bubbles (times from the step's start).
@@ -37,7 +46,8 @@ struct ExecutedAction {
 
 class PipelineTrainer final : public TrainingEngine {
  public:
-  // devices[d] runs the actions of schedule device d.
+  // devices[d] runs the actions of schedule device d (nullptr: d runs in another process, see
+  // ParallelContext::pipeline_group).
   PipelineTrainer(Model& model, std::vector<Backend*> devices, const PipelineConfig& config);
   ~PipelineTrainer() override;
 
@@ -54,8 +64,20 @@ class PipelineTrainer final : public TrainingEngine {
   const PipelineConfig& config() const { return config_; }
   // Actions executed in the last step, per device (when record_trace).
   const std::vector<std::vector<ExecutedAction>>& last_trace() const { return trace_; }
-  // Peak bytes of each device during the last step.
+  // Peak bytes of each device during the last step (0 for devices of other processes).
   std::vector<size_t> last_peak_bytes() const { return peak_bytes_; }
+  // Whether this process computes the loss (holds the last stage).
+  bool holds_last_stage() const;
+  // The gradient reduction of each device held here in the last step (data parallelism).
+  std::vector<ReductionStats> last_reduction_stats() const;
+  // The evaluation of rows [first, first + count), the loss divided by `divisor` (so shards
+  // evaluated by several replicas add up); correct = -1 when the loss does not classify.
+  struct EvalShare {
+    double loss = 0;
+    int64_t correct = 0;
+  };
+  EvalShare evaluate_rows(const Tensor& inputs, const Tensor& targets, int64_t first, int64_t count,
+                          int64_t divisor, int64_t chunk);
 
  private:
   struct Stage {
@@ -68,10 +90,15 @@ class PipelineTrainer final : public TrainingEngine {
   // Every device's action list with the action it was executing marked (for error messages).
   std::string grid(const StepData& data) const;
 
+  const Stage& stage_of_layer(int layer) const;
+  bool local(int device) const { return devices_[static_cast<size_t>(device)] != nullptr; }
+
   Model* model_;
   PipelineConfig config_;
-  std::vector<Backend*> devices_;
+  std::vector<Backend*> devices_;   // per schedule device; nullptr when in another process
+  std::vector<int> local_devices_;  // the schedule devices held here (worker i runs local_devices_[i])
   std::vector<Stage> stages_;
+  std::vector<std::unique_ptr<GradientReducer>> reducers_;  // per schedule device (data parallelism)
   std::vector<std::unique_ptr<Mailbox>> mailboxes_;  // per device
   std::unique_ptr<DeviceWorkers> workers_;
   std::vector<std::vector<ExecutedAction>> trace_;

@@ -57,6 +57,10 @@ PipelinePlan make_plan(const Model& model, const PlanRequest& r, Backend* profil
     return std::any_of(list.begin(), list.end(), [](const sched::Action& a) { return sched::is_communication(a.type); });
   });
   plan.schedule = lowered ? compute : sched::add_communication(compute);
+  const bool has_reduce = std::any_of(plan.schedule.actions.begin(), plan.schedule.actions.end(), [](const auto& list) {
+    return std::any_of(list.begin(), list.end(), [](const sched::Action& a) { return a.type == sched::ActionType::REDUCE_GRAD; });
+  });
+  if (r.data_parallel && !has_reduce) plan.schedule = sched::add_grad_reduction(plan.schedule);
   const sched::Validation v = sched::validate(plan.schedule);
   if (!v.ok()) throw UsageError(fmt::format("the schedule '{}' is not valid:\n{}", r.schedule, v.report));
 

@@ -23,6 +23,7 @@ struct PlanRequest {
   std::string costs = "estimate";  // estimate | profile
   int optimizer_slots = 1;         // SGD momentum 1, AdamW 2
   double transfer_bytes_per_second = 30e9;  // for the simulated SEND/RECV times
+  bool data_parallel = false;      // --dp > 1: add REDUCE_GRAD after each stage's last backward
 };
 
 struct PipelinePlan {

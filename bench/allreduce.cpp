@@ -1,0 +1,183 @@
+// bench/allreduce: all-reduce bandwidth of the communicators, next to the machine's memcpy
+// bandwidth measured in the same run (what a shared-memory all-reduce can at best approach).
+// Prints JSON lines (world rank 0 only):
+//
+//   {"bench":"memcpy", "bytes", "gbps"}                      best of N memcpy of `bytes`
+//   {"bench":"allreduce", "impl":"mpi"|"in_process", "ranks":R, "bytes", "time_us",
+//    "algbw_gbps", "busbw_gbps", "wrong"}                    one line per (impl, size)
+//       algbw = bytes / time; busbw = algbw * 2(R-1)/R (nccl-tests' all-reduce bus bandwidth:
+//       the bytes each rank must send and receive, comparable across R); GB/s = 1e9 bytes/s
+//       wrong = elements that differed from the expected sum in the verification call
+//
+// Timing follows nccl-tests: verify once, warm up once, then N timed calls, each started after a
+// barrier; a call's time is the slowest rank's, the reported time the best call's. f32 sums.
+// The in-process group (R = 2 threads) always runs; MPI (R = world size) runs under mpirun.
+// Exits 3 when a verification failed, 2 on bad flags, 1 on any other failure.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "engine/comm/in_process.h"
+#include "engine/comm/mpi.h"
+#include "engine/metrics.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Fields = std::vector<std::pair<std::string, pt::MetricValue>>;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+struct Result {
+  double seconds = 0;  // best call, slowest rank
+  int64_t wrong = 0;
+};
+
+// One size on one communicator; every rank of `c` calls it.
+Result time_all_reduce(pt::Communicator& c, size_t bytes, int reps) {
+  const int64_t n = static_cast<int64_t>(bytes / sizeof(float));
+  std::vector<float> data(n, static_cast<float>(c.rank() + 1));
+  c.all_reduce(data.data(), n, pt::ElemType::f32, pt::ReduceOp::sum, "verify");
+  const float want = static_cast<float>(c.size() * (c.size() + 1) / 2);
+  Result result;
+  for (float v : data) result.wrong += v != want;
+  std::fill(data.begin(), data.end(), 0.0f);  // zeros stay zeros: no overflow to inf while timing
+  c.all_reduce(data.data(), n, pt::ElemType::f32, pt::ReduceOp::sum, "warm-up");
+  std::vector<double> mine(reps);
+  for (int i = 0; i < reps; ++i) {
+    c.barrier("start");
+    const auto t0 = Clock::now();
+    c.all_reduce(data.data(), n, pt::ElemType::f32, pt::ReduceOp::sum, "timed");
+    mine[i] = seconds_since(t0);
+  }
+  std::vector<double> all(static_cast<size_t>(reps) * c.size());
+  c.all_gather(mine.data(), all.data(), mine.size() * sizeof(double), "times");
+  result.seconds = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    double slowest = 0;
+    for (int r = 0; r < c.size(); ++r) slowest = std::max(slowest, all[r * reps + i]);
+    result.seconds = std::min(result.seconds, slowest);
+  }
+  int64_t wrong = result.wrong;
+  c.all_reduce(&wrong, 1, pt::ElemType::i64, pt::ReduceOp::sum, "wrong");
+  result.wrong = wrong;
+  return result;
+}
+
+int reps_for(size_t bytes, bool quick) {
+  if (quick) return 3;
+  return static_cast<int>(std::clamp<size_t>((size_t{1} << 30) / bytes, 3, 50));  // ~1 GiB per size
+}
+
+void emit(const std::string& impl, int ranks, size_t bytes, const Result& r) {
+  const double algbw = static_cast<double>(bytes) / r.seconds / 1e9;
+  fmt::print("{}\n", pt::json_line(Fields{
+                         {"bench", std::string("allreduce")},
+                         {"impl", impl},
+                         {"ranks", int64_t{ranks}},
+                         {"bytes", static_cast<int64_t>(bytes)},
+                         {"time_us", r.seconds * 1e6},
+                         {"algbw_gbps", algbw},
+                         {"busbw_gbps", algbw * 2.0 * (ranks - 1) / ranks},
+                         {"wrong", r.wrong},
+                     }));
+  std::fflush(stdout);
+}
+
+// memcpy of `bytes` between two buffers, best of 5, in GB/s of bytes copied.
+double memcpy_gbps(size_t bytes) {
+  std::vector<char> a(bytes, 1), b(bytes, 0);
+  double best = 1e30;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = Clock::now();
+    std::memcpy(b.data(), a.data(), bytes);
+    best = std::min(best, seconds_since(t0));
+  }
+  if (b[bytes / 2] != 1) std::abort();  // keeps the copy observable
+  return static_cast<double>(bytes) / best / 1e9;
+}
+
+int64_t in_process_bench(const std::vector<size_t>& sizes, bool quick, double timeout_s) {
+  constexpr int R = 2;
+  auto group = pt::make_in_process_group(R, timeout_s, "bench");
+  int64_t wrong = 0;
+  for (size_t bytes : sizes) {
+    std::vector<Result> results(R);
+    std::vector<std::exception_ptr> errors(R);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < R; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          results[r] = time_all_reduce(*group[r], bytes, reps_for(bytes, quick));
+        } catch (...) {
+          errors[r] = std::current_exception();
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (const auto& e : errors)
+      if (e) std::rethrow_exception(e);
+    emit("in_process", R, bytes, results[0]);
+    wrong += results[0].wrong;
+  }
+  return wrong;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"all-reduce bandwidth of the in-process and MPI communicators"};
+  double max_mb = 256;
+  bool quick = false;
+  double timeout_s = 300;
+  app.add_option("--max-mb", max_mb, "largest all-reduce, MiB (sizes are 1 KiB * 4^k)")->check(CLI::PositiveNumber);
+  app.add_flag("--quick", quick, "sizes up to 1 MiB, 3 timed calls each (a smoke run)");
+  app.add_option("--timeout", timeout_s, "communicator timeout, seconds")->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+
+  const size_t max_bytes = quick ? std::min<size_t>(size_t{1} << 20, static_cast<size_t>(max_mb * (1 << 20)))
+                                 : static_cast<size_t>(max_mb * (1 << 20));
+  std::vector<size_t> sizes;
+  for (size_t b = 1024; b <= max_bytes; b *= 4) sizes.push_back(b);
+
+  std::unique_ptr<pt::MpiRuntime> mpi;
+  try {
+    if (pt::launched_by_mpi()) mpi = std::make_unique<pt::MpiRuntime>();
+    const bool printer = !mpi || mpi->world_rank() == 0;
+    int64_t wrong = 0;
+    std::unique_ptr<pt::Communicator> world = mpi ? pt::mpi_world(timeout_s) : nullptr;
+    if (world) {
+      for (size_t bytes : sizes) {
+        const Result r = time_all_reduce(*world, bytes, reps_for(bytes, quick));
+        if (printer) emit("mpi", world->size(), bytes, r);
+        wrong += r.wrong;
+      }
+    }
+    // Rank 0 alone from here; the other ranks wait (sleeping between polls) in the barrier.
+    if (printer) {
+      const size_t copy_bytes = std::max<size_t>(sizes.empty() ? 1024 : sizes.back(), size_t{1} << 20);
+      fmt::print("{}\n", pt::json_line(Fields{{"bench", std::string("memcpy")},
+                                              {"bytes", static_cast<int64_t>(copy_bytes)},
+                                              {"gbps", memcpy_gbps(copy_bytes)}}));
+      wrong += in_process_bench(sizes, quick, timeout_s);
+    }
+    if (world) world->barrier("end");
+    world.reset();
+    mpi.reset();
+    return wrong ? 3 : 0;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "pipetrain-bench-allreduce: {}\n", e.what());
+    if (mpi) pt::MpiRuntime::abort(1);
+    return 1;
+  }
+}

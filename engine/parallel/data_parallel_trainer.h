@@ -1,0 +1,67 @@
+#pragma once
+// Data parallelism over pipeline replicas. Each replica is a PipelineTrainer with its own Model
+// instance and devices, training on its share of every global batch; gradients are all-reduced
+// between replicas per device (inside the replicas, overlapped with backward). This class runs
+// the replicas this process holds side by side and combines what they report: the loss and
+// accuracy are summed over replicas (each share is already divided by the global batch), and,
+// when other processes hold replicas or stages, over the world communicator — so every process
+// reports the same numbers once. No device gathers anyone's outputs: each replica computes its
+// own loss (unlike PyTorch's DataParallel).
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "engine/comm/communicator.h"
+#include "engine/pipeline/pipeline_trainer.h"
+
+namespace pt {
+
+class DataParallelTrainer final : public TrainingEngine {
+ public:
+  // Everything a run with R replicas needs, owned in one place: the models (one per replica
+  // held here), the communicators, and the replicas (destroyed first).
+  struct Parts {
+    std::vector<std::unique_ptr<Model>> models;
+    std::vector<std::unique_ptr<Communicator>> communicators;
+    std::vector<std::unique_ptr<PipelineTrainer>> replicas;  // each with parallel.replica set
+    Communicator* world = nullptr;  // nullable: set when other processes take part
+  };
+  explicit DataParallelTrainer(Parts parts);
+  ~DataParallelTrainer() override;
+
+  StepStats train_step(const Tensor& inputs, const Tensor& targets) override;
+  // Each replica evaluates its shard of the rows; the results are added up.
+  EvalStats evaluate(const Tensor& inputs, const Tensor& targets, int64_t chunk = 1000) override;
+  Model& model() const override { return replica(0).model(); }
+  uint64_t seed() const override { return replica(0).seed(); }
+  int64_t step() const override { return replica(0).step(); }
+  void set_step(int64_t step) override;
+  // Replica 0's stages (the replicas hold the same values).
+  std::vector<StageState> stage_states() override { return replica(0).stage_states(); }
+
+  int local_replicas() const { return static_cast<int>(parts_.replicas.size()); }
+  PipelineTrainer& replica(int i) const { return *parts_.replicas[static_cast<size_t>(i)]; }
+
+ private:
+  // Runs job(i) for every replica held here at once (replica 0 on the calling thread), then
+  // rethrows the first failure.
+  void on_all_replicas(const std::function<void(int)>& job);
+
+  Parts parts_;
+};
+
+// R replicas in this process: devices[r * D + d] is schedule device d of replica r. Each replica
+// gets its own model from make_model(); for each device, its R copies form an in-process
+// data-parallel group. `config.parallel` supplies bucket_bytes; the rest is filled in here.
+std::unique_ptr<DataParallelTrainer> make_local_data_parallel(const std::function<Model()>& make_model,
+                                                              const std::vector<Backend*>& devices,
+                                                              const PipelineConfig& config, int replicas);
+
+// One process of a multi-process run (mpirun / srun): world rank = replica * D + device, where
+// D = config.schedule.num_devices; this process holds one device. Creates the pipeline and
+// data-parallel communicators eagerly (collective over `world`: every rank must call this).
+std::unique_ptr<DataParallelTrainer> make_process_data_parallel(const std::function<Model()>& make_model,
+                                                                Backend& device, const PipelineConfig& config,
+                                                                Communicator& world, int replicas);
+
+}  // namespace pt

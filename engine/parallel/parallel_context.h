@@ -1,0 +1,31 @@
+#pragma once
+// How one PipelineTrainer fits into a larger run: which data-parallel replica it is, which
+// communicators reach the stages and replicas that live elsewhere (other threads of this
+// process, or other processes). The defaults describe a plain single-process pipeline.
+#include <cstddef>
+#include <vector>
+
+#include "engine/comm/communicator.h"
+
+namespace pt {
+
+struct ParallelContext {
+  int replicas = 1;  // R: pipeline replicas training on shards of every global batch
+  int replica = 0;   // this one, in [0, R)
+  // Set when some schedule devices run in other processes: group rank d is schedule device d,
+  // and the devices this process does not hold are passed as nullptr.
+  Communicator* pipeline_group = nullptr;
+  // Per schedule device held here: its data-parallel group (the same device of every replica,
+  // group rank = replica). Empty, or nullptr entries, when R == 1.
+  std::vector<Communicator*> data_parallel_groups;
+  // Gradients are all-reduced in buckets of at least this many bytes (--bucket-mb), launched as
+  // soon as backward has finished every layer of a bucket.
+  size_t bucket_bytes = size_t{25} << 20;
+
+  Communicator* data_parallel_group(int device) const {
+    const auto d = static_cast<size_t>(device);
+    return d < data_parallel_groups.size() ? data_parallel_groups[d] : nullptr;
+  }
+};
+
+}  // namespace pt

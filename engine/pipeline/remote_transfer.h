@@ -1,0 +1,35 @@
+#pragma once
+// Pipeline tensors between processes: a fixed-size header (dtype, rank, dims) and then the
+// payload, both with one tag, so shapes travel with the data (a smaller last micro-batch, or a
+// batch of shorter sequences, needs no agreement beforehand). Sends never block: the caller
+// keeps the PendingSend until it completed.
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "engine/comm/communicator.h"
+#include "engine/core/backend.h"
+
+namespace pt {
+
+enum class TransferKind : int { activation = 0, gradient = 1, evaluation = 2, tied_gradient = 3 };
+constexpr int kTransferKinds = 4;
+
+struct PendingSend {
+  std::array<int64_t, 8> header{};  // dtype, rank, dims (must outlive the request)
+  Tensor keep;                      // the payload (must outlive the request)
+  std::unique_ptr<CommRequest> header_request, payload_request;
+  void wait(std::string_view what);
+};
+
+// The tag of a transfer to `stage` (the receiving stage) for micro-batch (or evaluation chunk)
+// `index`; throws UsageError when it exceeds the communicator's largest tag.
+int transfer_tag(TransferKind kind, int stage, int index, int num_stages, const Communicator& comm);
+
+// `value` must be in host-addressable memory (the CPU backend's; a GPU backend stages first).
+std::unique_ptr<PendingSend> send_tensor(Communicator& comm, int dst, int tag, Tensor value);
+// Receives into new memory of `backend`; throws TimeoutError (from the communicator) naming `what`.
+Tensor recv_tensor(Communicator& comm, Backend& backend, int src, int tag, std::string_view what);
+
+}  // namespace pt

@@ -1,0 +1,181 @@
+// Two things a pipeline must get right beyond plain stages:
+// - tied parameters (Model::tie): each stage holding a copy sums the copies' gradients before
+//   the step; the copies stay bit-identical and equal single-device training, for every schedule;
+// - stages in other processes: the same runtime with some devices held elsewhere, reached
+//   through a pipeline communicator. Here the "processes" are threads with an in-process
+//   communicator, so the multi-process code path (remote transfers, the gradient-norm and tied
+//   gradient exchanges, evaluation across processes) runs in every test build, TSan included.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <functional>
+#include <map>
+#include <thread>
+
+#include "engine/comm/in_process.h"
+#include "engine/core/error.h"
+#include "engine/data/batching.h"
+#include "engine/pipeline/pipeline_trainer.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "layers/zoo.h"
+#include "schedule/generators.h"
+#include "schedule/lowering.h"
+#include "schedule/validate.h"
+#include "../engine/synthetic.h"
+
+using namespace pt;
+
+namespace {
+
+constexpr int kSteps = 2;
+
+// deep_mlp(3, 32): flatten, linear(32), relu, linear(32), relu, linear(32), relu, linear(10);
+// the second and third linears (layers 3 and 5) both have a (32, 32) weight: tie them.
+Model tied_mlp() {
+  Model m = deep_mlp(3, 32, {1, 4, 4});
+  m.tie(3, "weight", 5, "weight");
+  return m;
+}
+
+TrainerConfig trainer_config(int M) {
+  TrainerConfig c;
+  c.microbatches = M;
+  c.seed = 11;
+  c.optimizer.kind = "adamw";
+  c.optimizer.lr = 0.01f;
+  c.lr = {LrSchedule::Kind::constant, 0.01f, 0, 0, 0.f};
+  c.clip_norm = 0.5f;
+  return c;
+}
+
+struct Data {
+  Dataset set;
+  Tensor x, y;
+  explicit Data(int64_t batch) : set(test::synthetic_dataset(batch, Shape{1, 4, 4}, 10, 6)) {
+    x = Tensor::borrow(set.inputs.data(), Shape{batch, 1, 4, 4});
+    y = Tensor::borrow(set.labels.data(), Shape{batch}, DType::i32);
+  }
+};
+
+// name -> values, over every stage held.
+std::map<std::string, std::vector<float>> params_by_name(const std::vector<StageState>& stages) {
+  std::map<std::string, std::vector<float>> out;
+  for (const StageState& s : stages)
+    for (size_t i = 0; i < s.params->entries().size(); ++i) {
+      const Tensor t = s.params->param(i);
+      out[s.params->entries()[i].name].assign(t.f32(), t.f32() + t.numel());
+    }
+  return out;
+}
+
+PipelineConfig config(const Model& m, const std::string& schedule, int D, int M) {
+  PipelineConfig pc;
+  pc.trainer = trainer_config(M);
+  pc.schedule = sched::add_communication(sched::generate(schedule, D, M));
+  sched::require_valid(pc.schedule);
+  const auto sizes = split_sizes(m.num_layers(), pc.schedule.num_stages);
+  pc.layers_per_stage.assign(sizes.begin(), sizes.end());
+  pc.timeout_s = 20;
+  return pc;
+}
+
+}  // namespace
+
+TEST_CASE("tied parameters: copies start equal, stay bit-identical, and match single-device training") {
+  const Data data(12);
+  for (int M : {1, 3}) {
+    auto backend = make_cpu_backend(0, 1);
+    Model ref_model = tied_mlp();
+    Trainer ref(ref_model, *backend, trainer_config(M));
+    auto before = params_by_name(ref.stage_states());
+    CHECK(before.at("3.linear.weight") == before.at("5.linear.weight"));
+    for (int k = 0; k < kSteps; ++k) ref.train_step(data.x, data.y);
+    const auto want = params_by_name(ref.stage_states());
+    CHECK(want.at("3.linear.weight") == want.at("5.linear.weight"));
+    CHECK(want.at("3.linear.weight") != before.at("3.linear.weight"));
+
+    for (const std::string schedule : {"gpipe", "1f1b", "zb-h1", "interleaved:2"})
+      for (int D : {2, 3, 4}) {
+        if (schedule == "interleaved:2" && (M % D != 0 || 2 * D > 8)) continue;
+        CAPTURE(schedule);
+        CAPTURE(D);
+        CAPTURE(M);
+        std::vector<std::unique_ptr<Backend>> owned;
+        std::vector<Backend*> devices;
+        for (int d = 0; d < D; ++d) {
+          owned.push_back(make_cpu_backend(d, 1));
+          devices.push_back(owned.back().get());
+        }
+        Model m = tied_mlp();
+        PipelineTrainer t(m, devices, config(m, schedule, D, M));
+        for (int k = 0; k < kSteps; ++k) t.train_step(data.x, data.y);
+        CHECK(params_by_name(t.stage_states()) == want);  // bit for bit, both copies included
+      }
+  }
+}
+
+TEST_CASE("tying refuses what cannot be one parameter") {
+  Model m = deep_mlp(3, 32, {1, 4, 4});
+  CHECK_THROWS_WITH_AS(m.tie(1, "weight", 3, "weight"), doctest::Contains("has shape (32, 16) but 3.weight has (32, 32)"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(m.tie(3, "gamma", 5, "weight"), doctest::Contains("has no parameter 'gamma'"), ShapeError);
+  CHECK_THROWS_WITH_AS(m.tie(3, "weight", 3, "weight"), doctest::Contains("itself"), ShapeError);
+  m.tie(3, "weight", 5, "weight");
+  CHECK_THROWS_WITH_AS(m.tie(5, "weight", 3, "weight"), doctest::Contains("already tied"), ShapeError);
+  CHECK(m.signature() != deep_mlp(3, 32, {1, 4, 4}).signature());  // checkpoints tell them apart
+}
+
+TEST_CASE("stages in other processes (in-process communicator): same bits as one process") {
+  const Data data(12);
+  for (const auto& [schedule, D, M] : {std::tuple{std::string("1f1b"), 2, 3}, std::tuple{std::string("zb-h1"), 3, 2},
+                                       std::tuple{std::string("interleaved:2"), 2, 2}}) {
+    CAPTURE(schedule);
+    // Reference: the whole pipeline in one process.
+    std::vector<std::unique_ptr<Backend>> owned;
+    std::vector<Backend*> devices;
+    for (int d = 0; d < D; ++d) {
+      owned.push_back(make_cpu_backend(d, 1));
+      devices.push_back(owned.back().get());
+    }
+    Model one = tied_mlp();
+    PipelineTrainer whole(one, devices, config(one, schedule, D, M));
+    std::vector<StepStats> want_stats;
+    for (int k = 0; k < kSteps; ++k) want_stats.push_back(whole.train_step(data.x, data.y));
+    const EvalStats want_eval = whole.evaluate(data.x, data.y, 5);
+    const auto want = params_by_name(whole.stage_states());
+
+    // D "processes", each holding one device.
+    auto group = make_in_process_group(D, 20, "pipeline");
+    std::vector<Model> models;
+    for (int d = 0; d < D; ++d) models.push_back(tied_mlp());
+    std::vector<std::unique_ptr<PipelineTrainer>> parts;
+    for (int d = 0; d < D; ++d) {
+      PipelineConfig pc = config(models[static_cast<size_t>(d)], schedule, D, M);
+      pc.parallel.pipeline_group = group[static_cast<size_t>(d)].get();
+      std::vector<Backend*> mine(static_cast<size_t>(D), nullptr);
+      mine[static_cast<size_t>(d)] = devices[static_cast<size_t>(d)];
+      parts.push_back(std::make_unique<PipelineTrainer>(models[static_cast<size_t>(d)], mine, pc));
+    }
+    std::vector<std::vector<StepStats>> stats(static_cast<size_t>(D));
+    std::vector<PipelineTrainer::EvalShare> evals(static_cast<size_t>(D));
+    std::vector<std::thread> threads;
+    for (int d = 0; d < D; ++d)
+      threads.emplace_back([&, d] {
+        for (int k = 0; k < kSteps; ++k) stats[static_cast<size_t>(d)].push_back(parts[static_cast<size_t>(d)]->train_step(data.x, data.y));
+        evals[static_cast<size_t>(d)] = parts[static_cast<size_t>(d)]->evaluate_rows(data.x, data.y, 0, 12, 12, 5);
+      });
+    for (auto& t : threads) t.join();
+    std::map<std::string, std::vector<float>> got;
+    for (auto& p : parts)
+      for (auto& [name, values] : params_by_name(p->stage_states())) got[name] = values;
+    CHECK(got == want);
+    for (int d = 0; d < D; ++d)
+      for (int k = 0; k < kSteps; ++k)  // every process sees the same global norm
+        CHECK(stats[static_cast<size_t>(d)][static_cast<size_t>(k)].grad_norm == want_stats[static_cast<size_t>(k)].grad_norm);
+    const PipelineTrainer& last = *parts.back();
+    CHECK(last.holds_last_stage());
+    CHECK(stats.back()[1].loss == want_stats[1].loss);  // the loss is computed where the last stage is
+    CHECK(evals.back().loss == want_eval.loss);
+    CHECK(static_cast<double>(evals.back().correct) / 12.0 == want_eval.accuracy);
+  }
+}
