@@ -39,7 +39,11 @@ StepStats Trainer::train_step(const Tensor& inputs, const Tensor& targets) {
     StepInfo info{config_.seed, step_, static_cast<int>(m), true};
     std::vector<LayerContext> ctx;
     ctx.reserve(static_cast<size_t>(L) + 1);
-    for (int l = 0; l <= L; ++l) ctx.emplace_back(*backend_, info, static_cast<uint64_t>(l));
+    SkipBoard skips;
+    for (int l = 0; l <= L; ++l) {
+      ctx.emplace_back(*backend_, info, static_cast<uint64_t>(l));
+      ctx.back().set_skips(&skips);
+    }
 
     // ---- forward ----
     Tensor x = upload_rows(*backend_, inputs, first, sizes[m]);
@@ -90,8 +94,10 @@ EvalStats Trainer::evaluate(const Tensor& inputs, const Tensor& targets, int64_t
     const int64_t count = std::min(chunk, n - first);
     Tensor x = upload_rows(*backend_, inputs, first, count);
     const Tensor target = upload_rows(*backend_, targets, first, count);
+    SkipBoard skips;
     for (int l = 0; l < L; ++l) {
       LayerContext ctx(*backend_, info, static_cast<uint64_t>(l));
+      ctx.set_skips(&skips);
       x = model_->layer(l).forward(x, ctx);
     }
     LayerContext loss_ctx(*backend_, info, static_cast<uint64_t>(L));

@@ -72,6 +72,27 @@ ModelBuilder& ModelBuilder::avg_pool(int64_t kernel, int64_t stride, int64_t pad
   return emplace<AvgPool2d>("avg_pool", kernel, stride, padding);
 }
 
+ModelBuilder& ModelBuilder::save(const std::string& skip_name) {
+  if (saved_.count(skip_name))
+    throw ShapeError(fmt::format("layer {} (save): a skip named '{}' was already saved; give each skip its own name",
+                                 index_offset_ + num_layers(), skip_name));
+  saved_[skip_name] = shape_;
+  return emplace<SaveActivation>("save", skip_name);
+}
+
+ModelBuilder& ModelBuilder::add_saved(const std::string& skip_name) {
+  const auto it = saved_.find(skip_name);
+  if (it == saved_.end())
+    throw ShapeError(fmt::format("layer {} (add_saved): no skip named '{}' was saved before; call .save(\"{}\") "
+                                 "earlier in the model", index_offset_ + num_layers(), skip_name, skip_name));
+  if (it->second != shape_)
+    throw ShapeError(fmt::format("layer {} (add_saved '{}'): the saved activation is {} but the current one is {}; "
+                                 "add it where the shapes match", index_offset_ + num_layers(), skip_name,
+                                 it->second.str(), shape_.str()));
+  saved_.erase(it);
+  return emplace<AddSaved>("add_saved", skip_name);
+}
+
 ModelBuilder& ModelBuilder::residual(const std::function<void(ModelBuilder&)>& body) {
   ModelBuilder inner(shape_, dtype_);
   inner.index_offset_ = index_offset_ + num_layers();
@@ -108,6 +129,9 @@ ModelBuilder& ModelBuilder::mse() {
 Model ModelBuilder::build() {
   if (layers_.empty()) throw ShapeError("build(): the model has no layers");
   if (!loss_) throw ShapeError("build(): no loss chosen; end with .cross_entropy() or .mse()");
+  if (!saved_.empty())
+    throw ShapeError(fmt::format("build(): the skip '{}' is saved but never added; add .add_saved(\"{}\") or drop "
+                                 "the .save()", saved_.begin()->first, saved_.begin()->first));
   return Model(input_shape_, input_dtype_, std::move(layers_), std::move(loss_));
 }
 

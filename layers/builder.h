@@ -10,6 +10,7 @@
 // Each call creates the next layer for the current per-sample shape, so a mismatch is reported
 // at the call that causes it, with the layer's index, name, and the expected and actual shapes.
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +40,11 @@ class ModelBuilder {
   // y = x + body(x); `body` builds the sub-sequence starting from the current shape and must
   // end at the same shape.
   ModelBuilder& residual(const std::function<void(ModelBuilder&)>& body);
+  // A skip connection across any number of layers: save("x") marks the current activation,
+  // a later add_saved("x") adds it to the activation there (the shapes must match). Pipelines
+  // send it straight from the saving stage to the adding one.
+  ModelBuilder& save(const std::string& skip_name);
+  ModelBuilder& add_saved(const std::string& skip_name);
   // Any layer built for the current shape (its input shape must equal current_shape()).
   ModelBuilder& add(std::unique_ptr<Layer> layer);
   // Names the most recently added layer (names appear in summaries and checkpoints).
@@ -66,6 +72,7 @@ class ModelBuilder {
   std::vector<std::unique_ptr<Layer>> layers_;
   std::unique_ptr<Loss> loss_;
   int index_offset_ = 0;  // position of this builder's first layer in the whole model
+  std::map<std::string, Shape> saved_;  // skips saved so far, with their shapes
 };
 
 }  // namespace pt

@@ -17,8 +17,18 @@ size_t LayerContext::saved_bytes() const {
 
 LayerContext& LayerContext::child(size_t i) {
   if (children_.size() <= i) children_.resize(i + 1);
-  if (!children_[i]) children_[i] = std::make_unique<LayerContext>(*backend_, *info_, hash_keys(key_, i + 1));
+  if (!children_[i]) {
+    children_[i] = std::make_unique<LayerContext>(*backend_, *info_, hash_keys(key_, i + 1));
+    children_[i]->set_skips(skips_);
+  }
   return *children_[i];
+}
+
+SkipBoard& LayerContext::skips() const {
+  if (!skips_)
+    throw std::logic_error("a skip layer (save / add_saved) ran without a skip board: run it inside a Model "
+                           "through a trainer, which gives every micro-batch one");
+  return *skips_;
 }
 
 void LayerContext::clear() {

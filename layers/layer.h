@@ -10,6 +10,7 @@
 // context, which the caller owns: it may keep several micro-batches in flight, clear one as soon
 // as its backward is done, or clear it and run forward again (recomputation).
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -29,6 +30,15 @@ struct StepInfo {
   bool training = true;  // false: evaluation (dropout is the identity, nothing needs saving)
 };
 
+// Activations that skip ahead (builder .save("x") ... .add_saved("x")) and their gradients, for
+// one micro-batch. SaveActivation puts x here in forward and takes its gradient in backward;
+// AddSaved takes x in forward and puts its gradient. A pipeline moves entries between stages
+// directly from the producing stage to the consuming one (and the gradient back).
+struct SkipBoard {
+  std::map<std::string, Tensor> activations;
+  std::map<std::string, Tensor> gradients;
+};
+
 class LayerContext {
  public:
   // key identifies the layer within the model (top level: the global layer index).
@@ -38,6 +48,9 @@ class LayerContext {
   Backend& backend() const { return *backend_; }
   const StepInfo& info() const { return *info_; }
   uint64_t key() const { return key_; }
+  // The micro-batch's skip board (children share their parent's); throws when none was given.
+  SkipBoard& skips() const;
+  void set_skips(SkipBoard* board) { skips_ = board; }
 
   Tensor alloc(const Shape& shape, DType dtype = DType::f32) const {
     return backend_->empty(shape, dtype);
@@ -59,6 +72,7 @@ class LayerContext {
   Backend* backend_;
   const StepInfo* info_;
   uint64_t key_;
+  SkipBoard* skips_ = nullptr;
   std::vector<Tensor> saved_;
   std::vector<std::unique_ptr<LayerContext>> children_;
 };

@@ -13,4 +13,5 @@
 #include "layers/position_embedding.h"
 #include "layers/reshape.h"
 #include "layers/residual.h"
+#include "layers/skip.h"
 #include "layers/transformer_block.h"

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.h"
+#include "layers/skip.h"
 
 namespace pt {
 
@@ -15,6 +16,14 @@ Model::Model(Shape input_shape, DType input_dtype, std::vector<std::unique_ptr<L
   if (layers_.empty()) throw ShapeError("a model needs at least one layer");
   if (!loss_) throw ShapeError("a model needs a loss: end the builder with .cross_entropy() or .mse()");
   loss_->check_input(output_shape());
+  for (int l = 0; l < num_layers(); ++l)
+    if (const auto* save = dynamic_cast<const SaveActivation*>(layers_[static_cast<size_t>(l)].get()))
+      for (int k = l + 1; k < num_layers(); ++k)
+        if (const auto* add = dynamic_cast<const AddSaved*>(layers_[static_cast<size_t>(k)].get());
+            add && add->skip_name() == save->skip_name()) {
+          skips_.push_back({save->skip_name(), l, k});
+          break;
+        }
 }
 
 const Shape& Model::output_shape() const { return layers_.back()->output_shape(); }

@@ -28,6 +28,13 @@ struct ParameterTie {
   std::vector<ParamRef> members;  // sorted by layer; members[0] is the owner
 };
 
+// A skip connection between two top-level layers (builder .save(name) ... .add_saved(name)).
+struct SkipEdge {
+  std::string name;
+  int producer = 0;  // the SaveActivation layer
+  int consumer = 0;  // the AddSaved layer
+};
+
 class Model {
  public:
   Model() = default;
@@ -50,6 +57,9 @@ class Model {
   // shapes). Checkpoints store it to refuse loading into another model.
   std::string signature() const;
 
+  // The skip connections between top-level layers, in producer order.
+  const std::vector<SkipEdge>& skip_edges() const { return skips_; }
+
   // Ties parameter `a_param` of layer `a` to `b_param` of layer `b` (names as in param_specs(),
   // e.g. "weight"); throws ShapeError when a name is unknown, the shapes differ, or either is
   // already tied.
@@ -64,6 +74,7 @@ class Model {
   std::vector<std::unique_ptr<Layer>> layers_;
   std::unique_ptr<Loss> loss_;
   std::vector<ParameterTie> ties_;
+  std::vector<SkipEdge> skips_;
 };
 
 // "{global_layer_index}.{layer_name}.{param}", e.g. "0.linear.weight": the name of a parameter

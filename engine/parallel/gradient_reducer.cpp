@@ -1,8 +1,16 @@
 #include "engine/parallel/gradient_reducer.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 namespace pt {
+
+namespace {
+constexpr int kReducerNice = 10;
+}  // namespace
 
 GradientReducer::GradientReducer(Communicator& group, const std::vector<std::pair<int, StageParameters*>>& stages,
                                  size_t bucket_bytes)
@@ -79,6 +87,12 @@ void GradientReducer::finish() {
 }
 
 void GradientReducer::loop() {
+  // A device often has one core: this thread polls the network while the worker computes
+  // backward on the same core. At a lower priority it takes the core only when the worker
+  // does not want it (the scheduler still gives it a slice, so transfers keep moving), instead
+  // of halving the worker's speed; when the worker waits in finish(), it has the core to itself.
+  // (Linux: the nice value of one thread.)
+  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kReducerNice);
   std::unique_lock lock(mutex_);
   for (;;) {
     changed_.wait(lock, [&] { return stop_ || (!queue_.empty() && !error_); });

@@ -22,6 +22,7 @@ struct MessageKey {
   int stage;       // the receiving stage
   int microbatch;
   Direction direction;
+  int channel = 0;  // 0: the stage's input/output; 1 + k: skip connection k (Model::skip_edges)
   auto operator<=>(const MessageKey&) const = default;
 };
 

@@ -69,6 +69,7 @@ class PipelineTrainer::DeviceExecutor {
     std::vector<LayerContext> ctx;       // per layer of the stage, then the loss (last stage)
     std::vector<Tensor> segment_inputs;  // input of each recomputed segment
     std::vector<Tensor> dy;              // per layer: the gradient its W needs
+    SkipBoard skips;                     // skip connections' activations and gradients
     Tensor input, output, grad_output, grad_input;
     bool weights_pending = false;        // I done, W not yet
     bool backward_done = false;          // B, or I and W, done
@@ -91,7 +92,10 @@ class PipelineTrainer::DeviceExecutor {
       const int layers = st.last_layer - st.first_layer;
       p->ctx.reserve(static_cast<size_t>(layers) + 1);
       for (int l = st.first_layer; l <= st.last_layer; ++l)  // +1: the loss context
+      {
         p->ctx.emplace_back(backend_, p->info, static_cast<uint64_t>(l));
+        p->ctx.back().set_skips(&p->skips);
+      }
       p->dy.resize(static_cast<size_t>(layers));
     }
     return *p;
@@ -148,6 +152,86 @@ class PipelineTrainer::DeviceExecutor {
     return t;
   }
 
+  // ---- skip connections: straight from the saving stage to the adding one, and back --------------
+  // Both directions push: the producer's F hands the activation to the consumer stage (its state
+  // on this device, its device's mailbox, or its process), the consumer's backward hands the
+  // gradient back the same way. Neither waits on a send, and the consumer's F (the producer's
+  // backward) runs after the producer's F (the consumer's backward) in any valid schedule, so
+  // these transfers add no cycle to the schedule's dependencies.
+  void push_skip(const Action& a, size_t edge, int to_stage, Direction dir, Tensor value) {
+    const SkipEdge& e = t_.model_->skip_edges()[edge];
+    const int m = a.microbatch, dst = stage(to_stage).device;
+    if (dst == device_) {
+      auto& board = dir == Direction::forward ? state(to_stage, m).skips.activations : state(to_stage, m).skips.gradients;
+      board[e.name] = std::move(value);
+    } else if (t_.local(dst)) {
+      Backend& dst_backend = *t_.devices_[static_cast<size_t>(dst)];
+      Tensor copy = dst_backend.empty(value.shape(), value.dtype());
+      if (value.bytes()) backend_.copy_to_peer(dst_backend, copy.data(), value.data(), value.bytes());
+      backend_.synchronize();
+      if (!t_.mailboxes_[static_cast<size_t>(dst)]->put({to_stage, m, dir, 1 + static_cast<int>(edge)}, std::move(copy), deadline()))
+        fail_wait(a, fmt::format("space in the mailbox of device {} for skip '{}'", dst, e.name));
+    } else {
+      backend_.synchronize();
+      pending_sends_.push_back(send_tensor(pipeline_group(), dst, skip_tag(dir, to_stage, m, edge), std::move(value)));
+    }
+  }
+
+  // Takes what push_skip sent to stage `s` from another device.
+  Tensor pull_skip(const Action& a, size_t edge, int from_stage, Direction dir) {
+    const SkipEdge& e = t_.model_->skip_edges()[edge];
+    const int src = stage(from_stage).device;
+    const std::string what = fmt::format("action {} of device {} (the {} of skip '{}' from stage {})", a.str(), device_,
+                                         dir == Direction::forward ? "activation" : "gradient", e.name, from_stage);
+    if (!t_.local(src)) return recv_tensor(pipeline_group(), backend_, src, skip_tag(dir, a.stage, a.microbatch, edge), what);
+    Tensor t = t_.mailboxes_[static_cast<size_t>(device_)]->take({a.stage, a.microbatch, dir, 1 + static_cast<int>(edge)}, deadline());
+    if (!t.defined()) fail_wait(a, what);
+    return t;
+  }
+
+  int skip_tag(Direction dir, int receiving_stage, int microbatch, size_t edge) const {
+    const int edges = static_cast<int>(t_.model_->skip_edges().size());
+    return transfer_tag(dir == Direction::forward ? TransferKind::skip_activation : TransferKind::skip_gradient,
+                        receiving_stage, microbatch * edges + static_cast<int>(edge), t_.num_stages(), pipeline_group());
+  }
+
+  // Before F of s: the skip activations s adds that were saved on another device.
+  void receive_skip_activations(const Action& a, State& st) {
+    for (size_t k : t_.skips_in_[static_cast<size_t>(a.stage)]) {
+      const int from = t_.stage_index_of_layer(t_.model_->skip_edges()[k].producer);
+      if (stage(from).device != device_) st.skips.activations[t_.model_->skip_edges()[k].name] = pull_skip(a, k, from, Direction::forward);
+    }
+  }
+  // After F of s: the skip activations s saved for later stages.
+  void send_skip_activations(const Action& a, State& st) {
+    for (size_t k : t_.skips_out_[static_cast<size_t>(a.stage)]) {
+      const SkipEdge& e = t_.model_->skip_edges()[k];
+      const auto it = st.skips.activations.find(e.name);
+      if (it == st.skips.activations.end()) throw std::logic_error(fmt::format("{}: skip '{}' was not saved", a.str(), e.name));
+      Tensor value = std::move(it->second);
+      st.skips.activations.erase(it);
+      push_skip(a, k, t_.stage_index_of_layer(e.consumer), Direction::forward, std::move(value));
+    }
+  }
+  // Before the backward of s: the gradients of the skips s saved, from the stages that added them.
+  void receive_skip_gradients(const Action& a, State& st) {
+    for (size_t k : t_.skips_out_[static_cast<size_t>(a.stage)]) {
+      const int from = t_.stage_index_of_layer(t_.model_->skip_edges()[k].consumer);
+      if (stage(from).device != device_) st.skips.gradients[t_.model_->skip_edges()[k].name] = pull_skip(a, k, from, Direction::backward);
+    }
+  }
+  // After the backward of s: the gradients of the skips s added, back to the stages that saved them.
+  void send_skip_gradients(const Action& a, State& st) {
+    for (size_t k : t_.skips_in_[static_cast<size_t>(a.stage)]) {
+      const SkipEdge& e = t_.model_->skip_edges()[k];
+      const auto it = st.skips.gradients.find(e.name);
+      if (it == st.skips.gradients.end()) throw std::logic_error(fmt::format("{}: no gradient for skip '{}'", a.str(), e.name));
+      Tensor value = std::move(it->second);
+      st.skips.gradients.erase(it);
+      push_skip(a, k, t_.stage_index_of_layer(e.producer), Direction::backward, std::move(value));
+    }
+  }
+
   // Forward through layers [a, b) of stage s with the contexts of `st`.
   Tensor forward_layers(State& st, int s, int a, int b, Tensor x) {
     Model& model = *t_.model_;
@@ -168,6 +252,7 @@ class PipelineTrainer::DeviceExecutor {
         throw std::logic_error(fmt::format("{}: no input activation (missing RECV_F?)", a.str()));
       x = std::move(st.input);
     }
+    receive_skip_activations(a, st);
     const auto segments = stage_segments(t_.config_.recompute, sg.first_layer, sg.last_layer, is_last(s));
     st.segment_inputs.assign(segments.size(), Tensor());
     for (size_t k = 0; k < segments.size(); ++k) {
@@ -177,6 +262,7 @@ class PipelineTrainer::DeviceExecutor {
       if (seg.recompute)
         for (int l = seg.first_layer; l < seg.last_layer; ++l) st.ctx[static_cast<size_t>(l - sg.first_layer)].clear();
     }
+    send_skip_activations(a, st);
     if (is_last(s)) {
       Model& model = *t_.model_;
       LayerContext& loss_ctx = st.ctx.back();
@@ -205,6 +291,7 @@ class PipelineTrainer::DeviceExecutor {
     if (!st.grad_output.defined())
       throw std::logic_error(fmt::format("{}: no output gradient (missing F or RECV_B?)", a.str()));
     Tensor dy = std::move(st.grad_output);
+    receive_skip_gradients(a, st);
     const bool final_wgrad = with_weights && is_final_weight_gradient(s);
     const auto segments = stage_segments(t_.config_.recompute, sg.first_layer, sg.last_layer, is_last(s));
     for (size_t k = segments.size(); k-- > 0;) {
@@ -225,6 +312,7 @@ class PipelineTrainer::DeviceExecutor {
         dy = std::move(dx);
       }
     }
+    send_skip_gradients(a, st);
     if (s > 0) {
       if (stage(s - 1).device == device_) state(s - 1, m).grad_output = std::move(dy);
       else st.grad_input = std::move(dy);
@@ -374,6 +462,14 @@ PipelineTrainer::PipelineTrainer(Model& model, std::vector<Backend*> devices, co
     stages_.push_back(std::move(st));
     first += n;
   }
+  skips_in_.resize(stages_.size());
+  skips_out_.resize(stages_.size());
+  for (size_t k = 0; k < model.skip_edges().size(); ++k) {
+    const int from = stage_index_of_layer(model.skip_edges()[k].producer), to = stage_index_of_layer(model.skip_edges()[k].consumer);
+    if (from == to) continue;  // within one stage: the micro-batch's board is enough
+    skips_out_[static_cast<size_t>(from)].push_back(k);
+    skips_in_[static_cast<size_t>(to)].push_back(k);
+  }
   std::vector<Backend*> held;
   for (int d : local_devices_) held.push_back(devices_[static_cast<size_t>(d)]);
   workers_ = std::make_unique<DeviceWorkers>(held);
@@ -381,7 +477,8 @@ PipelineTrainer::PipelineTrainer(Model& model, std::vector<Backend*> devices, co
   for (int d = 0; d < sc.num_devices; ++d) {
     // Room for every message a device can receive in one step: a valid schedule never blocks
     // a sender, while the bound still catches a runaway one.
-    const size_t capacity = 2 * static_cast<size_t>(sc.num_stages) * static_cast<size_t>(sc.microbatches) + 2;
+    const size_t capacity =
+        2 * static_cast<size_t>(sc.num_stages + static_cast<int>(model.skip_edges().size())) * static_cast<size_t>(sc.microbatches) + 2;
     mailboxes_.push_back(std::make_unique<Mailbox>(capacity, &workers_->abort_flag()));
     Communicator* group = par.replicas > 1 && local(d) ? par.data_parallel_group(d) : nullptr;
     if (!group) continue;
@@ -394,10 +491,14 @@ PipelineTrainer::PipelineTrainer(Model& model, std::vector<Backend*> devices, co
 
 PipelineTrainer::~PipelineTrainer() = default;
 
-const PipelineTrainer::Stage& PipelineTrainer::stage_of_layer(int layer) const {
-  for (const Stage& s : stages_)
-    if (layer >= s.first_layer && layer < s.last_layer) return s;
+int PipelineTrainer::stage_index_of_layer(int layer) const {
+  for (size_t s = 0; s < stages_.size(); ++s)
+    if (layer >= stages_[s].first_layer && layer < stages_[s].last_layer) return static_cast<int>(s);
   throw std::out_of_range(fmt::format("layer {} is in no stage", layer));
+}
+
+const PipelineTrainer::Stage& PipelineTrainer::stage_of_layer(int layer) const {
+  return stages_[static_cast<size_t>(stage_index_of_layer(layer))];
 }
 
 bool PipelineTrainer::holds_last_stage() const { return local(stages_.back().device); }
@@ -539,6 +640,11 @@ PipelineTrainer::EvalShare PipelineTrainer::evaluate_rows(const Tensor& inputs, 
   for (int64_t first = first_row; first < first_row + row_count; first += chunk, ++index) {
     const int64_t count = std::min(chunk, first_row + row_count - first);
     Tensor x;
+    SkipBoard skips;  // the stages held here share it; skips from other processes are received into it
+    const int edges = static_cast<int>(model_->skip_edges().size());
+    const auto skip_tag = [&](int receiving_stage, size_t edge) {
+      return transfer_tag(TransferKind::skip_activation, receiving_stage, index * edges + static_cast<int>(edge), S, *group);
+    };
     for (int k = 0; k < S; ++k) {
       const Stage& s = stages_[static_cast<size_t>(k)];
       const bool here = local(s.device);
@@ -564,11 +670,23 @@ PipelineTrainer::EvalShare PipelineTrainer::evaluate_rows(const Tensor& inputs, 
       }
       if (!here) continue;
       Backend& b = *devices_[static_cast<size_t>(s.device)];
+      for (size_t e : skips_in_[static_cast<size_t>(k)])
+        if (const int from = stage_index_of_layer(model_->skip_edges()[e].producer); !local(stages_[static_cast<size_t>(from)].device))
+          skips.activations[model_->skip_edges()[e].name] =
+              recv_tensor(*group, b, stages_[static_cast<size_t>(from)].device, skip_tag(k, e),
+                          fmt::format("evaluation chunk {}: skip '{}' from stage {}", index, model_->skip_edges()[e].name, from));
       b.bind_current_thread();
       for (int l = s.first_layer; l < s.last_layer; ++l) {
         LayerContext ctx(b, info, static_cast<uint64_t>(l));
+        ctx.set_skips(&skips);
         x = model_->layer(l).forward(x, ctx);
       }
+      for (size_t e : skips_out_[static_cast<size_t>(k)])
+        if (const int to = stage_index_of_layer(model_->skip_edges()[e].consumer); !local(stages_[static_cast<size_t>(to)].device)) {
+          b.synchronize();
+          send_tensor(*group, stages_[static_cast<size_t>(to)].device, skip_tag(to, e), skips.activations.at(model_->skip_edges()[e].name))
+              ->wait(fmt::format("evaluation chunk {}: skip '{}' to stage {}", index, model_->skip_edges()[e].name, to));
+        }
     }
     if (!holds_last_stage()) continue;
     Backend& last = *devices_[static_cast<size_t>(stages_.back().device)];

@@ -91,6 +91,7 @@ class PipelineTrainer final : public TrainingEngine {
   std::string grid(const StepData& data) const;
 
   const Stage& stage_of_layer(int layer) const;
+  int stage_index_of_layer(int layer) const;
   bool local(int device) const { return devices_[static_cast<size_t>(device)] != nullptr; }
 
   Model* model_;
@@ -99,6 +100,8 @@ class PipelineTrainer final : public TrainingEngine {
   std::vector<int> local_devices_;  // the schedule devices held here (worker i runs local_devices_[i])
   std::vector<Stage> stages_;
   std::vector<std::unique_ptr<GradientReducer>> reducers_;  // per schedule device (data parallelism)
+  // Per stage: the skip edges (indices into Model::skip_edges) it adds from / saves for another stage.
+  std::vector<std::vector<size_t>> skips_in_, skips_out_;
   std::vector<std::unique_ptr<Mailbox>> mailboxes_;  // per device
   std::unique_ptr<DeviceWorkers> workers_;
   std::vector<std::vector<ExecutedAction>> trace_;

@@ -13,8 +13,15 @@
 
 namespace pt {
 
-enum class TransferKind : int { activation = 0, gradient = 1, evaluation = 2, tied_gradient = 3 };
-constexpr int kTransferKinds = 4;
+enum class TransferKind : int {
+  activation = 0,
+  gradient = 1,
+  evaluation = 2,
+  tied_gradient = 3,
+  skip_activation = 4,  // index = micro-batch (or chunk) * skip edges + edge
+  skip_gradient = 5,
+};
+constexpr int kTransferKinds = 6;
 
 struct PendingSend {
   std::array<int64_t, 8> header{};  // dtype, rank, dims (must outlive the request)

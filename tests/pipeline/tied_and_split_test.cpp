@@ -17,6 +17,7 @@
 #include "engine/data/batching.h"
 #include "engine/pipeline/pipeline_trainer.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "layers/builder.h"
 #include "layers/zoo.h"
 #include "schedule/generators.h"
 #include "schedule/lowering.h"
@@ -34,6 +35,16 @@ constexpr int kSteps = 2;
 Model tied_mlp() {
   Model m = deep_mlp(3, 32, {1, 4, 4});
   m.tie(3, "weight", 5, "weight");
+  return m;
+}
+
+// A skip from layer 2 to layer 7 that crosses every stage boundary of a 2..4-stage split, plus
+// a tie: flatten, linear, save, relu, linear, relu, linear, add_saved, relu, linear.
+Model skip_mlp() {
+  ModelBuilder b(Shape{1, 4, 4});
+  b.flatten().linear(32).save("x").relu().linear(32).relu().linear(32).add_saved("x").relu().linear(10);
+  Model m = b.cross_entropy().build();
+  m.tie(4, "weight", 6, "weight");
   return m;
 }
 
@@ -79,20 +90,23 @@ PipelineConfig config(const Model& m, const std::string& schedule, int D, int M)
   return pc;
 }
 
-}  // namespace
-
-TEST_CASE("tied parameters: copies start equal, stay bit-identical, and match single-device training") {
+void check_against_single_device(const std::function<Model()>& make) {
   const Data data(12);
   for (int M : {1, 3}) {
     auto backend = make_cpu_backend(0, 1);
-    Model ref_model = tied_mlp();
+    Model ref_model = make();
     Trainer ref(ref_model, *backend, trainer_config(M));
-    auto before = params_by_name(ref.stage_states());
-    CHECK(before.at("3.linear.weight") == before.at("5.linear.weight"));
+    const auto before = params_by_name(ref.stage_states());
     for (int k = 0; k < kSteps; ++k) ref.train_step(data.x, data.y);
     const auto want = params_by_name(ref.stage_states());
-    CHECK(want.at("3.linear.weight") == want.at("5.linear.weight"));
-    CHECK(want.at("3.linear.weight") != before.at("3.linear.weight"));
+    for (const ParameterTie& t : ref_model.ties()) {
+      const auto name = [&](const ParamRef& r) {
+        return parameter_name(r.layer, ref_model.layer(r.layer), ref_model.layer(r.layer).param_specs()[r.param].name);
+      };
+      CHECK(before.at(name(t.members[0])) == before.at(name(t.members[1])));
+      CHECK(want.at(name(t.members[0])) == want.at(name(t.members[1])));
+      CHECK(want.at(name(t.members[0])) != before.at(name(t.members[0])));
+    }
 
     for (const std::string schedule : {"gpipe", "1f1b", "zb-h1", "interleaved:2"})
       for (int D : {2, 3, 4}) {
@@ -106,13 +120,40 @@ TEST_CASE("tied parameters: copies start equal, stay bit-identical, and match si
           owned.push_back(make_cpu_backend(d, 1));
           devices.push_back(owned.back().get());
         }
-        Model m = tied_mlp();
+        Model m = make();
         PipelineTrainer t(m, devices, config(m, schedule, D, M));
         for (int k = 0; k < kSteps; ++k) t.train_step(data.x, data.y);
         CHECK(params_by_name(t.stage_states()) == want);  // bit for bit, both copies included
       }
   }
 }
+
+}  // namespace
+
+TEST_CASE("tied parameters: copies start equal, stay bit-identical, and match single-device training") {
+  check_against_single_device(tied_mlp);
+}
+
+TEST_CASE("a skip connection across stages (and a tie) matches single-device training bit for bit") {
+  check_against_single_device(skip_mlp);
+}
+
+TEST_CASE("skip connections: builder errors name the fix") {
+  ModelBuilder b(Shape{8});
+  CHECK_THROWS_WITH_AS(b.add_saved("y"), doctest::Contains("no skip named 'y' was saved"), ShapeError);
+  b.save("x").linear(4);
+  CHECK_THROWS_WITH_AS(b.add_saved("x"), doctest::Contains("the saved activation is (8) but the current one is (4)"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(ModelBuilder(Shape{8}).save("x").linear(8).save("x"), doctest::Contains("already saved"), ShapeError);
+  CHECK_THROWS_WITH_AS(ModelBuilder(Shape{8}).save("x").linear(3).cross_entropy().build(),
+                       doctest::Contains("saved but never added"), ShapeError);
+  Model m = skip_mlp();
+  REQUIRE(m.skip_edges().size() == 1);
+  CHECK(m.skip_edges()[0].producer == 2);
+  CHECK(m.skip_edges()[0].consumer == 7);
+}
+
+namespace {
 
 TEST_CASE("tying refuses what cannot be one parameter") {
   Model m = deep_mlp(3, 32, {1, 4, 4});
@@ -125,7 +166,7 @@ TEST_CASE("tying refuses what cannot be one parameter") {
   CHECK(m.signature() != deep_mlp(3, 32, {1, 4, 4}).signature());  // checkpoints tell them apart
 }
 
-TEST_CASE("stages in other processes (in-process communicator): same bits as one process") {
+void check_split_processes(const std::function<Model()>& make) {
   const Data data(12);
   for (const auto& [schedule, D, M] : {std::tuple{std::string("1f1b"), 2, 3}, std::tuple{std::string("zb-h1"), 3, 2},
                                        std::tuple{std::string("interleaved:2"), 2, 2}}) {
@@ -137,7 +178,7 @@ TEST_CASE("stages in other processes (in-process communicator): same bits as one
       owned.push_back(make_cpu_backend(d, 1));
       devices.push_back(owned.back().get());
     }
-    Model one = tied_mlp();
+    Model one = make();
     PipelineTrainer whole(one, devices, config(one, schedule, D, M));
     std::vector<StepStats> want_stats;
     for (int k = 0; k < kSteps; ++k) want_stats.push_back(whole.train_step(data.x, data.y));
@@ -147,7 +188,7 @@ TEST_CASE("stages in other processes (in-process communicator): same bits as one
     // D "processes", each holding one device.
     auto group = make_in_process_group(D, 20, "pipeline");
     std::vector<Model> models;
-    for (int d = 0; d < D; ++d) models.push_back(tied_mlp());
+    for (int d = 0; d < D; ++d) models.push_back(make());
     std::vector<std::unique_ptr<PipelineTrainer>> parts;
     for (int d = 0; d < D; ++d) {
       PipelineConfig pc = config(models[static_cast<size_t>(d)], schedule, D, M);
@@ -178,4 +219,11 @@ TEST_CASE("stages in other processes (in-process communicator): same bits as one
     CHECK(evals.back().loss == want_eval.loss);
     CHECK(static_cast<double>(evals.back().correct) / 12.0 == want_eval.accuracy);
   }
+}
+
+}  // namespace
+
+TEST_CASE("stages in other processes (in-process communicator): same bits as one process") {
+  check_split_processes(tied_mlp);
+  check_split_processes(skip_mlp);
 }
