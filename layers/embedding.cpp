@@ -7,8 +7,13 @@
 
 namespace pt {
 
-Embedding::Embedding(Shape in, int64_t vocab, int64_t dim)
-    : Layer(std::string(kKind), in), vocab_(vocab), dim_(dim) {
+namespace {
+// Ids of rank >= 1 per sample are a sequence (T, ...): forward also takes T' < T.
+constexpr int kSequenceRank = 1;
+}  // namespace
+
+Embedding::Embedding(Shape in, int64_t vocab, int64_t dim, ParamInit init)
+    : Layer(std::string(kKind), in), vocab_(vocab), dim_(dim), init_(init) {
   if (in.rank() >= Shape::kMaxRank - 1)
     throw ShapeError(fmt::format("embedding: expects ids of rank below {} (usually (T)) but got {}",
                                  Shape::kMaxRank - 1, in.str()));
@@ -20,7 +25,7 @@ Embedding::Embedding(Shape in, int64_t vocab, int64_t dim)
 }
 
 std::vector<ParamSpec> Embedding::param_specs() const {
-  return {{"weight", Shape{vocab_, dim_}, ParamInit::normal(1.f)}};
+  return {{"weight", Shape{vocab_, dim_}, init_}};
 }
 
 LayerCost Embedding::cost() const {
@@ -34,10 +39,13 @@ LayerCost Embedding::cost() const {
 }
 
 Tensor Embedding::forward(const Tensor& ids, LayerContext& ctx) {
-  const int64_t B = check_batched(*this, "input", ids, input_shape_, DType::i32);
+  const Shape is = check_batched_sequence(*this, "input", ids, input_shape_, kSequenceRank,
+                                          DType::i32);
   require_bound(*this);
-  Tensor y = ctx.alloc(output_shape_.with_batch(B));
-  // y (n, dim) = W[ids (n)], n = B * T
+  Shape ys = is;
+  ys.push_back(dim_);
+  Tensor y = ctx.alloc(ys);
+  // y (n, dim) = W[ids (n)], n = B * T'
   ctx.backend().embedding_forward(ids.i32(), params_[0].f32(), y.f32(), ids.numel(), dim_, vocab_);
   if (ctx.info().training) ctx.save(ids);
   return y;
@@ -45,14 +53,18 @@ Tensor Embedding::forward(const Tensor& ids, LayerContext& ctx) {
 
 Tensor Embedding::backward_input(const Tensor& dy, LayerContext& ctx) {
   (void)ctx;
-  check_batched(*this, "gradient", dy, output_shape_);
+  check_batched_sequence(*this, "gradient", dy, output_shape_, kSequenceRank);
   return Tensor();
 }
 
 void Embedding::backward_weight(const Tensor& dy, LayerContext& ctx) {
-  check_batched(*this, "gradient", dy, output_shape_);
+  const Shape dys = check_batched_sequence(*this, "gradient", dy, output_shape_, kSequenceRank);
   require_bound(*this);
   const Tensor& ids = saved_or_throw(*this, ctx, 0);
+  if (dys.rows() != ids.numel())  // dy (n, dim) belongs to ids (n)
+    throw ShapeError(fmt::format("{}: the gradient is {} but forward ran on ids {}; backward "
+                                 "needs the gradient of that same forward",
+                                 layer_label(*this), dys.str(), ids.shape().str()));
   // dW[ids[i]] += dy (i), i < n
   ctx.backend().embedding_backward_weight(ids.i32(), dy.f32(), grads_[0].f32(), ids.numel(), dim_);
 }

@@ -39,6 +39,41 @@ int64_t check_batched(const Layer& layer, std::string_view what, const Tensor& x
   return x.shape()[0];
 }
 
+Shape check_batched_sequence(const Layer& layer, std::string_view what, const Tensor& x,
+                             const Shape& per_sample, int sequence_rank, DType dtype) {
+  if (per_sample.rank() < sequence_rank || per_sample.rank() == 0) {
+    check_batched(layer, what, x, per_sample, dtype);
+    return x.shape();
+  }
+  if (!x.defined() && x.numel() != 0)
+    throw UsageError(fmt::format("{}: {} tensor is undefined", layer_label(layer), what));
+  const Shape& s = x.shape();
+  // (B, T', ...rest): everything but T' must be what the layer was built for.
+  Shape rest;
+  for (int i = 2; i < s.rank(); ++i) rest.push_back(s[i]);
+  Shape want_rest;
+  for (int i = 1; i < per_sample.rank(); ++i) want_rest.push_back(per_sample[i]);
+  const int64_t T = per_sample[0];
+  if (s.rank() != per_sample.rank() + 1 || rest != want_rest || s[1] < 1 || s[1] > T) {
+    std::string want = "(B, T'";
+    for (int64_t d : want_rest) want += fmt::format(", {}", d);
+    throw ShapeError(fmt::format("{}: expects {} {}) with 1 <= T' <= {} (the sequence length it was "
+                                 "built for) but got {}",
+                                 layer_label(layer), what, want, T, s.str()));
+  }
+  if (x.dtype() != dtype)
+    throw ShapeError(fmt::format("{}: expects {} of type {} but got {}", layer_label(layer), what,
+                                 dtype_name(dtype), dtype_name(x.dtype())));
+  return s;
+}
+
+void require_same_rows(const Layer& layer, const Shape& gradient, const Shape& forward_input) {
+  if (gradient.rows() != forward_input.rows())
+    throw ShapeError(fmt::format("{}: the gradient is {} but forward ran on {}; backward needs the "
+                                 "gradient of that same forward",
+                                 layer_label(layer), gradient.str(), forward_input.str()));
+}
+
 void require_bound(const Layer& layer) {
   if (layer.params().empty())
     throw UsageError(fmt::format("{}: parameters are not bound; call bind() before forward",

@@ -26,6 +26,19 @@ void require_rank(std::string_view kind, const Shape& in, int rank, std::string_
 int64_t check_batched(const Layer& layer, std::string_view what, const Tensor& x,
                       const Shape& per_sample, DType dtype = DType::f32);
 
+// For layers that also run on shorter sequences (Embedding, and Linear/LayerNorm on (T, C)):
+// when per_sample has at least `sequence_rank` dimensions, its first one is a sequence length T
+// and x may be (B, T', ...rest) with 1 <= T' <= T; otherwise x must be exactly (B, ...per_sample)
+// as in check_batched (same messages). Returns x's shape, so callers size their output and rows
+// from what came rather than from what the layer was built for.
+Shape check_batched_sequence(const Layer& layer, std::string_view what, const Tensor& x,
+                             const Shape& per_sample, int sequence_rank,
+                             DType dtype = DType::f32);
+
+// Throws ShapeError when backward's gradient and forward's saved input differ in the number of
+// rows (B times T'): backward needs the gradient of that same forward.
+void require_same_rows(const Layer& layer, const Shape& gradient, const Shape& forward_input);
+
 // Throws UsageError when bind() has not given the layer its parameters yet (call it only in
 // layers that have parameters).
 void require_bound(const Layer& layer);

@@ -7,6 +7,11 @@
 
 namespace pt {
 
+namespace {
+// A per-sample input of rank >= 2 is a sequence (T, ..., C): forward also takes T' < T.
+constexpr int kSequenceRank = 2;
+}  // namespace
+
 LayerNorm::LayerNorm(Shape in, float eps) : Layer(std::string(kKind), in), eps_(eps) {
   if (in.rank() == 0)
     throw ShapeError(fmt::format("layernorm: expects input (..., C) but got {}", in.str()));
@@ -31,11 +36,13 @@ LayerCost LayerNorm::cost() const {
 }
 
 // ---- forward -------------------------------------------------------------------------------
+// On a sequence (T, C) the layer also accepts a shorter T' (check_batched_sequence); rows count
+// what came: rows = B * T'.
 Tensor LayerNorm::forward(const Tensor& x, LayerContext& ctx) {
-  const int64_t B = check_batched(*this, "input", x, input_shape_);
+  const Shape xs = check_batched_sequence(*this, "input", x, input_shape_, kSequenceRank);
   require_bound(*this);
-  const int64_t rows = B * input_shape_.rows();
-  Tensor y = ctx.alloc(output_shape_.with_batch(B));
+  const int64_t rows = xs.rows();
+  Tensor y = ctx.alloc(xs);
   Tensor mean = ctx.alloc(Shape{rows});
   Tensor rstd = ctx.alloc(Shape{rows});
   ctx.backend().layernorm_forward(x.f32(), params_[0].f32(), params_[1].f32(), y.f32(), mean.f32(),
@@ -50,21 +57,23 @@ Tensor LayerNorm::forward(const Tensor& x, LayerContext& ctx) {
 
 // ---- backward ------------------------------------------------------------------------------
 Tensor LayerNorm::backward_input(const Tensor& dy, LayerContext& ctx) {
-  const int64_t B = check_batched(*this, "gradient", dy, output_shape_);
+  const Shape dys = check_batched_sequence(*this, "gradient", dy, output_shape_, kSequenceRank);
   require_bound(*this);
   const Tensor& x = saved_or_throw(*this, ctx, 0);
-  const int64_t rows = B * input_shape_.rows();
-  Tensor dx = ctx.alloc(input_shape_.with_batch(B));
+  require_same_rows(*this, dys, x.shape());
+  const int64_t rows = dys.rows();
+  Tensor dx = ctx.alloc(dys);
   ctx.backend().layernorm_backward_input(dy.f32(), x.f32(), params_[0].f32(), ctx.saved(1).f32(),
                                          ctx.saved(2).f32(), dx.f32(), rows, C_);
   return dx;
 }
 
 void LayerNorm::backward_weight(const Tensor& dy, LayerContext& ctx) {
-  const int64_t B = check_batched(*this, "gradient", dy, output_shape_);
+  const Shape dys = check_batched_sequence(*this, "gradient", dy, output_shape_, kSequenceRank);
   require_bound(*this);
   const Tensor& x = saved_or_throw(*this, ctx, 0);
-  const int64_t rows = B * input_shape_.rows();
+  require_same_rows(*this, dys, x.shape());
+  const int64_t rows = dys.rows();
   ctx.backend().layernorm_backward_weight(dy.f32(), x.f32(), ctx.saved(1).f32(),
                                           ctx.saved(2).f32(), grads_[0].f32(), grads_[1].f32(),
                                           rows, C_);

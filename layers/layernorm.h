@@ -5,6 +5,7 @@
 // Backward (xhat = (x - mean) * rstd, g = dy * gamma):
 //   dx = rstd * (g - mean_C(g) - xhat * mean_C(g * xhat))
 //   dgamma (C) += sum over rows of dy * xhat      dbeta (C) += sum over rows of dy
+// Built on a sequence (T, ..., C), it also runs on a shorter one: x (B, T', ..., C), 1 <= T' <= T.
 // Params "weight" (gamma, ones) and "bias" (beta, zeros). Saves x, mean (rows), rstd (rows).
 #include <string_view>
 

@@ -9,6 +9,11 @@
 
 namespace pt {
 
+namespace {
+// A per-sample input of rank >= 2 is a sequence (T, ..., in): forward also takes T' < T.
+constexpr int kSequenceRank = 2;
+}  // namespace
+
 Linear::Linear(Shape in, int64_t out_features, bool bias)
     : Layer(std::string(kKind), in), out_(out_features), bias_(bias) {
   if (in.rank() == 0)
@@ -47,12 +52,16 @@ LayerCost Linear::cost() const {
 }
 
 // ---- forward -------------------------------------------------------------------------------
+// On a sequence (T, in) the layer also accepts a shorter T' (check_batched_sequence); rows count
+// what came: rows = B * T'.
 Tensor Linear::forward(const Tensor& x, LayerContext& ctx) {
-  const int64_t B = check_batched(*this, "input", x, input_shape_);
+  const Shape xs = check_batched_sequence(*this, "input", x, input_shape_, kSequenceRank);
   require_bound(*this);
   Backend& be = ctx.backend();
-  const int64_t rows = B * input_shape_.rows();
-  Tensor y = ctx.alloc(output_shape_.with_batch(B));
+  const int64_t rows = xs.rows();
+  Shape ys = xs;
+  ys[ys.rank() - 1] = out_;
+  Tensor y = ctx.alloc(ys);
   // y (rows, out) = x (rows, in) W^T (in, out)
   be.gemm(false, true, rows, out_, in_, 1.f, x.f32(), in_, params_[0].f32(), in_, 0.f, y.f32(),
           out_);
@@ -63,10 +72,12 @@ Tensor Linear::forward(const Tensor& x, LayerContext& ctx) {
 
 // ---- backward ------------------------------------------------------------------------------
 Tensor Linear::backward_input(const Tensor& dy, LayerContext& ctx) {
-  const int64_t B = check_batched(*this, "gradient", dy, output_shape_);
+  const Shape dys = check_batched_sequence(*this, "gradient", dy, output_shape_, kSequenceRank);
   require_bound(*this);
-  const int64_t rows = B * input_shape_.rows();
-  Tensor dx = ctx.alloc(input_shape_.with_batch(B));
+  const int64_t rows = dys.rows();
+  Shape dxs = dys;
+  dxs[dxs.rank() - 1] = in_;
+  Tensor dx = ctx.alloc(dxs);
   // dx (rows, in) = dy (rows, out) W (out, in)
   ctx.backend().gemm(false, false, rows, in_, out_, 1.f, dy.f32(), out_, params_[0].f32(), in_, 0.f,
                      dx.f32(), in_);
@@ -74,11 +85,12 @@ Tensor Linear::backward_input(const Tensor& dy, LayerContext& ctx) {
 }
 
 void Linear::backward_weight(const Tensor& dy, LayerContext& ctx) {
-  const int64_t B = check_batched(*this, "gradient", dy, output_shape_);
+  const Shape dys = check_batched_sequence(*this, "gradient", dy, output_shape_, kSequenceRank);
   require_bound(*this);
   const Tensor& x = saved_or_throw(*this, ctx, 0);
+  require_same_rows(*this, dys, x.shape());
   Backend& be = ctx.backend();
-  const int64_t rows = B * input_shape_.rows();
+  const int64_t rows = dys.rows();
   // dW (out, in) += dy^T (out, rows) x (rows, in)
   be.gemm(true, false, out_, in_, rows, 1.f, dy.f32(), out_, x.f32(), in_, 1.f, grads_[0].f32(),
           in_);

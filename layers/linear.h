@@ -4,6 +4,8 @@
 // Backward, with rows = B * (product of the middle dimensions):
 //   dx (rows, in)  = dy (rows, out) W (out, in)
 //   dW (out, in)  += dy^T (out, rows) x (rows, in)      db (out) += sum over rows of dy
+// Built on a sequence (T, ..., in), it also runs on a shorter one: x (B, T', ..., in) with
+// 1 <= T' <= T gives y (B, T', ..., out).
 // Init (PyTorch's kaiming_uniform(a = sqrt 5)): W and b uniform in [-1/sqrt(in), 1/sqrt(in)).
 #include <cstdint>
 #include <string_view>

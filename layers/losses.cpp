@@ -57,11 +57,39 @@ void SoftmaxCrossEntropy::check_input(const Shape& prediction_shape) const {
                                  in_.str(), prediction_shape.str()));
 }
 
+// Predictions (B, classes) with targets (B); or, for a sequence, (B, T', classes) with targets
+// (B, T') and 1 <= T' <= T (a shorter sequence than built for, like the sequence layers).
 void SoftmaxCrossEntropy::check_batch(const Tensor& prediction, const Tensor& target) const {
-  const int64_t B = check_loss_tensor(kKind, "predictions", prediction, in_, DType::f32);
-  const int64_t Bt = check_loss_tensor(kKind, "targets", target, target_shape(), DType::i32);
-  if (B != Bt)
-    throw ShapeError(fmt::format("{}: {} predictions but {} targets", kKind, B, Bt));
+  if (in_.rank() == 1) {
+    const int64_t B = check_loss_tensor(kKind, "predictions", prediction, in_, DType::f32);
+    const int64_t Bt = check_loss_tensor(kKind, "targets", target, target_shape(), DType::i32);
+    if (B != Bt)
+      throw ShapeError(fmt::format("{}: {} predictions but {} targets", kKind, B, Bt));
+    return;
+  }
+  const Shape& p = prediction.shape();
+  const Shape& t = target.shape();
+  const int64_t T = in_[0];
+  if (p.rank() != 3 || p[2] != classes() || p[1] < 1 || p[1] > T)
+    throw ShapeError(fmt::format("{}: expects predictions (B, T', {}) with 1 <= T' <= {} (the "
+                                 "sequence length it was built for) but got {}",
+                                 kKind, classes(), T, p.str()));
+  if (t.rank() != 2 || t[0] != p[0] || t[1] != p[1])
+    throw ShapeError(fmt::format("{}: predictions {} need targets ({}, {}) but got {}", kKind,
+                                 p.str(), p[0], p[1], t.str()));
+  if (prediction.dtype() != DType::f32)
+    throw ShapeError(fmt::format("{}: expects predictions of type {} but got {}", kKind,
+                                 dtype_name(DType::f32), dtype_name(prediction.dtype())));
+  if (target.dtype() != DType::i32)
+    throw ShapeError(fmt::format("{}: expects targets of type {} but got {}", kKind,
+                                 dtype_name(DType::i32), dtype_name(target.dtype())));
+}
+
+// The mean is over the tokens of the global batch: G for (classes), G * T' for a sequence of
+// length T' (the length of the call, which may be shorter than the T built for).
+double SoftmaxCrossEntropy::divisor(const Shape& prediction) const {
+  const double rows_per_sample = in_.rank() == 1 ? 1.0 : static_cast<double>(prediction[1]);
+  return static_cast<double>(global_batch_) * rows_per_sample;
 }
 
 double SoftmaxCrossEntropy::forward(const Tensor& prediction, const Tensor& target,
@@ -72,22 +100,23 @@ double SoftmaxCrossEntropy::forward(const Tensor& prediction, const Tensor& targ
   Tensor probs = ctx.alloc(prediction.shape());
   const double sum = ctx.backend().softmax_xent_forward(prediction.f32(), target.i32(),
                                                         probs.f32(), rows, classes());
-  divisor_ = static_cast<double>(global_batch) * static_cast<double>(target_shape().numel());
+  global_batch_ = global_batch;
   if (ctx.info().training) {
     ctx.save(probs);
     ctx.save(target);
   }
-  return sum / divisor_;
+  return sum / divisor(prediction.shape());
 }
 
 Tensor SoftmaxCrossEntropy::backward(LayerContext& ctx) {
   const Tensor& probs = saved_or_throw(kKind, ctx, 0);
   const Tensor& labels = ctx.saved(1);
   Tensor dlogits = ctx.alloc(probs.shape());
-  // dlogits = (probs - onehot(labels)) / divisor
+  // dlogits = (probs - onehot(labels)) / divisor; T' from the saved probs, so it is the T' of
+  // the forward this backward belongs to.
   ctx.backend().softmax_xent_backward(probs.f32(), labels.i32(), dlogits.f32(),
                                       probs.numel() / classes(), classes(),
-                                      static_cast<float>(1.0 / divisor_));
+                                      static_cast<float>(1.0 / divisor(probs.shape())));
   return dlogits;
 }
 

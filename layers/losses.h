@@ -4,14 +4,16 @@
 //
 // SoftmaxCrossEntropy (PyTorch nn.CrossEntropyLoss, mean reduction):
 //   logits (B, classes), labels (B) int32             loss = sum_b -log softmax(z_b)[y_b] / G
-//   logits (B, T, classes), labels (B, T) int32       loss = sum_{b,t} ... / (G T)
+//   logits (B, T', classes), labels (B, T') int32     loss = sum_{b,t} ... / (G T')
+//     (built for T, it takes any 1 <= T' <= T: the mean is over the tokens present)
 //   dlogits = (softmax(z) - onehot(y)) / divisor.   G = global batch. Saves probs and labels.
 // MseLoss (PyTorch nn.MSELoss, mean reduction over every element of the global batch):
 //   pred (B, ...), target (B, ...) f32                loss = sum (pred - target)^2 / (G numel)
 //   dpred = 2 (pred - target) / (G numel).   Saves pred and target (references, no copy).
 //
-// The divisor of the micro-batch in flight is remembered by the loss object between forward
-// and backward (every micro-batch of a step has the same global batch).
+// The global batch G of the micro-batch in flight is remembered by the loss object between
+// forward and backward (every micro-batch of a step has the same global batch); the rest of the
+// divisor (T') comes from the tensors forward saved.
 #include <cstdint>
 #include <string_view>
 
@@ -41,8 +43,10 @@ class SoftmaxCrossEntropy final : public Loss {
 
  private:
   void check_batch(const Tensor& prediction, const Tensor& target) const;
+  // G (times T' for a sequence): the number of rows the loss is averaged over.
+  double divisor(const Shape& prediction) const;
   Shape in_;
-  double divisor_ = 0;  // global_batch * T of the last forward
+  int64_t global_batch_ = 0;  // G of the last forward
 };
 
 class MseLoss final : public Loss {

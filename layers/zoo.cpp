@@ -37,9 +37,10 @@ Model gpt(int64_t vocab, int64_t context, int64_t d_model, int n_layers, int n_h
   if (n_layers < 1)
     throw ShapeError(fmt::format("gpt: n_layers must be positive but got {}", n_layers));
   ModelBuilder b(Shape{context}, DType::i32);
-  // TODO(lead): GPT-2 initialises the token embedding normal(0, 0.02); Embedding keeps
-  // PyTorch's normal(0, 1) default (LayerNorm follows, so training works either way).
-  b.embedding(vocab, d_model).name("tok_emb");
+  // GPT-2 initialises the token embedding normal(0, 0.02), not PyTorch's normal(0, 1): with the
+  // position embedding at the same scale neither drowns the other at the start.
+  b.add(std::make_unique<Embedding>(Shape{context}, vocab, d_model, ParamInit::normal(0.02f)))
+      .name("tok_emb");
   b.add(std::make_unique<PositionEmbedding>(context, d_model)).name("pos_emb");
   // GPT-2: projections into the residual stream start at 0.02 / sqrt(2 n_layers), so the
   // stream's variance does not grow with depth.

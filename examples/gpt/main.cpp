@@ -1,0 +1,236 @@
+// pipetrain-gpt: trains a small GPT-2 style byte-level language model on the King James Bible
+// (Debian's bible-kjv) or any text file, reports the validation loss in nats per byte, and
+// samples text from a prompt.
+//
+// What it shows: gpt() (layers/zoo.h) trained with any of the scheduler set-ups the examples
+// share (examples/common/training_setup.h): one device, a pipeline over S devices with any
+// schedule, R data-parallel replicas, or one process per device under mpirun; a training loop
+// over random text windows that are a pure function of (seed, step); validation over fixed
+// windows of a held-out tail; sampling (temperature, top-k) from the trained parameters copied
+// onto one device. What it leaves out: checkpoints, GPUs, weight tying, dropout.
+//
+//   pipetrain-gpt --steps 200
+//   pipetrain-gpt --stages 2 --microbatches 4 --schedule 1f1b
+//   pipetrain-gpt --data mytext.txt --context 64 --d-model 128 --layers 2
+//   mpirun -np 2 pipetrain-gpt --stages 2
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "engine/core/error.h"
+#include "engine/data/text_corpus.h"
+#include "engine/generate.h"
+#include "engine/metrics.h"
+#include "engine/progress.h"
+#include "engine/trainer.h"
+#include "examples/common/training_setup.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "layers/zoo.h"
+
+namespace {
+
+struct Flags {
+  // model
+  int64_t context = 128, d_model = 256;
+  int layers = 4, heads = 4;
+  // training
+  int64_t steps = 200, batch = 16;
+  float lr = 3e-4f, weight_decay = 0.f, clip = 1.f, min_lr = 0.f;
+  std::string lr_schedule = "constant";
+  int64_t warmup = 0;
+  uint64_t seed = 0;
+  // data and evaluation
+  std::string data;  // empty: the Bible
+  double val_fraction = 0.1;
+  int64_t eval_every = 50, eval_windows = 256;
+  // sampling
+  std::string prompt = "And God said";
+  float temperature = 0.8f;
+  int64_t top_k = 0, sample_bytes = 300;
+  // output
+  pt::examples::ParallelFlags par;
+  std::string metrics;
+  int64_t log_every = 20;
+  bool summary = false;
+};
+
+// Mean loss per byte (nats) over the evaluation windows of `corpus`: every evaluate() returns
+// the mean over its batch, so the batches are weighted by their window counts.
+double validation_loss(pt::TrainingEngine& engine, const pt::TextCorpus& corpus, const Flags& f) {
+  pt::WindowIterator windows(corpus, 4 * f.batch, f.context, f.eval_windows);
+  pt::TextBatch b;
+  double sum = 0;
+  while (windows.next(b)) {
+    const pt::EvalStats ev = engine.evaluate(b.inputs(), b.targets(), f.batch);
+    sum += ev.loss * static_cast<double>(b.batch);
+  }
+  return sum / static_cast<double>(windows.windows());
+}
+
+int run(const Flags& f, pt::Communicator* world) {
+  // ---- check everything the user gave before doing any work ----
+  pt::OptimizerConfig opt;
+  opt.kind = "adamw";
+  opt.lr = f.lr;
+  opt.weight_decay = f.weight_decay;
+  opt.validate();
+  if (f.steps < 1) throw pt::UsageError(fmt::format("--steps {} must be >= 1", f.steps));
+  if (f.batch < 1) throw pt::UsageError(fmt::format("--batch {} must be >= 1", f.batch));
+  if (f.eval_every < 0) throw pt::UsageError(fmt::format("--eval-every {} must be >= 0 (0: only at the end)", f.eval_every));
+  if (f.sample_bytes < 0) throw pt::UsageError(fmt::format("--sample-bytes {} must be >= 0", f.sample_bytes));
+  if (!(f.val_fraction > 0 && f.val_fraction < 1))
+    throw pt::UsageError(fmt::format("--val-fraction {} must be between 0 and 1 (the share of the text "
+                                     "held out for validation, e.g. 0.1)", f.val_fraction));
+  if (f.log_every < 1) throw pt::UsageError(fmt::format("--log-every {} must be >= 1", f.log_every));
+  if (f.clip < 0) throw pt::UsageError(fmt::format("--clip {} must be >= 0 (0: no clipping)", f.clip));
+  pt::SamplingOptions sampling;
+  sampling.max_new_tokens = f.sample_bytes;
+  sampling.temperature = f.temperature;
+  sampling.top_k = f.top_k;
+  sampling.seed = f.seed;
+  sampling.validate();
+  if (f.sample_bytes > 0 && f.prompt.empty())
+    throw pt::UsageError("--prompt is empty; give at least one character to start the sample from "
+                         "(or --sample-bytes 0 to skip sampling)");
+  pt::examples::check_parallel_flags(f.par, f.batch);
+  const auto schedule_kind = pt::LrSchedule::parse_kind(f.lr_schedule);
+  const auto make_model = [&] {
+    return pt::gpt(pt::TextCorpus::kVocab, f.context, f.d_model, f.layers, f.heads);
+  };
+  pt::Model model = make_model();
+  if (f.summary) fmt::print("{}", model.summary());
+
+  pt::TrainerConfig cfg;
+  cfg.microbatches = f.par.microbatches;
+  cfg.seed = f.seed;
+  cfg.optimizer = opt;
+  cfg.clip_norm = f.clip;
+  cfg.lr = {schedule_kind, f.lr, f.warmup, f.steps, f.min_lr};
+  constexpr int kAdamSlots = 2;
+  if (f.par.plan_only) {  // before reading any text
+    pt::examples::make_training(f.par, model, make_model, cfg, f.batch, kAdamSlots, world);
+    return 0;
+  }
+
+  // ---- data ----
+  const pt::TextCorpus corpus = f.data.empty() ? pt::bible_corpus() : pt::load_text_corpus(f.data);
+  const pt::TextCorpus::Split parts = corpus.split(f.val_fraction);
+  // Fail here, not after training, when the validation part is too short for one window.
+  const pt::WindowIterator probe(parts.validation, 1, f.context, f.eval_windows);
+  fmt::print("data: {} ({} bytes): {} for training, {} for validation ({} windows of {} bytes)\n",
+             corpus.source(), corpus.size(), parts.train.size(), parts.validation.size(),
+             probe.windows(), f.context);
+
+  pt::examples::TrainingSetup setup =
+      pt::examples::make_training(f.par, model, make_model, cfg, f.batch, kAdamSlots, world);
+  pt::TrainingEngine& engine = *setup.engine;
+  const int64_t tokens_per_step = f.batch * f.context;
+  fmt::print("pipetrain-gpt: gpt(context {}, d_model {}, {} layers, {} heads; {} parameters) on {}, "
+             "batch {} x {} bytes in {} micro-batch{}, {}, lr {} ({}{}), {} steps\n",
+             f.context, f.d_model, f.layers, f.heads, model.param_count(), setup.description, f.batch,
+             f.context, f.par.microbatches, f.par.microbatches == 1 ? "" : "es", opt.str(), f.lr,
+             f.lr_schedule, f.warmup > 0 ? fmt::format(", {} warm-up steps", f.warmup) : "", f.steps);
+
+  // ---- training ----
+  pt::MetricsWriter metrics = f.metrics.empty() || !pt::examples::speaks(world)
+                                  ? pt::MetricsWriter()
+                                  : pt::MetricsWriter(f.metrics);
+  pt::Progress progress("train", f.steps, f.log_every);
+  double train_seconds = 0, eval_seconds = 0, recent_loss = 0, val_loss = NAN;
+  int64_t recent = 0;
+  auto evaluate = [&] {
+    progress.finish();
+    const auto t0 = std::chrono::steady_clock::now();
+    val_loss = validation_loss(engine, parts.validation, f);
+    eval_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    fmt::print("step {}: validation loss {:.4f} nats/byte ({:.3f} bits/byte)\n", engine.step(),
+               val_loss, val_loss / std::log(2.0));
+    metrics.write({{"event", std::string("eval")}, {"step", engine.step()}, {"val_loss", val_loss}});
+  };
+  while (engine.step() < f.steps) {
+    const pt::TextBatch b = parts.train.sample_batch(f.batch, f.context, f.seed, engine.step());
+    const auto t0 = std::chrono::steady_clock::now();
+    const pt::StepStats st = engine.train_step(b.inputs(), b.targets());
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    train_seconds += dt;
+    recent_loss += st.loss;
+    ++recent;
+    if (st.skipped)
+      fmt::print(stderr, "\nstep {}: gradients are not finite (norm {}): step skipped, parameters unchanged\n",
+                 engine.step() - 1, st.grad_norm);
+    metrics.write({{"step", engine.step()}, {"loss", st.loss}, {"lr", static_cast<double>(st.lr)},
+                   {"grad_norm", st.grad_norm},
+                   {"tokens_per_s", static_cast<double>(tokens_per_step) / dt}});
+    progress.update(engine.step(), fmt::format("loss {:.4f}", recent_loss / static_cast<double>(recent)));
+    if (engine.step() % f.log_every == 0) {  // the progress loss is over the last log_every steps
+      recent_loss = 0;
+      recent = 0;
+    }
+    if (f.eval_every > 0 && engine.step() % f.eval_every == 0 && engine.step() < f.steps) evaluate();
+  }
+  progress.finish();
+  evaluate();
+  const double tokens_per_s = static_cast<double>(f.steps * tokens_per_step) / train_seconds;
+  fmt::print("trained {} steps in {:.1f} s ({:.0f} tokens/s; evaluation took {:.1f} s more); "
+             "final validation loss {:.4f} nats/byte\n",
+             f.steps, train_seconds, tokens_per_s, eval_seconds, val_loss);
+  metrics.write({{"event", std::string("done")}, {"steps", f.steps}, {"train_seconds", train_seconds},
+                 {"tokens_per_s", tokens_per_s}, {"val_loss", val_loss}});
+  pt::examples::report_pipeline(f.par, setup, world);
+
+  // ---- sampling: the trained parameters copied onto one device ----
+  if (f.sample_bytes > 0) {
+    auto device = pt::make_cpu_backend(static_cast<int>(setup.backends.size()), setup.backends[0]->num_threads());
+    device->bind_current_thread();
+    pt::Model sampler = make_model();
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string text = pt::generate(sampler, engine.stage_states(), *device, f.prompt, sampling, world);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    fmt::print("sample ({} bytes in {:.1f} s; temperature {}, top-k {}, seed {}):\n{}{}\n", f.sample_bytes, dt,
+               f.temperature, f.top_k, f.seed, f.prompt, text);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"pipetrain-gpt: train a byte-level GPT on the King James Bible (or a text file) and sample from it"};
+  Flags f;
+  app.add_option("--context", f.context, "sequence length T (bytes)")->capture_default_str();
+  app.add_option("--d-model", f.d_model, "model width")->capture_default_str();
+  app.add_option("--layers", f.layers, "transformer blocks")->capture_default_str();
+  app.add_option("--heads", f.heads, "attention heads (must divide --d-model)")->capture_default_str();
+  app.add_option("--steps", f.steps, "optimizer steps")->capture_default_str();
+  app.add_option("--batch", f.batch, "global batch B (windows of --context bytes)")->capture_default_str();
+  app.add_option("--lr", f.lr, "AdamW learning rate")->capture_default_str();
+  app.add_option("--weight-decay", f.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
+  app.add_option("--clip", f.clip, "clip the global gradient norm to this value (0: off)")->capture_default_str();
+  app.add_option("--lr-schedule", f.lr_schedule, "constant or cosine")->capture_default_str();
+  app.add_option("--warmup", f.warmup, "linear warm-up steps")->capture_default_str();
+  app.add_option("--min-lr", f.min_lr, "cosine: the learning rate at the last step")->capture_default_str();
+  app.add_option("--seed", f.seed, "seed for initialisation, batches and sampling")->capture_default_str();
+  app.add_option("--data", f.data, "a text file to train on (default: the King James Bible from `bible`)");
+  app.add_option("--val-fraction", f.val_fraction, "the tail of the text held out for validation")
+      ->capture_default_str();
+  app.add_option("--eval-every", f.eval_every, "validation loss every N steps (0: only at the end)")
+      ->capture_default_str();
+  app.add_option("--eval-windows", f.eval_windows, "validation windows, spread over the held-out text (0: all)")
+      ->capture_default_str();
+  app.add_option("--prompt", f.prompt, "text the sample starts from")->capture_default_str();
+  app.add_option("--temperature", f.temperature, "sampling temperature (0: greedy)")->capture_default_str();
+  app.add_option("--top-k", f.top_k, "sample from the k most likely bytes (0: all)")->capture_default_str();
+  app.add_option("--sample-bytes", f.sample_bytes, "bytes to sample after training (0: none)")->capture_default_str();
+  pt::examples::add_parallel_flags(app, f.par);
+  app.add_option("--metrics", f.metrics, "write metrics as JSON lines to this file");
+  app.add_option("--log-every", f.log_every, "progress line interval when not on a terminal")->capture_default_str();
+  app.add_flag("--summary", f.summary, "print the model summary table");
+  CLI11_PARSE(app, argc, argv);
+  return pt::examples::run_main(f.par.timeout, [&](pt::Communicator* world) { return run(f, world); });
+}
