@@ -33,7 +33,7 @@ Model deep_mlp(int hidden_layers, int64_t width, Shape input) {
   return b.linear(10).cross_entropy().build();
 }
 
-Model gpt(int64_t vocab, int64_t context, int64_t d_model, int n_layers, int n_heads) {
+Model gpt(int64_t vocab, int64_t context, int64_t d_model, int n_layers, int n_heads, bool tie_weights) {
   if (n_layers < 1)
     throw ShapeError(fmt::format("gpt: n_layers must be positive but got {}", n_layers));
   ModelBuilder b(Shape{context}, DType::i32);
@@ -49,10 +49,12 @@ Model gpt(int64_t vocab, int64_t context, int64_t d_model, int n_layers, int n_h
     b.add(std::make_unique<TransformerBlock>(d_model, n_heads, context, 4, residual_proj_std))
         .name(fmt::format("block{}", i));
   b.layer_norm().name("ln_f");
-  // Weight tying (GPT-2 shares lm_head.weight (vocab, d) with tok_emb.weight) is done at the
-  // engine level, not here: both layers keep their own parameter here.
   b.linear(vocab, /*bias=*/false).name("lm_head");
-  return b.cross_entropy().build();
+  Model m = b.cross_entropy().build();
+  // GPT-2 shares lm_head.weight (vocab, d) with tok_emb.weight. Each layer keeps a copy (they are
+  // usually on different stages); the engine sums their gradients and keeps them equal.
+  if (tie_weights) m.tie(0, "weight", m.num_layers() - 1, "weight");
+  return m;
 }
 
 }  // namespace pt

@@ -57,7 +57,7 @@ struct Flags {
   pt::examples::ParallelFlags par;
   std::string metrics;
   int64_t log_every = 20;
-  bool summary = false;
+  bool summary = false, untied = false;
 };
 
 // Mean loss per byte (nats) over the evaluation windows of `corpus`: every evaluate() returns
@@ -101,7 +101,7 @@ int run(const Flags& f, pt::Communicator* world) {
   pt::examples::check_parallel_flags(f.par, f.batch);
   const auto schedule_kind = pt::LrSchedule::parse_kind(f.lr_schedule);
   const auto make_model = [&] {
-    return pt::gpt(pt::TextCorpus::kVocab, f.context, f.d_model, f.layers, f.heads);
+    return pt::gpt(pt::TextCorpus::kVocab, f.context, f.d_model, f.layers, f.heads, !f.untied);
   };
   pt::Model model = make_model();
   if (f.summary) fmt::print("{}", model.summary());
@@ -231,6 +231,7 @@ int main(int argc, char** argv) {
   app.add_option("--metrics", f.metrics, "write metrics as JSON lines to this file");
   app.add_option("--log-every", f.log_every, "progress line interval when not on a terminal")->capture_default_str();
   app.add_flag("--summary", f.summary, "print the model summary table");
+  app.add_flag("--untied", f.untied, "give lm_head its own weight instead of sharing tok_emb's (GPT-2 ties them)");
   CLI11_PARSE(app, argc, argv);
   return pt::examples::run_main(f.par.timeout, [&](pt::Communicator* world) { return run(f, world); });
 }
