@@ -1,0 +1,123 @@
+// bench/gpt: training throughput of the GPT example's model (gpt(256, 128, 256, 4, 4), batch 16,
+// AdamW) against the machine's GEMM limit, all measured in this one run. Prints JSON lines:
+//   {"bench":"sgemm", "threads", "gflops"}                                   the limit
+//   {"bench":"gpt_step", "setup":"1 device x T threads" | "2 stages x 1 thread (1f1b, M=4)",
+//    "cores", "step_ms", "tokens_per_s", "model_gflops", "ratio_to_sgemm"}
+// Model FLOPs per token follow PaLM's accounting: 6 N + 12 L d T, N = the parameters that take
+// part in matrix products (all but the two embedding tables, the tied LM head counted once),
+// attention counted in full (not halved for the causal mask). Best of --steps timed steps.
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "engine/core/random.h"
+#include "engine/data/batching.h"
+#include "engine/metrics.h"
+#include "engine/pipeline/pipeline_trainer.h"
+#include "engine/trainer.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "layers/zoo.h"
+#include "schedule/generators.h"
+#include "schedule/lowering.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int64_t kVocab = 256, kContext = 128, kDModel = 256, kBatch = 16;
+constexpr int kLayers = 4, kHeads = 4;
+
+pt::Model model() { return pt::gpt(kVocab, kContext, kDModel, kLayers, kHeads); }
+
+double flops_per_token(const pt::Model& m) {
+  const double n = static_cast<double>(m.param_count() - kVocab * kDModel /*lm_head copy*/ - kContext * kDModel);
+  return 6.0 * n + 12.0 * kLayers * kDModel * kContext;
+}
+
+pt::TrainerConfig trainer_config(int M) {
+  pt::TrainerConfig c;
+  c.microbatches = M;
+  c.optimizer.kind = "adamw";
+  c.optimizer.lr = 3e-4f;
+  c.lr = {pt::LrSchedule::Kind::constant, 3e-4f, 0, 0, 0.f};
+  return c;
+}
+
+template <class F>
+double best_seconds(int warmup, int reps, F&& f) {
+  for (int i = 0; i < warmup; ++i) f();
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return best;
+}
+
+double sgemm_gflops(pt::Backend& b, int64_t n) {
+  pt::Tensor A = b.empty({n, n}), B = b.empty({n, n}), C = b.zeros({n, n});
+  b.fill(A.f32(), 0.5f, n * n);
+  b.fill(B.f32(), 0.25f, n * n);
+  const double s = best_seconds(1, 5, [&] { b.gemm(false, false, n, n, n, 1.f, A.f32(), n, B.f32(), n, 0.f, C.f32(), n); });
+  return 2.0 * static_cast<double>(n * n * n) / s / 1e9;
+}
+
+void report(const std::string& setup, int cores, double step_s, double flops_token, double limit) {
+  const double tokens = static_cast<double>(kBatch * kContext) / step_s;
+  const double gflops = tokens * flops_token / 1e9;
+  fmt::print("{}\n", pt::json_line({{"bench", std::string("gpt_step")}, {"setup", setup}, {"cores", int64_t{cores}},
+                                    {"step_ms", step_s * 1e3}, {"tokens_per_s", tokens}, {"model_gflops", gflops},
+                                    {"sgemm_gflops", limit}, {"ratio_to_sgemm", gflops / limit}}));
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench/gpt: GPT training tokens/s and model FLOP/s vs the sgemm limit (JSON lines)"};
+  int steps = 4;
+  app.add_option("--steps", steps, "timed steps per measurement (best is reported)")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  std::vector<int32_t> x(static_cast<size_t>(kBatch * kContext)), y(x.size());
+  pt::CounterRng rng(1);
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = static_cast<int32_t>(rng.next_below(kVocab));
+    y[i] = static_cast<int32_t>(rng.next_below(kVocab));
+  }
+  const pt::Tensor hx = pt::Tensor::borrow(x.data(), {kBatch, kContext}, pt::DType::i32);
+  const pt::Tensor hy = pt::Tensor::borrow(y.data(), {kBatch, kContext}, pt::DType::i32);
+  const double fpt = flops_per_token(model());
+
+  double limit2 = 0;
+  for (int t : {1, 2}) {
+    auto backend = pt::make_cpu_backend(0, t);
+    backend->bind_current_thread();
+    const double limit = sgemm_gflops(*backend, 2048);
+    if (t == 2) limit2 = limit;
+    fmt::print("{}\n", pt::json_line({{"bench", std::string("sgemm")}, {"threads", int64_t{t}}, {"gflops", limit}}));
+    pt::Model m = model();
+    pt::Trainer trainer(m, *backend, trainer_config(1));
+    report(fmt::format("1 device x {} thread{}", t, t == 1 ? "" : "s"), t,
+           best_seconds(1, steps, [&] { trainer.train_step(hx, hy); }), fpt, limit);
+  }
+  // Two stages of one core each (the limit: two cores' sgemm, as the 2-thread figure).
+  std::vector<std::unique_ptr<pt::Backend>> owned;
+  std::vector<pt::Backend*> devices;
+  for (int d = 0; d < 2; ++d) {
+    owned.push_back(pt::make_cpu_backend(d, 1));
+    devices.push_back(owned.back().get());
+  }
+  pt::Model m = model();
+  pt::PipelineConfig pc;
+  pc.trainer = trainer_config(4);
+  pc.schedule = pt::sched::add_communication(pt::sched::generate("1f1b", 2, 4));
+  pc.layers_per_stage = {4, 4};  // tok_emb pos_emb block0 block1 | block2 block3 ln_f lm_head
+  pt::PipelineTrainer pipeline(m, devices, pc);
+  report("2 stages x 1 thread (1f1b, M=4)", 2, best_seconds(1, steps, [&] { pipeline.train_step(hx, hy); }), fpt,
+         limit2);
+  return 0;
+}
