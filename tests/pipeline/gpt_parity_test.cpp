@@ -14,6 +14,7 @@
 #include "engine/pipeline/pipeline_trainer.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "layers/zoo.h"
+#include "tests/pipeline/pipeline_test_util.h"
 #include "schedule/generators.h"
 #include "schedule/lowering.h"
 #include "schedule/validate.h"
@@ -61,25 +62,9 @@ std::vector<Tokens> batches() {
   return out;
 }
 
-std::map<std::string, std::vector<float>> params_by_name(const std::vector<StageState>& stages) {
-  std::map<std::string, std::vector<float>> out;
-  for (const StageState& s : stages)
-    for (size_t i = 0; i < s.params->entries().size(); ++i) {
-      const Tensor t = s.params->param(i);
-      out[s.params->entries()[i].name].assign(t.f32(), t.f32() + t.numel());
-    }
-  return out;
-}
 
 PipelineConfig config(const Model& m, const std::string& schedule, int D, int M) {
-  PipelineConfig pc;
-  pc.trainer = trainer_config(M);
-  pc.schedule = sched::add_communication(sched::generate(schedule, D, M));
-  sched::require_valid(pc.schedule);
-  const auto sizes = split_sizes(m.num_layers(), pc.schedule.num_stages);
-  pc.layers_per_stage.assign(sizes.begin(), sizes.end());
-  pc.timeout_s = 20;
-  return pc;
+  return test::pipeline_config(m, trainer_config(M), schedule, D, M);
 }
 
 struct Reference {
@@ -93,7 +78,7 @@ Reference reference(int M, const std::vector<Tokens>& data) {
   Trainer t(m, *backend, trainer_config(M));
   Reference r;
   for (const Tokens& b : data) r.losses.push_back(t.train_step(b.hx, b.hy).loss);
-  r.params = params_by_name(t.stage_states());
+  r.params = test::params_by_name(t.stage_states());
   return r;
 }
 
@@ -111,18 +96,14 @@ TEST_CASE("GPT with tied embeddings: every schedule, S in {1,2,4}, variable leng
         CAPTURE(schedule);
         CAPTURE(D);
         CAPTURE(M);
-        std::vector<std::unique_ptr<Backend>> owned;
-        std::vector<Backend*> devices;
-        for (int d = 0; d < D; ++d) {
-          owned.push_back(make_cpu_backend(d, 1));
-          devices.push_back(owned.back().get());
-        }
+        const test::CpuDevices cpus(D);
+        const std::vector<Backend*>& devices = cpus.devices;
         Model m = tiny_gpt();
         PipelineTrainer t(m, devices, config(m, schedule, D, M));
         std::vector<double> losses;
         for (const Tokens& b : data) losses.push_back(t.train_step(b.hx, b.hy).loss);
         CHECK(losses == want.losses);
-        CHECK(params_by_name(t.stage_states()) == want.params);
+        CHECK(test::params_by_name(t.stage_states()) == want.params);
         ++runs;
       }
   }
@@ -133,8 +114,7 @@ TEST_CASE("GPT across processes: the tied gradients and variable-length activati
   const std::vector<Tokens> data = batches();
   const int D = 2, M = 2;
   const Reference want = reference(M, data);
-  std::vector<std::unique_ptr<Backend>> owned;
-  for (int d = 0; d < D; ++d) owned.push_back(make_cpu_backend(d, 1));
+  const test::CpuDevices cpus(D);
   auto group = make_in_process_group(D, 20, "pipeline");
   std::vector<Model> models;
   for (int d = 0; d < D; ++d) models.push_back(tiny_gpt());
@@ -143,7 +123,7 @@ TEST_CASE("GPT across processes: the tied gradients and variable-length activati
     PipelineConfig pc = config(models[static_cast<size_t>(d)], "1f1b", D, M);
     pc.parallel.pipeline_group = group[static_cast<size_t>(d)].get();
     std::vector<Backend*> mine(D, nullptr);
-    mine[static_cast<size_t>(d)] = owned[static_cast<size_t>(d)].get();
+    mine[static_cast<size_t>(d)] = cpus.devices[static_cast<size_t>(d)];
     parts.push_back(std::make_unique<PipelineTrainer>(models[static_cast<size_t>(d)], mine, pc));
   }
   std::vector<double> last_losses;
@@ -157,7 +137,7 @@ TEST_CASE("GPT across processes: the tied gradients and variable-length activati
   for (auto& t : threads) t.join();
   std::map<std::string, std::vector<float>> got;
   for (auto& p : parts)
-    for (auto& [name, values] : params_by_name(p->stage_states())) got[name] = values;
+    for (auto& [name, values] : test::params_by_name(p->stage_states())) got[name] = values;
   CHECK(got == want.params);
   CHECK(last_losses == want.losses);
 }

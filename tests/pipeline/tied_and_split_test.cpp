@@ -19,6 +19,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "layers/builder.h"
 #include "layers/zoo.h"
+#include "tests/pipeline/pipeline_test_util.h"
 #include "schedule/generators.h"
 #include "schedule/lowering.h"
 #include "schedule/validate.h"
@@ -69,25 +70,9 @@ struct Data {
 };
 
 // name -> values, over every stage held.
-std::map<std::string, std::vector<float>> params_by_name(const std::vector<StageState>& stages) {
-  std::map<std::string, std::vector<float>> out;
-  for (const StageState& s : stages)
-    for (size_t i = 0; i < s.params->entries().size(); ++i) {
-      const Tensor t = s.params->param(i);
-      out[s.params->entries()[i].name].assign(t.f32(), t.f32() + t.numel());
-    }
-  return out;
-}
 
 PipelineConfig config(const Model& m, const std::string& schedule, int D, int M) {
-  PipelineConfig pc;
-  pc.trainer = trainer_config(M);
-  pc.schedule = sched::add_communication(sched::generate(schedule, D, M));
-  sched::require_valid(pc.schedule);
-  const auto sizes = split_sizes(m.num_layers(), pc.schedule.num_stages);
-  pc.layers_per_stage.assign(sizes.begin(), sizes.end());
-  pc.timeout_s = 20;
-  return pc;
+  return test::pipeline_config(m, trainer_config(M), schedule, D, M);
 }
 
 void check_against_single_device(const std::function<Model()>& make) {
@@ -96,9 +81,9 @@ void check_against_single_device(const std::function<Model()>& make) {
     auto backend = make_cpu_backend(0, 1);
     Model ref_model = make();
     Trainer ref(ref_model, *backend, trainer_config(M));
-    const auto before = params_by_name(ref.stage_states());
+    const auto before = test::params_by_name(ref.stage_states());
     for (int k = 0; k < kSteps; ++k) ref.train_step(data.x, data.y);
-    const auto want = params_by_name(ref.stage_states());
+    const auto want = test::params_by_name(ref.stage_states());
     for (const ParameterTie& t : ref_model.ties()) {
       const auto name = [&](const ParamRef& r) {
         return parameter_name(r.layer, ref_model.layer(r.layer), ref_model.layer(r.layer).param_specs()[r.param].name);
@@ -114,16 +99,12 @@ void check_against_single_device(const std::function<Model()>& make) {
         CAPTURE(schedule);
         CAPTURE(D);
         CAPTURE(M);
-        std::vector<std::unique_ptr<Backend>> owned;
-        std::vector<Backend*> devices;
-        for (int d = 0; d < D; ++d) {
-          owned.push_back(make_cpu_backend(d, 1));
-          devices.push_back(owned.back().get());
-        }
+        const test::CpuDevices cpus(D);
+        const std::vector<Backend*>& devices = cpus.devices;
         Model m = make();
         PipelineTrainer t(m, devices, config(m, schedule, D, M));
         for (int k = 0; k < kSteps; ++k) t.train_step(data.x, data.y);
-        CHECK(params_by_name(t.stage_states()) == want);  // bit for bit, both copies included
+        CHECK(test::params_by_name(t.stage_states()) == want);  // bit for bit, both copies included
       }
   }
 }
@@ -172,18 +153,14 @@ void check_split_processes(const std::function<Model()>& make) {
                                        std::tuple{std::string("interleaved:2"), 2, 2}}) {
     CAPTURE(schedule);
     // Reference: the whole pipeline in one process.
-    std::vector<std::unique_ptr<Backend>> owned;
-    std::vector<Backend*> devices;
-    for (int d = 0; d < D; ++d) {
-      owned.push_back(make_cpu_backend(d, 1));
-      devices.push_back(owned.back().get());
-    }
+    const test::CpuDevices cpus(D);
+    const std::vector<Backend*>& devices = cpus.devices;
     Model one = make();
     PipelineTrainer whole(one, devices, config(one, schedule, D, M));
     std::vector<StepStats> want_stats;
     for (int k = 0; k < kSteps; ++k) want_stats.push_back(whole.train_step(data.x, data.y));
     const EvalStats want_eval = whole.evaluate(data.x, data.y, 5);
-    const auto want = params_by_name(whole.stage_states());
+    const auto want = test::params_by_name(whole.stage_states());
 
     // D "processes", each holding one device.
     auto group = make_in_process_group(D, 20, "pipeline");
@@ -208,7 +185,7 @@ void check_split_processes(const std::function<Model()>& make) {
     for (auto& t : threads) t.join();
     std::map<std::string, std::vector<float>> got;
     for (auto& p : parts)
-      for (auto& [name, values] : params_by_name(p->stage_states())) got[name] = values;
+      for (auto& [name, values] : test::params_by_name(p->stage_states())) got[name] = values;
     CHECK(got == want);
     for (int d = 0; d < D; ++d)
       for (int k = 0; k < kSteps; ++k)  // every process sees the same global norm
