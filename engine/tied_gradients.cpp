@@ -60,8 +60,7 @@ void sum_tied_gradients(const Model& model, const std::vector<StageParameters*>&
         if (copies[m].holder && &copies[m].backend() == &owner.backend()) {
           g = copies[m].grad();
         } else if (copies[m].holder) {
-          g = owner.backend().empty(total.shape());
-          copy_between(copies[m].backend(), copies[m].grad(), owner.backend(), g);
+          g = copies[m].backend().copy_to(owner.backend(), copies[m].grad());
         } else {
           g = recv_tensor(*group, owner.backend(), remote(m), tag(m, 0), what(m));
         }

@@ -86,6 +86,8 @@ class Backend {
   Tensor empty(const Shape& shape, DType dtype = DType::f32);
   // A tensor filled with zeros.
   Tensor zeros(const Shape& shape, DType dtype = DType::f32);
+  // A copy of `src` (in this backend's memory) in `dst`'s memory, complete when it returns.
+  Tensor copy_to(Backend& dst, const Tensor& src);
 
   // ---- copies and synchronisation ---------------------------------------------------------
   virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;

@@ -58,6 +58,13 @@ Tensor Backend::empty(const Shape& shape, DType dtype) {
   return Tensor(std::move(storage), data, shape, dtype, device());
 }
 
+Tensor Backend::copy_to(Backend& dst, const Tensor& src) {
+  Tensor copy = dst.empty(src.shape(), src.dtype());
+  if (src.bytes()) copy_to_peer(dst, copy.data(), src.data(), src.bytes());
+  synchronize();  // the copy is complete before the receiver may use it
+  return copy;
+}
+
 Tensor Backend::zeros(const Shape& shape, DType dtype) {
   Tensor t = empty(shape, dtype);
   if (t.bytes()) {

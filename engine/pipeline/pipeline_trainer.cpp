@@ -115,41 +115,46 @@ class PipelineTrainer::DeviceExecutor {
   }
 
   Communicator& pipeline_group() const { return *t_.config_.parallel.pipeline_group; }
+  // Message tags between processes (0 when every device is in this process: no tags are used).
   int tag(Direction dir, int receiving_stage, int microbatch) const {
+    if (!t_.config_.parallel.pipeline_group) return 0;
     return transfer_tag(dir == Direction::forward ? TransferKind::activation : TransferKind::gradient,
                         receiving_stage, microbatch, t_.num_stages(), pipeline_group());
   }
 
-  // Sends `value` to stage `to` (on another device): copy into that device's memory, then post;
-  // to another process: start the send and go on (it completes by the end of the list).
-  void send(const Action& a, int to, Direction dir, const Tensor& value) {
-    const int dst = stage(to).device;
+  // Delivers `value` under `key` to device `dst` (not this one): a device of this process gets a
+  // copy in its memory through its mailbox; another process gets a send that is started here and
+  // completes by the end of the list. `tag` is the message's tag between processes.
+  void post(const Action& a, const MessageKey& key, int dst, int tag, Tensor value) {
     if (!t_.local(dst)) {
       backend_.synchronize();
-      pending_sends_.push_back(send_tensor(pipeline_group(), dst, tag(dir, to, a.microbatch), value));
+      pending_sends_.push_back(send_tensor(pipeline_group(), dst, tag, std::move(value)));
       return;
     }
-    Backend& dst_backend = *t_.devices_[static_cast<size_t>(dst)];
-    Tensor copy = dst_backend.empty(value.shape(), value.dtype());
-    if (value.bytes()) backend_.copy_to_peer(dst_backend, copy.data(), value.data(), value.bytes());
-    backend_.synchronize();  // the copy is complete before the receiver may use it
-    if (!t_.mailboxes_[static_cast<size_t>(dst)]->put({to, a.microbatch, dir}, std::move(copy), deadline()))
-      fail_wait(a, fmt::format("space in the mailbox of device {} (stage {})", dst, to));
+    if (!t_.mailboxes_[static_cast<size_t>(dst)]->put(key, backend_.copy_to(*t_.devices_[static_cast<size_t>(dst)], value),
+                                                       deadline()))
+      fail_wait(a, fmt::format("space in the mailbox of device {} (stage {})", dst, key.stage));
+  }
+
+  // Takes what post() delivered under `key` from device `src`; `what` names it in a timeout.
+  Tensor take(const Action& a, const MessageKey& key, int src, int tag, const std::string& what) {
+    if (!t_.local(src))
+      return recv_tensor(pipeline_group(), backend_, src, tag, fmt::format("action {} of device {} ({})", a.str(), device_, what));
+    Tensor t = t_.mailboxes_[static_cast<size_t>(device_)]->take(key, deadline());
+    if (!t.defined()) fail_wait(a, what);
+    return t;
+  }
+
+  // Sends `value` to stage `to` on another device.
+  void send(const Action& a, int to, Direction dir, const Tensor& value) {
+    post(a, {to, a.microbatch, dir}, stage(to).device, tag(dir, to, a.microbatch), value);
   }
 
   Tensor receive(const Action& a, Direction dir, int from) {
-    const int src = stage(from).device;
-    if (!t_.local(src))
-      return recv_tensor(pipeline_group(), backend_, src, tag(dir, a.stage, a.microbatch),
-                         fmt::format("action {} of device {} (the {} of micro-batch {} from stage {})", a.str(),
-                                     device_, dir == Direction::forward ? "activation" : "gradient", a.microbatch,
-                                     from));
-    Tensor t = t_.mailboxes_[static_cast<size_t>(device_)]->take({a.stage, a.microbatch, dir}, deadline());
-    if (!t.defined())
-      fail_wait(a, fmt::format("{} of micro-batch {} from stage {} on device {}",
-                               dir == Direction::forward ? "the activation" : "the gradient", a.microbatch,
-                               from, stage(from).device));
-    return t;
+    return take(a, {a.stage, a.microbatch, dir}, stage(from).device, tag(dir, a.stage, a.microbatch),
+                fmt::format("{} of micro-batch {} from stage {} on device {}",
+                            dir == Direction::forward ? "the activation" : "the gradient", a.microbatch, from,
+                            stage(from).device));
   }
 
   // ---- skip connections: straight from the saving stage to the adding one, and back --------------
@@ -164,32 +169,22 @@ class PipelineTrainer::DeviceExecutor {
     if (dst == device_) {
       auto& board = dir == Direction::forward ? state(to_stage, m).skips.activations : state(to_stage, m).skips.gradients;
       board[e.name] = std::move(value);
-    } else if (t_.local(dst)) {
-      Backend& dst_backend = *t_.devices_[static_cast<size_t>(dst)];
-      Tensor copy = dst_backend.empty(value.shape(), value.dtype());
-      if (value.bytes()) backend_.copy_to_peer(dst_backend, copy.data(), value.data(), value.bytes());
-      backend_.synchronize();
-      if (!t_.mailboxes_[static_cast<size_t>(dst)]->put({to_stage, m, dir, 1 + static_cast<int>(edge)}, std::move(copy), deadline()))
-        fail_wait(a, fmt::format("space in the mailbox of device {} for skip '{}'", dst, e.name));
     } else {
-      backend_.synchronize();
-      pending_sends_.push_back(send_tensor(pipeline_group(), dst, skip_tag(dir, to_stage, m, edge), std::move(value)));
+      post(a, {to_stage, m, dir, 1 + static_cast<int>(edge)}, dst, skip_tag(dir, to_stage, m, edge), std::move(value));
     }
   }
 
   // Takes what push_skip sent to stage `s` from another device.
   Tensor pull_skip(const Action& a, size_t edge, int from_stage, Direction dir) {
     const SkipEdge& e = t_.model_->skip_edges()[edge];
-    const int src = stage(from_stage).device;
-    const std::string what = fmt::format("action {} of device {} (the {} of skip '{}' from stage {})", a.str(), device_,
-                                         dir == Direction::forward ? "activation" : "gradient", e.name, from_stage);
-    if (!t_.local(src)) return recv_tensor(pipeline_group(), backend_, src, skip_tag(dir, a.stage, a.microbatch, edge), what);
-    Tensor t = t_.mailboxes_[static_cast<size_t>(device_)]->take({a.stage, a.microbatch, dir, 1 + static_cast<int>(edge)}, deadline());
-    if (!t.defined()) fail_wait(a, what);
-    return t;
+    return take(a, {a.stage, a.microbatch, dir, 1 + static_cast<int>(edge)}, stage(from_stage).device,
+                skip_tag(dir, a.stage, a.microbatch, edge),
+                fmt::format("the {} of skip '{}' from stage {}", dir == Direction::forward ? "activation" : "gradient",
+                            e.name, from_stage));
   }
 
   int skip_tag(Direction dir, int receiving_stage, int microbatch, size_t edge) const {
+    if (!t_.config_.parallel.pipeline_group) return 0;
     const int edges = static_cast<int>(t_.model_->skip_edges().size());
     return transfer_tag(dir == Direction::forward ? TransferKind::skip_activation : TransferKind::skip_gradient,
                         receiving_stage, microbatch * edges + static_cast<int>(edge), t_.num_stages(), pipeline_group());
@@ -653,12 +648,7 @@ PipelineTrainer::EvalShare PipelineTrainer::evaluate_rows(const Tensor& inputs, 
       } else if (const int prev = stages_[static_cast<size_t>(k - 1)].device; prev != s.device) {
         const std::string what = fmt::format("evaluation chunk {} from stage {} to stage {}", index, k - 1, k);
         if (local(prev) && here) {  // move the activation to this device
-          Backend& from = *devices_[static_cast<size_t>(prev)];
-          Backend& to = *devices_[static_cast<size_t>(s.device)];
-          Tensor moved = to.empty(x.shape(), x.dtype());
-          from.copy_to_peer(to, moved.data(), x.data(), x.bytes());
-          from.synchronize();
-          x = moved;
+          x = devices_[static_cast<size_t>(prev)]->copy_to(*devices_[static_cast<size_t>(s.device)], x);
         } else if (local(prev)) {
           devices_[static_cast<size_t>(prev)]->synchronize();
           send_tensor(*group, s.device, transfer_tag(TransferKind::evaluation, k, index, S, *group), x)->wait(what);
