@@ -35,6 +35,7 @@
 #include "engine/parallel/data_parallel_trainer.h"
 #include "engine/pipeline/plan.h"
 #include "engine/trainer.h"
+#include "bench/synthetic_batch.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "layers/zoo.h"
 #include "schedule/generators.h"
@@ -61,29 +62,7 @@ pt::Model make_model(const std::string& name) {
   throw pt::UsageError(fmt::format("unknown --model '{}': use mlp or cnn", name));
 }
 
-pt::TrainerConfig trainer_config(int M) {
-  pt::TrainerConfig cfg;
-  cfg.microbatches = M;
-  cfg.optimizer.kind = "sgd";
-  cfg.optimizer.lr = 0.01f;
-  cfg.lr = {pt::LrSchedule::Kind::constant, 0.01f, 0, 0, 0.f};
-  return cfg;
-}
-
-struct Batch {
-  std::vector<float> x;
-  std::vector<int32_t> y;
-  pt::Tensor hx, hy;
-  explicit Batch(int64_t B) : x(static_cast<size_t>(B * 784)), y(static_cast<size_t>(B)) {
-    pt::CounterRng rng(1);
-    for (auto& v : x) v = static_cast<float>(rng.next_double());
-    for (auto& v : y) v = static_cast<int32_t>(rng.next_below(10));
-    hx = pt::Tensor::borrow(x.data(), {B, 1, 28, 28});
-    hy = pt::Tensor::borrow(y.data(), {B}, pt::DType::i32);
-  }
-  Batch(const Batch&) = delete;
-  Batch& operator=(const Batch&) = delete;
-};
+using pt::bench::Batch;
 
 template <class Step>
 double best_step_s(const Flags& f, Step&& step) {
@@ -118,7 +97,7 @@ int run(const Flags& f, pt::Communicator* world) {
     auto backend = pt::make_cpu_backend(0, 1);
     backend->bind_current_thread();
     pt::Model m = make_model(f.model);
-    pt::Trainer t(m, *backend, trainer_config(f.microbatches));
+    pt::Trainer t(m, *backend, pt::bench::sgd_config(f.microbatches));
     const Batch b(f.batch);
     base_s = best_step_s(f, [&] { t.train_step(b.hx, b.hy); });
     emit(speak, {{"bench", std::string("dp_baseline")}, {"step_ms", base_s * 1e3},
@@ -139,7 +118,7 @@ int run(const Flags& f, pt::Communicator* world) {
   double best_speedup = 0;
   for (double bucket_mb : f.bucket_mb) {
     pt::PipelineConfig pc;
-    pc.trainer = trainer_config(f.microbatches);
+    pc.trainer = pt::bench::sgd_config(f.microbatches);
     pc.schedule = pt::sched::add_grad_reduction(pt::sched::add_communication(pt::sched::generate("1f1b", 1, f.microbatches)));
     pc.layers_per_stage = {shape.num_layers()};
     pc.timeout_s = f.timeout;

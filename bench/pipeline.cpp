@@ -56,6 +56,7 @@
 #include "engine/trace/bubble.h"
 #include "engine/trace/trace.h"
 #include "engine/trainer.h"
+#include "bench/synthetic_batch.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "layers/zoo.h"
 #include "schedule/simulate.h"
@@ -93,31 +94,7 @@ pt::Model make_model(const std::string& name) {
   throw pt::UsageError(fmt::format("unknown --model '{}': use mlp or deep", name));
 }
 
-pt::TrainerConfig trainer_config(int M) {
-  pt::TrainerConfig cfg;
-  cfg.microbatches = M;
-  cfg.optimizer.kind = "sgd";  // momentum 0.9: one optimizer slot
-  cfg.optimizer.lr = 0.01f;
-  cfg.lr = {pt::LrSchedule::Kind::constant, 0.01f, 0, 0, 0.f};
-  return cfg;
-}
-
-// Synthetic inputs: the speed does not depend on the values.
-struct Batch {
-  std::vector<float> x;
-  std::vector<int32_t> y;
-  pt::Tensor hx, hy;
-
-  explicit Batch(int64_t B) : x(static_cast<size_t>(B * 784)), y(static_cast<size_t>(B)) {
-    pt::CounterRng rng(1);
-    for (auto& v : x) v = static_cast<float>(rng.next_double());
-    for (auto& v : y) v = static_cast<int32_t>(rng.next_below(10));
-    hx = pt::Tensor::borrow(x.data(), {B, 1, 28, 28});
-    hy = pt::Tensor::borrow(y.data(), {B}, pt::DType::i32);
-  }
-  Batch(const Batch&) = delete;  // hx, hy point into x, y
-  Batch& operator=(const Batch&) = delete;
-};
+using pt::bench::Batch;
 
 // ---- timing ------------------------------------------------------------------------------------
 
@@ -149,7 +126,7 @@ Timed time_single_device(const Flags& f, const Batch& batch, int M, int threads)
   auto backend = pt::make_cpu_backend(0, threads);
   backend->bind_current_thread();
   pt::Model model = make_model(f.model);
-  pt::Trainer trainer(model, *backend, trainer_config(M));
+  pt::Trainer trainer(model, *backend, pt::bench::sgd_config(M));
   return time_steps(f.warmup, f.steps, [&] { return trainer.train_step(batch.hx, batch.hy); }, [](bool) {});
 }
 
@@ -263,7 +240,7 @@ std::optional<RunResult> run_pipeline(const Flags& f, const Batch& batch, Profil
     devices.push_back(owned.back().get());
   }
   pt::PipelineConfig pc;
-  pc.trainer = trainer_config(M);
+  pc.trainer = pt::bench::sgd_config(M);
   pc.schedule = plan.schedule;
   pc.layers_per_stage = plan.partition.layout();
   pc.record_trace = true;  // a clock read and a push_back per action
