@@ -9,14 +9,14 @@
 //
 // The op bodies live in one file per kind of op: cpu_gemm.cpp, cpu_elementwise.cpp,
 // cpu_activation.cpp, cpu_norm.cpp, cpu_loss.cpp, cpu_conv.cpp, cpu_pool.cpp,
-// cpu_embedding.cpp, cpu_optim.cpp; memory in cpu_allocator.*, shared loop helpers in
-// cpu_loops.h, vectorisable exp/tanh/erf in cpu_math.h. This header (and cpu_allocator.h, which
-// it includes) is all that other folders see.
+// cpu_embedding.cpp, cpu_optim.cpp; memory in engine/core/caching_allocator.* (shared with the
+// CUDA backend), shared loop helpers in cpu_loops.h, vectorisable exp/tanh/erf in cpu_math.h.
+// This header is all that other folders see.
 #include <memory>
 #include <string>
 
 #include "engine/core/backend.h"
-#include "kernels/cpu/cpu_allocator.h"
+#include "engine/core/caching_allocator.h"
 
 namespace pt {
 
@@ -135,7 +135,7 @@ class CpuBackend final : public Backend {
 
   DeviceId device_;
   int threads_;
-  CpuAllocator allocator_;
+  CachingAllocator allocator_;
 };
 
 // The factory the engine calls for device cpu:index.

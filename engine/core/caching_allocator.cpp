@@ -1,9 +1,10 @@
-#include "kernels/cpu/cpu_allocator.h"
+#include "engine/core/caching_allocator.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -13,25 +14,26 @@ namespace pt {
 
 namespace {
 
-// Small blocks round up to the alignment, large ones to whole pages, so that tensors of nearly
-// the same size share a size class.
-size_t round_capacity(size_t bytes) {
-  const size_t unit = bytes < (size_t{64} << 10) ? CpuAllocator::kAlignment : size_t{4096};
-  return (bytes + unit - 1) / unit * unit;
-}
-
 double mib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
 }  // namespace
 
-CpuAllocator::~CpuAllocator() {
+size_t CachingAllocator::round_capacity(size_t bytes, size_t alignment) {
+  const size_t unit = bytes < (size_t{64} << 10) ? alignment : std::max(alignment, size_t{4096});
+  return (bytes + unit - 1) / unit * unit;
+}
+
+CachingAllocator::CachingAllocator(std::string device_name, RawMemory raw)
+    : device_name_(std::move(device_name)), raw_(std::move(raw)) {}
+
+CachingAllocator::~CachingAllocator() {
   release_cache_locked();
   // Live blocks here mean a tensor outlived its backend; free them anyway so leak checkers see
   // the real culprit (the tensor's owner) rather than us.
-  for (auto& [ptr, block] : live_) std::free(ptr);
+  for (auto& [ptr, block] : live_) raw_.release(ptr);
 }
 
-void* CpuAllocator::allocate(size_t bytes) {
+void* CachingAllocator::allocate(size_t bytes) {
   if (bytes == 0) return nullptr;
   std::lock_guard lock(mutex_);
   if (limit_ != 0 && current_ + bytes > limit_)
@@ -41,7 +43,7 @@ void* CpuAllocator::allocate(size_t bytes) {
         "micro-batches",
         device_name_, bytes, mib(bytes), current_, mib(current_), limit_, mib(limit_)));
 
-  const size_t capacity = round_capacity(bytes);
+  const size_t capacity = round_capacity(bytes, raw_.alignment);
   void* ptr = nullptr;
   size_t got = capacity;
   // Best fit among cached blocks, wasting at most a quarter of the request.
@@ -56,14 +58,14 @@ void* CpuAllocator::allocate(size_t bytes) {
     // return the largest cached blocks until live + cached + this block fits.
     while (limit_ != 0 && !free_.empty() && current_ + cached_ + capacity > limit_) {
       auto largest = std::prev(free_.end());
-      std::free(largest->second);
+      raw_.release(largest->second);
       cached_ -= largest->first;
       free_.erase(largest);
     }
-    ptr = std::aligned_alloc(kAlignment, capacity);
+    ptr = raw_.allocate(capacity);
     if (ptr == nullptr && !free_.empty()) {  // the cache may be what fills memory
       release_cache_locked();
-      ptr = std::aligned_alloc(kAlignment, capacity);
+      ptr = raw_.allocate(capacity);
     }
     if (ptr == nullptr)
       throw OutOfMemory(fmt::format(
@@ -72,12 +74,13 @@ void* CpuAllocator::allocate(size_t bytes) {
           device_name_, bytes, mib(bytes), current_, mib(current_), limit_));
   }
   live_.emplace(ptr, Block{got, bytes});
+  live_capacity_ += got;
   current_ += bytes;
   peak_ = std::max(peak_, current_);
   return ptr;
 }
 
-void CpuAllocator::deallocate(void* ptr, size_t bytes) {
+void CachingAllocator::deallocate(void* ptr, size_t bytes) {
   if (ptr == nullptr) return;
   std::lock_guard lock(mutex_);
   auto it = live_.find(ptr);
@@ -87,38 +90,44 @@ void CpuAllocator::deallocate(void* ptr, size_t bytes) {
     return;
   }
   current_ -= it->second.requested;
+  live_capacity_ -= it->second.capacity;
   cached_ += it->second.capacity;
   free_.emplace(it->second.capacity, ptr);
   live_.erase(it);
 }
 
-MemoryStats CpuAllocator::stats() const {
+MemoryStats CachingAllocator::stats() const {
   std::lock_guard lock(mutex_);
   return MemoryStats{current_, peak_, limit_};
 }
 
-void CpuAllocator::reset_peak() {
+void CachingAllocator::reset_peak() {
   std::lock_guard lock(mutex_);
   peak_ = current_;
 }
 
-void CpuAllocator::set_limit(size_t bytes) {
+void CachingAllocator::set_limit(size_t bytes) {
   std::lock_guard lock(mutex_);
   limit_ = bytes;
 }
 
-size_t CpuAllocator::cached_bytes() const {
+size_t CachingAllocator::cached_bytes() const {
   std::lock_guard lock(mutex_);
   return cached_;
 }
 
-void CpuAllocator::release_cache() {
+size_t CachingAllocator::reserved_bytes() const {
+  std::lock_guard lock(mutex_);
+  return live_capacity_ + cached_;
+}
+
+void CachingAllocator::release_cache() {
   std::lock_guard lock(mutex_);
   release_cache_locked();
 }
 
-void CpuAllocator::release_cache_locked() {
-  for (auto& [capacity, ptr] : free_) std::free(ptr);
+void CachingAllocator::release_cache_locked() {
+  for (auto& [capacity, ptr] : free_) raw_.release(ptr);
   free_.clear();
   cached_ = 0;
 }
