@@ -77,8 +77,11 @@ endif()
 
 # pipetrain_mpi_test(NAME name NP n COMMAND exe [args...] [LABELS ...] [TIMEOUT s])
 # A ctest that runs `mpiexec -np n --oversubscribe exe args...` (Open MPI's flags), labelled "mpi"
-# plus LABELS. `exe` may be a target name.
+# plus LABELS. `exe` may be a target name. Nothing without MPI (-DPIPETRAIN_MPI=OFF).
 function(pipetrain_mpi_test)
+  if(NOT PIPETRAIN_MPI)
+    return()
+  endif()
   cmake_parse_arguments(ARG "" "NAME;NP;TIMEOUT" "COMMAND;LABELS" ${ARGN})
   if(NOT ARG_NAME OR NOT ARG_NP OR NOT ARG_COMMAND)
     message(FATAL_ERROR "pipetrain_mpi_test: NAME, NP and COMMAND are required")

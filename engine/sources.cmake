@@ -17,4 +17,10 @@ list(APPEND sources ${parallel_sources})
 # engine/comm: communicators (in-process threads, MPI processes) for transfers between processes
 # and the data-parallel gradient reduction.
 file(GLOB comm_sources CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/engine/comm/*.cpp")
+# One of the two MPI implementations: the real one, or the one that says MPI is not built in.
+if(PIPETRAIN_MPI)
+  list(FILTER comm_sources EXCLUDE REGEX "/mpi_missing\\.cpp$")
+else()
+  list(FILTER comm_sources EXCLUDE REGEX "/mpi\\.cpp$")
+endif()
 list(APPEND sources ${comm_sources})
