@@ -61,13 +61,19 @@ message(STATUS "CUDA plugin: nvcc ${CMAKE_CUDA_COMPILER_VERSION}, architectures 
 set(PIPETRAIN_CUDA_PLUGIN_DIR "${PROJECT_BINARY_DIR}/lib/pipetrain")
 file(GLOB pipetrain_cuda_sources CONFIGURE_DEPENDS
   "${PROJECT_SOURCE_DIR}/engine/cuda/*.cpp" "${PROJECT_SOURCE_DIR}/kernels/cuda/*.cu")
+# The NCCL communicator shares the helpers every communicator uses (deadlines, rank lists).
+list(APPEND pipetrain_cuda_sources "${PROJECT_SOURCE_DIR}/engine/comm/communicator.cpp")
 add_library(pipetrain_cuda MODULE ${pipetrain_cuda_sources})
 target_include_directories(pipetrain_cuda PRIVATE
-  ${PROJECT_SOURCE_DIR} ${PIPETRAIN_CUDNN_INCLUDE_DIR} ${PIPETRAIN_NCCL_INCLUDE_DIR})
-# Linked now even where unused, so the link line stays honest. Never CUDA::cuda_driver (-lcuda):
-# the runtime finds the driver itself, and its absence must be a message, not a load failure.
-target_link_libraries(pipetrain_cuda PRIVATE
-  CUDA::cudart CUDA::cublas CUDA::cublasLt ${PIPETRAIN_CUDNN_LIBRARY} ${PIPETRAIN_NCCL_LIBRARY})
+  ${PROJECT_SOURCE_DIR} "${PROJECT_BINARY_DIR}/generated" ${PIPETRAIN_CUDNN_INCLUDE_DIR}
+  ${PIPETRAIN_NCCL_INCLUDE_DIR})
+# pipetrain_core (static, position-independent) gives the plugin the Backend base class and the
+# caching allocator the CPU backend uses too. Never CUDA::cuda_driver (-lcuda): the runtime finds
+# the driver itself, and its absence must be a message, not a load failure.
+target_link_libraries(pipetrain_cuda PRIVATE pipetrain_core
+  CUDA::cudart CUDA::cublasLt ${PIPETRAIN_CUDNN_LIBRARY} ${PIPETRAIN_NCCL_LIBRARY})
+# The kernels include engine/core headers (Backend's parameter structs, counter-based randomness).
+target_compile_options(pipetrain_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)
 set_target_properties(pipetrain_cuda PROPERTIES
   OUTPUT_NAME pipetrain_cuda                 # libpipetrain_cuda.so (PT_CUDA_PLUGIN_FILE_NAME)
   LIBRARY_OUTPUT_DIRECTORY "${PIPETRAIN_CUDA_PLUGIN_DIR}"

@@ -3,19 +3,26 @@
 #include "engine/cuda_plugin.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
+#include <array>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <memory>
 #include <string_view>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
+#include "engine/core/error.h"
 #include "engine/cuda/plugin_abi.h"
+#include "pipetrain/build_id.h"
 
 #ifndef PIPETRAIN_CUDA_PLUGIN_MISSING_REASON
 #define PIPETRAIN_CUDA_PLUGIN_MISSING_REASON "configured with -DPIPETRAIN_CUDA=OFF"
@@ -92,6 +99,20 @@ const PtCudaPluginApi* load_plugin(const std::string& path, std::string& reason)
   if (api->struct_size < needed || api->probe == nullptr || api->device_info == nullptr) {
     reason = fmt::format("{} has an incomplete function table ({} bytes, need {})", path,
                          api->struct_size, needed);
+    return nullptr;
+  }
+  // From ABI 2 the plugin hands out C++ objects: only safe from the same sources and compiler.
+  const size_t with_objects = offsetof(PtCudaPluginApi, create_backend) + sizeof(api->create_backend);
+  if (api->struct_size < with_objects || api->build_id == nullptr || api->create_backend == nullptr) {
+    reason = fmt::format("{} has no create_backend entry ({} bytes, need {}): rebuild and reinstall pipetrain",
+                         path, api->struct_size, with_objects);
+    return nullptr;
+  }
+  if (std::string_view(api->build_id) != PIPETRAIN_BUILD_ID) {
+    reason = fmt::format(
+        "{} was built from other sources or by another compiler (plugin build {}, engine build {}): "
+        "rebuild and reinstall pipetrain so that the engine and its plugin match",
+        path, api->build_id, PIPETRAIN_BUILD_ID);
     return nullptr;
   }
   return api;
@@ -208,6 +229,88 @@ std::string cuda_unavailable_line() {
   const CudaStatus& s = cuda_status();
   if (s.available) return {};
   return s.message + "; using the CPU backend";
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device, int slot, CudaPrecision precision,
+                                           const CudaStatus& cuda) {
+  const std::string name = fmt::format("cuda:{}", device);
+  if (!cuda.available) throw UsageError(fmt::format("cannot open {}: {}", name, cuda.message));
+  if (device < 0 || device >= static_cast<int>(cuda.devices.size()))
+    throw UsageError(fmt::format("cannot open {}: this machine has {} GPU{} (cuda:0..cuda:{})", name,
+                                 cuda.devices.size(), cuda.devices.size() == 1 ? "" : "s",
+                                 static_cast<int>(cuda.devices.size()) - 1));
+  PtCudaBackendOptions options{device, slot, static_cast<int>(precision)};
+  void* out = nullptr;
+  char message[kMessageSize] = {};
+  const int rc = cuda.api->create_backend(&options, &out, message, sizeof(message));
+  if (rc != PT_CUDA_OK || out == nullptr)
+    throw UsageError(fmt::format("cannot open {}: {}", name, message[0] != '\0' ? message : "the plugin failed"));
+  return std::unique_ptr<Backend>(static_cast<Backend*>(out));
+}
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, Backend& backend,
+                                                     const std::string& name) {
+  const CudaStatus& cuda = cuda_status();
+  // [0] = 1 when rank 0 drew an id; the id follows. Rank 0 always broadcasts, so that a failure
+  // there becomes an error on every rank instead of a wait.
+  std::array<unsigned char, 129> id{};
+  char message[kMessageSize] = {};
+  if (bootstrap.rank() == 0) {
+    if (!cuda.available || cuda.api->nccl_unique_id == nullptr)
+      std::snprintf(message, sizeof(message), "%s", cuda.available ? "the plugin has no NCCL" : cuda.message.c_str());
+    else if (cuda.api->nccl_unique_id(id.data() + 1, message, sizeof(message)) == PT_CUDA_OK)
+      id[0] = 1;
+  }
+  bootstrap.broadcast(id.data(), id.size(), 0, fmt::format("the NCCL unique id of '{}'", name));
+  if (id[0] != 1)
+    throw UsageError(fmt::format("cannot create NCCL communicator '{}': {}", name,
+                                 bootstrap.rank() == 0 ? message : "rank 0 could not draw an NCCL unique id"));
+  std::vector<int> world_ranks;
+  for (int r = 0; r < bootstrap.size(); ++r) world_ranks.push_back(bootstrap.world_rank(r));
+  void* out = nullptr;
+  const int rc = cuda.api->create_nccl_communicator(id.data() + 1, bootstrap.size(), bootstrap.rank(),
+                                                    world_ranks.data(), name.c_str(), &backend,
+                                                    bootstrap.timeout_s(), &out, message, sizeof(message));
+  if (rc != PT_CUDA_OK || out == nullptr)
+    throw UsageError(fmt::format("cannot create NCCL communicator '{}': {}", name, message));
+  return std::unique_ptr<Communicator>(static_cast<Communicator*>(out));
+}
+
+bool nccl_usable(Communicator& group, Backend& backend) {
+  const CudaStatus& cuda = cuda_status();
+  // Every rank takes part in the all-gather, whatever it finds locally.
+  struct Place {
+    char host[56] = {};
+    int32_t gpu = -1;  // -1: not a CUDA device (or no NCCL)
+    int32_t pad = 0;
+  } mine;
+  gethostname(mine.host, sizeof(mine.host) - 1);
+  const bool here = cuda.available && cuda.api->create_nccl_communicator != nullptr &&
+                    backend.device().kind == DeviceKind::cuda;
+  if (here) mine.gpu = backend.device().index;
+  std::vector<Place> all(static_cast<size_t>(group.size()));
+  group.all_gather(&mine, all.data(), sizeof(Place), "where each rank's GPU is (for NCCL)");
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (all[i].gpu < 0) return false;
+    for (size_t j = 0; j < i; ++j)
+      if (all[i].gpu == all[j].gpu && std::strncmp(all[i].host, all[j].host, sizeof(all[i].host)) == 0) return false;
+  }
+  return true;
+}
+
+const char* precision_name(CudaPrecision p) {
+  switch (p) {
+    case CudaPrecision::tf32: return "tf32";
+    case CudaPrecision::bf16: return "bf16";
+    default: return "fp32";
+  }
+}
+
+CudaPrecision parse_precision(std::string_view text) {
+  if (text == "fp32") return CudaPrecision::fp32;
+  if (text == "tf32") return CudaPrecision::tf32;
+  if (text == "bf16") return CudaPrecision::bf16;
+  throw UsageError(fmt::format("unknown precision '{}': use fp32, tf32 or bf16", text));
 }
 
 }  // namespace pt

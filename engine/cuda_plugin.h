@@ -15,8 +15,13 @@
 // A loaded plugin is never unloaded (the CUDA runtime does not support dlclose).
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "engine/comm/communicator.h"
+#include "engine/core/backend.h"
 
 struct PtCudaPluginApi;  // engine/cuda/plugin_abi.h
 
@@ -63,5 +68,32 @@ CudaStatus probe_cuda();
 // The directories searched for the plugin when PIPETRAIN_CUDA_PLUGIN is unset, in order
 // (steps 2-5 above; empty if pipetrain was built without the plugin).
 std::vector<std::string> cuda_plugin_search_dirs();
+
+// GEMM (and convolution) arithmetic of CUDA devices; weights, gradients and optimizer state stay
+// fp32 in every mode. Values match PtCudaPrecision.
+enum class CudaPrecision { fp32 = 0, tf32 = 1, bf16 = 2 };
+const char* precision_name(CudaPrecision p);
+// "fp32" | "tf32" | "bf16"; throws UsageError otherwise.
+CudaPrecision parse_precision(std::string_view text);
+
+// A Backend for GPU `device` from the plugin. `slot` > 0 opens another backend on the same GPU
+// (its own streams and accounting: several stages on one GPU). Throws UsageError with the
+// plugin's reason ("cannot open cuda:1: ...") when CUDA is unavailable or the GPU fails.
+// `status` is the process's (tests pass another).
+std::unique_ptr<Backend> make_cuda_backend(int device, int slot, CudaPrecision precision,
+                                           const CudaStatus& status = cuda_status());
+
+// An NCCL communicator over the ranks of `bootstrap` (same ranks, same order, same world ranks),
+// on the GPU of `backend` (a CUDA backend); its buffers are device memory and its collectives are
+// ordered after the work queued on that backend. Rank 0 draws NCCL's unique id and broadcasts it
+// over `bootstrap` (MPI). Collective over `bootstrap`. Throws UsageError when NCCL is unavailable
+// or `backend` is not a CUDA device.
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, Backend& backend,
+                                                     const std::string& name);
+
+// True when NCCL can serve `group`: CUDA is available and every rank holds a different GPU
+// (NCCL refuses two ranks on one GPU). Collective over `group` (an all-gather of where each rank
+// is); `backend` is this rank's device.
+bool nccl_usable(Communicator& group, Backend& backend);
 
 }  // namespace pt

@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -19,35 +20,54 @@ int available_cores() {
   return 1;
 }
 
-DeviceSet open_devices(std::string_view spec, int count, int threads) {
-  DeviceSet out;
+namespace {
+
+// Which devices to open: "auto" takes every GPU the plugin finds, round robin (so 4 devices on
+// one GPU are four slots of it), and otherwise CPU devices.
+std::vector<DeviceId> resolve(std::string_view spec, int count, std::string& note) {
   std::vector<DeviceId> ids;
-  if (spec == "auto") {
-    const CudaStatus& cuda = cuda_status();
-    if (!cuda.available) out.note = cuda.message + "; using the CPU backend";
-    // The CUDA backend itself arrives with the CUDA issue; until then auto means CPU.
-    else out.note = "CUDA devices found but the CUDA backend is not built yet; using the CPU backend";
-    for (int i = 0; i < std::max(1, count); ++i) ids.push_back({DeviceKind::cpu, i});
-  } else {
-    ids = parse_device_list(spec);
+  if (spec != "auto") return parse_device_list(spec);
+  const CudaStatus& cuda = cuda_status();
+  const int wanted = std::max(1, count);
+  if (!cuda.available) {
+    note = cuda.message + "; using the CPU backend";
+    for (int i = 0; i < wanted; ++i) ids.push_back({DeviceKind::cpu, i});
+    return ids;
   }
+  const int gpus = static_cast<int>(cuda.devices.size());
+  for (int i = 0; i < wanted; ++i) ids.push_back({DeviceKind::cuda, i % gpus});
+  if (wanted > gpus)
+    note = fmt::format("{} devices on {} GPU{}: stages share a GPU, each with its own streams", wanted, gpus,
+                       gpus == 1 ? "" : "s");
+  return ids;
+}
+
+}  // namespace
+
+DeviceSet open_devices(std::string_view spec, int count, int threads, CudaPrecision precision) {
+  DeviceSet out;
+  const std::vector<DeviceId> ids = resolve(spec, count, out.note);
+  const auto is_cuda = [](const DeviceId& d) { return d.kind == DeviceKind::cuda; };
+  const size_t cuda_devices = static_cast<size_t>(std::count_if(ids.begin(), ids.end(), is_cuda));
+  if (cuda_devices != 0 && cuda_devices != ids.size())
+    throw UsageError(fmt::format("--devices {} mixes CPU and CUDA devices: use only cpu:N or only cuda:N", spec));
+  if (cuda_devices == 0 && precision != CudaPrecision::fp32)
+    throw UsageError(fmt::format("--precision {} needs CUDA devices (the CPU backend computes in fp32): use "
+                                 "--precision fp32 or --devices cuda:N",
+                                 precision_name(precision)));
+  // A GPU may be listed more than once (stages sharing it); a CPU device may not, because its
+  // threads are its cores.
   for (size_t i = 0; i < ids.size(); ++i)
     for (size_t j = 0; j < i; ++j)
-      if (ids[i] == ids[j])
+      if (ids[i] == ids[j] && !is_cuda(ids[i]))
         throw UsageError(fmt::format("device {} is listed twice in --devices {}", ids[i].str(), spec));
 
-  const int cpu_devices = static_cast<int>(std::count_if(
-      ids.begin(), ids.end(), [](const DeviceId& d) { return d.kind == DeviceKind::cpu; }));
+  const int cpu_devices = static_cast<int>(ids.size() - cuda_devices);
   const int per_device = threads > 0 ? threads : std::max(1, available_cores() / std::max(1, cpu_devices));
+  std::map<int, int> slots;  // GPU -> backends opened on it so far
   for (const DeviceId& id : ids) {
-    if (id.kind == DeviceKind::cuda) {
-      const CudaStatus& cuda = cuda_status();
-      if (!cuda.available)
-        throw UsageError(fmt::format("cannot open {}: {}. Use --devices cpu:0 (or auto)", id.str(), cuda.message));
-      throw UsageError(fmt::format("cannot open {}: the CUDA backend is not implemented yet in this "
-                                   "build; use --devices cpu:N", id.str()));
-    }
-    out.backends.push_back(make_cpu_backend(id.index, per_device));
+    if (is_cuda(id)) out.backends.push_back(make_cuda_backend(id.index, slots[id.index]++, precision));
+    else out.backends.push_back(make_cpu_backend(id.index, per_device));
   }
   return out;
 }

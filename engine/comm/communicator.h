@@ -11,7 +11,8 @@
 // - Nothing waits forever: every blocking call gives up after timeout_s() and throws
 //   TimeoutError naming the operation (`what`), this rank, and the rank(s) it waited for
 //   (as world ranks, so the message points at a process the user can find).
-// - Buffers are host memory (the CPU backend's device memory is host memory).
+// - Buffers are host memory (the CPU backend's device memory is host memory), except for a
+//   communicator whose device_memory() is true (NCCL: memory of its GPU).
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -48,6 +49,9 @@ class Communicator {
   // One line: "mpi 'data-parallel stage 1': rank 0 of 2 (world ranks 1, 3)".
   virtual std::string describe() const = 0;
   virtual double timeout_s() const = 0;
+  // True when buffers are device memory of one GPU (NCCL); false for host memory (the default:
+  // in-process and MPI). Callers holding tensors of a GPU stage them through the host otherwise.
+  virtual bool device_memory() const { return false; }
 
   // ---- collectives ----------------------------------------------------------------------------
   // data (n elements) is replaced by the element-wise reduction over all ranks.

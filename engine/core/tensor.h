@@ -45,6 +45,8 @@ class Tensor {
   const Shape& shape() const { return shape_; }
   DType dtype() const { return dtype_; }
   DeviceId device() const { return device_; }
+  // The backend that owns the memory; nullptr for borrowed host memory.
+  Backend* backend() const { return storage_ ? storage_->backend : nullptr; }
   int64_t numel() const { return shape_.numel(); }
   size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
 

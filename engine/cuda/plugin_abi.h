@@ -16,8 +16,11 @@
  * the engine whether a plugin is new enough to have them: an entry is present iff
  * offsetof(entry) < struct_size and it is not NULL.
  *
- * Reserved for later (the CUDA Backend issue): a `create_backend(int device, ...)` entry that
- * returns an object implementing pt::Backend for one GPU will be appended after `self_test`.
+ * From version 2 the plugin also hands out C++ objects (a pt::Backend per GPU, a
+ * pt::Communicator over NCCL) as opaque pointers. That is only sound when the engine and the
+ * plugin were compiled from the same headers by the same compiler, so the table carries
+ * `build_id` (PIPETRAIN_BUILD_ID: the version and a hash of the headers whose classes cross the
+ * boundary) and the engine refuses a plugin whose build_id differs from its own.
  */
 #ifndef PIPETRAIN_ENGINE_CUDA_PLUGIN_ABI_H
 #define PIPETRAIN_ENGINE_CUDA_PLUGIN_ABI_H
@@ -29,7 +32,7 @@
 extern "C" {
 #endif
 
-#define PT_CUDA_PLUGIN_ABI_VERSION 1
+#define PT_CUDA_PLUGIN_ABI_VERSION 2
 
 /* The file name the engine looks for and the one symbol the plugin exports. */
 #define PT_CUDA_PLUGIN_FILE_NAME "libpipetrain_cuda.so"
@@ -55,6 +58,20 @@ typedef struct PtCudaDeviceInfo {
   int multiprocessors;
 } PtCudaDeviceInfo;
 
+/* Arithmetic of the GEMMs (and cuDNN convolutions) of a CUDA backend. Weights, gradients and
+ * optimizer state stay fp32 in every mode. */
+typedef enum PtCudaPrecision {
+  PT_CUDA_FP32 = 0, /* fp32 inputs, fp32 math */
+  PT_CUDA_TF32 = 1, /* fp32 inputs rounded to tf32 by the tensor cores, fp32 accumulation */
+  PT_CUDA_BF16 = 2  /* GEMM operands converted to bf16, fp32 accumulation and output */
+} PtCudaPrecision;
+
+typedef struct PtCudaBackendOptions {
+  int device;       /* the GPU, cuda:<device> */
+  int slot;         /* 0 for the first backend on this GPU, 1 for the next, ... (own streams) */
+  int precision;    /* a PtCudaPrecision */
+} PtCudaBackendOptions;
+
 typedef struct PtCudaPluginApi {
   int abi_version;    /* PT_CUDA_PLUGIN_ABI_VERSION the plugin was built with */
   size_t struct_size; /* sizeof(PtCudaPluginApi) in the plugin */
@@ -71,6 +88,28 @@ typedef struct PtCudaPluginApi {
   /* Runs one tiny kernel (kernels/cuda/fill.cu) on `device`, copies the result back and checks
    * it: proves that the plugin's device code matches the GPU's architecture. */
   int (*self_test)(int device, char* message, size_t message_size);
+
+  /* ---- version 2 ---- */
+  const char* build_id; /* must equal the engine's PIPETRAIN_BUILD_ID */
+
+  /* Creates a pt::Backend for one GPU; *backend_out receives a `pt::Backend*` the engine owns
+   * (deletes). Fails with a message when the device index is out of range or the GPU cannot be
+   * initialised (e.g. no kernel image for its architecture). */
+  int (*create_backend)(const PtCudaBackendOptions* options, void** backend_out, char* message,
+                        size_t message_size);
+
+  /* NCCL: a new unique id (NCCL_UNIQUE_ID_BYTES = 128 bytes) for rank 0 to broadcast. */
+  int (*nccl_unique_id)(unsigned char id[128], char* message, size_t message_size);
+
+  /* Creates a pt::Communicator over NCCL for `rank` of `nranks` on GPU `device`, all ranks
+   * passing the same id; its collectives take device memory of that GPU and run on their own
+   * stream, ordered after the work queued so far on `backend`'s (a pt::Backend* this plugin
+   * created) compute stream. world_ranks[r] is group rank r's world rank and `name` the
+   * group's name, both for describe() and error messages. *comm_out receives a `pt::Communicator*` the engine owns. */
+  int (*create_nccl_communicator)(const unsigned char id[128], int nranks, int rank,
+                                  const int* world_ranks /* nranks: for messages */,
+                                  const char* name, void* backend, double timeout_s,
+                                  void** comm_out, char* message, size_t message_size);
 } PtCudaPluginApi;
 
 typedef const PtCudaPluginApi* (*PtCudaPluginEntryFn)(void);

@@ -1,6 +1,7 @@
 // The plugin's one exported symbol: the table of entries the engine calls (plugin_abi.h).
 #include "engine/cuda/entries.h"
 #include "engine/cuda/plugin_abi.h"
+#include "pipetrain/build_id.h"
 
 namespace {
 
@@ -10,6 +11,10 @@ const PtCudaPluginApi kApi = {
     &pt::cuda::probe,
     &pt::cuda::device_info,
     &pt::cuda::self_test,
+    PIPETRAIN_BUILD_ID,
+    &pt::cuda::create_backend,
+    &pt::cuda::nccl_unique_id,
+    &pt::cuda::create_nccl_communicator,
 };
 
 }  // namespace

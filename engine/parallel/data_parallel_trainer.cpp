@@ -7,6 +7,7 @@
 
 #include "engine/comm/in_process.h"
 #include "engine/core/error.h"
+#include "engine/cuda_plugin.h"
 
 namespace pt {
 
@@ -146,16 +147,24 @@ std::unique_ptr<DataParallelTrainer> make_process_data_parallel(const std::funct
   // of a step could deadlock against a peer already waiting in a transfer.
   auto pipeline = world.split(r, d, fmt::format("pipeline of replica {}", r));
   auto data_parallel = world.split(d, r, fmt::format("data-parallel device {}", d));
+  // GPUs all-reduce their gradients with NCCL, in device memory, when every replica of this
+  // device has a GPU of its own (NCCL refuses two ranks on one GPU); otherwise through the host
+  // over MPI. The MPI group stays: it carried NCCL's unique id and stays its bootstrap.
+  std::unique_ptr<Communicator> nccl;
+  if (replicas > 1 && device.device().kind == DeviceKind::cuda && nccl_usable(*data_parallel, device))
+    nccl = make_nccl_communicator(*data_parallel, device, fmt::format("nccl data-parallel device {}", d));
   PipelineConfig rc = config;
   rc.parallel.replicas = replicas;
   rc.parallel.replica = r;
   rc.parallel.pipeline_group = pipeline.get();
   rc.parallel.data_parallel_groups.assign(static_cast<size_t>(D), nullptr);
-  if (replicas > 1) rc.parallel.data_parallel_groups[static_cast<size_t>(d)] = data_parallel.get();
+  if (replicas > 1)
+    rc.parallel.data_parallel_groups[static_cast<size_t>(d)] = nccl ? nccl.get() : data_parallel.get();
   std::vector<Backend*> devices(static_cast<size_t>(D), nullptr);
   devices[static_cast<size_t>(d)] = &device;
   parts.communicators.push_back(std::move(pipeline));
   parts.communicators.push_back(std::move(data_parallel));
+  if (nccl) parts.communicators.push_back(std::move(nccl));
   parts.models.push_back(std::make_unique<Model>(make_model()));
   parts.replicas.push_back(std::make_unique<PipelineTrainer>(*parts.models.back(), devices, rc));
   return std::make_unique<DataParallelTrainer>(std::move(parts));

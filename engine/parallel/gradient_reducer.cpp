@@ -4,6 +4,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <string>
+
 #include <fmt/format.h>
 
 namespace pt {
@@ -17,6 +19,7 @@ GradientReducer::GradientReducer(Communicator& group, const std::vector<std::pai
     : group_(group) {
   for (const auto& [stage, params] : stages) {
     grads_[stage] = params->grads_flat().numel() ? params->grads_flat().f32() : nullptr;
+    if (params->backend().device().kind != DeviceKind::cpu && !group.device_memory()) staged_[stage] = &params->backend();
     for (GradientBucket& b : plan_gradient_buckets(*params, stage, bucket_bytes)) {
       for (int layer : b.layers) bucket_of_[{stage, layer}] = buckets_.size();
       buckets_.push_back(std::move(b));
@@ -104,9 +107,20 @@ void GradientReducer::loop() {
     std::exception_ptr failure;
     const auto t0 = Clock::now();
     try {
-      group_.all_reduce(grads_.at(bucket.stage) + bucket.offset, bucket.count, ElemType::f32, ReduceOp::sum,
-                        fmt::format("the gradient all-reduce of bucket {} (stage {}, layers {}..{})", b,
-                                    bucket.stage, bucket.layers.back(), bucket.layers.front()));
+      float* grads = grads_.at(bucket.stage) + bucket.offset;
+      const std::string what = fmt::format("the gradient all-reduce of bucket {} (stage {}, layers {}..{})", b,
+                                           bucket.stage, bucket.layers.back(), bucket.layers.front());
+      if (auto it = staged_.find(bucket.stage); it != staged_.end()) {
+        // A GPU's gradients with a host communicator (MPI): through host memory. The copies are
+        // queued on the device's stream after the backward work that produced the bucket.
+        const size_t bytes = static_cast<size_t>(bucket.count) * sizeof(float);
+        host_bucket_.resize(static_cast<size_t>(bucket.count));
+        it->second->copy_to_host(host_bucket_.data(), grads, bytes);
+        group_.all_reduce(host_bucket_.data(), bucket.count, ElemType::f32, ReduceOp::sum, what);
+        it->second->copy_from_host(grads, host_bucket_.data(), bytes);
+      } else {
+        group_.all_reduce(grads, bucket.count, ElemType::f32, ReduceOp::sum, what);
+      }
     } catch (...) {
       failure = std::current_exception();
     }

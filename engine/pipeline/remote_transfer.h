@@ -5,8 +5,10 @@
 // keeps the PendingSend until it completed.
 #include <array>
 #include <cstdint>
+#include <cstddef>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 #include "engine/comm/communicator.h"
 #include "engine/core/backend.h"
@@ -26,6 +28,7 @@ constexpr int kTransferKinds = 6;
 struct PendingSend {
   std::array<int64_t, 8> header{};  // dtype, rank, dims (must outlive the request)
   Tensor keep;                      // the payload (must outlive the request)
+  std::vector<std::byte> host;      // the payload staged in host memory, for a GPU tensor
   std::unique_ptr<CommRequest> header_request, payload_request;
   void wait(std::string_view what);
 };
@@ -34,7 +37,7 @@ struct PendingSend {
 // `index`; throws UsageError when it exceeds the communicator's largest tag.
 int transfer_tag(TransferKind kind, int stage, int index, int num_stages, const Communicator& comm);
 
-// `value` must be in host-addressable memory (the CPU backend's; a GPU backend stages first).
+// A GPU tensor goes through host memory unless the communicator takes device memory.
 std::unique_ptr<PendingSend> send_tensor(Communicator& comm, int dst, int tag, Tensor value);
 // Receives into new memory of `backend`; throws TimeoutError (from the communicator) naming `what`.
 Tensor recv_tensor(Communicator& comm, Backend& backend, int src, int tag, std::string_view what);

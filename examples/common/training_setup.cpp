@@ -7,6 +7,7 @@
 
 #include "engine/comm/mpi.h"
 #include "engine/core/error.h"
+#include "engine/cuda_plugin.h"
 #include "engine/parallel/data_parallel_trainer.h"
 #include "engine/pipeline/step_trace.h"
 #include "engine/trace/bubble.h"
@@ -18,6 +19,9 @@ namespace pt::examples {
 
 void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
   app.add_option("--devices", f.devices, "one device per stage and replica: cpu:0,cpu:1 | cpu:0..3 | auto")
+      ->capture_default_str();
+  app.add_option("--precision", f.precision,
+                 "GEMM/conv arithmetic on CUDA devices: fp32 | tf32 | bf16 (fp32 weights and optimizer state)")
       ->capture_default_str();
   app.add_option("--threads", f.threads, "threads per device (0: cores / devices)");
   app.add_option("--stages", f.stages, "pipeline stages S (one device each)")->capture_default_str();
@@ -52,6 +56,20 @@ void check_parallel_flags(const ParallelFlags& f, int64_t batch) {
 }
 
 namespace {
+
+// Under mpirun each process opens one device. "auto" there means this node's GPU number
+// local rank mod GPUs (Open MPI and Slurm export the local rank), so the ranks of a node spread
+// over its GPUs; without GPUs, CPU devices as usual.
+std::string process_devices(const std::string& devices, Communicator* world) {
+  if (!world || devices != "auto" || !cuda_status().available) return devices;
+  int local_rank = world->rank();
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID"})
+    if (const char* v = std::getenv(name); v != nullptr && v[0] != '\0') {
+      local_rank = std::atoi(v);
+      break;
+    }
+  return fmt::format("cuda:{}", local_rank % static_cast<int>(cuda_status().devices.size()));
+}
 
 // Threads per process under mpirun: the cores this process may use, shared with the other
 // processes of the job on this node (Open MPI and Slurm say how many there are).
@@ -91,7 +109,8 @@ TrainingSetup make_training(const ParallelFlags& f, Model& model, const std::fun
   TrainingSetup s;
   // In one process: one device per stage and replica. Under mpirun: one device per process.
   const int wanted = world ? 1 : f.stages * f.dp;
-  s.devices = open_devices(f.devices, wanted, world ? mpi_threads(f.threads) : f.threads);
+  s.devices = open_devices(process_devices(f.devices, world), wanted, world ? mpi_threads(f.threads) : f.threads,
+                           parse_precision(f.precision));
   if (!s.devices.note.empty()) fmt::print("{}\n", s.devices.note);
   if (static_cast<int>(s.devices.backends.size()) != wanted)
     throw UsageError(fmt::format("--devices {} lists {} device{} but {} needs {}{}", f.devices,

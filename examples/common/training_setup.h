@@ -23,6 +23,7 @@ namespace pt::examples {
 
 struct ParallelFlags {
   std::string devices = "auto";
+  std::string precision = "fp32";  // GEMM arithmetic on CUDA devices: fp32 | tf32 | bf16
   int threads = 0;  // per device; 0: the cores divided between devices (or processes)
   int stages = 1, dp = 1, microbatches = 1;
   std::string schedule = "1f1b", partition = "time", recompute = "never", costs = "estimate";
@@ -31,7 +32,7 @@ struct ParallelFlags {
   std::string trace, timeline;
 };
 
-// Registers --devices --threads --stages --dp --microbatches --schedule --partition --costs
+// Registers --devices --precision --threads --stages --dp --microbatches --schedule --partition --costs
 // --mem-cap --recompute --timeout --bucket-mb --plan-only --trace --timeline.
 void add_parallel_flags(CLI::App& app, ParallelFlags& f);
 

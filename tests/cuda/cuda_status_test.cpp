@@ -9,7 +9,9 @@
 #include <string>
 
 #include "engine/cuda/plugin_abi.h"
+#include "engine/core/error.h"
 #include "engine/cuda_plugin.h"
+#include "engine/devices.h"
 
 using namespace pt;
 namespace fs = std::filesystem;
@@ -204,7 +206,7 @@ TEST_CASE("fake plugin: a different ABI version is refused") {
   EnvGuard mode("PT_FAKE_CUDA_PLUGIN_MODE", "bad_abi");
   const CudaStatus s = probe_cuda();
   check_consistent(s);
-  CHECK(contains(s.message, "speaks plugin ABI version 999 but this engine needs version 1"));
+  CHECK(contains(s.message, "speaks plugin ABI version 999 but this engine needs version " + std::to_string(PT_CUDA_PLUGIN_ABI_VERSION)));
 }
 
 TEST_CASE("fake plugin: a NULL function table is refused") {
@@ -225,3 +227,66 @@ TEST_CASE("the real plugin by explicit path gives the same answer as the search"
   CHECK(s.devices.size() == cuda_status().devices.size());
 }
 #endif
+
+// ---- backends from the plugin (the fake hands out CPU backends cpu:(10 * gpu + slot)) --------
+
+TEST_CASE("fake plugin: make_cuda_backend owns what the plugin created, one slot per call") {
+  EnvGuard env("PIPETRAIN_CUDA_PLUGIN", PIPETRAIN_TEST_FAKE_CUDA_PLUGIN);
+  EnvGuard mode("PT_FAKE_CUDA_PLUGIN_MODE", "two_devices");
+  const CudaStatus s = probe_cuda();
+  REQUIRE(s.available);
+  auto first = make_cuda_backend(1, 0, CudaPrecision::fp32, s);
+  auto second = make_cuda_backend(1, 1, CudaPrecision::bf16, s);
+  CHECK(first->device().index == 10);
+  CHECK(second->device().index == 11);
+  // The object works through the interface (memory accounting of the fake's CPU backend).
+  void* p = second->allocate(100);
+  CHECK(second->memory_stats().current_bytes == 100);
+  second->deallocate(p, 100);
+  try {
+    (void)make_cuda_backend(2, 0, CudaPrecision::fp32, s);
+    FAIL("cuda:2 does not exist on the fake's two GPUs");
+  } catch (const UsageError& e) {
+    CHECK(std::string(e.what()) == "cannot open cuda:2: this machine has 2 GPUs (cuda:0..cuda:1)");
+  }
+}
+
+TEST_CASE("fake plugin: a backend the plugin cannot create is a usage error with its reason") {
+  EnvGuard env("PIPETRAIN_CUDA_PLUGIN", PIPETRAIN_TEST_FAKE_CUDA_PLUGIN);
+  EnvGuard mode("PT_FAKE_CUDA_PLUGIN_MODE", "backend_error");
+  const CudaStatus s = probe_cuda();
+  REQUIRE(s.available);
+  try {
+    (void)make_cuda_backend(0, 0, CudaPrecision::fp32, s);
+    FAIL("the fake refuses");
+  } catch (const UsageError& e) {
+    CHECK(std::string(e.what()) ==
+          "cannot open cuda:0: fake: cudaStreamCreate failed with cudaErrorMemoryAllocation (2)");
+  }
+}
+
+TEST_CASE("fake plugin: a plugin from another build is refused before any object crosses") {
+  EnvGuard env("PIPETRAIN_CUDA_PLUGIN", PIPETRAIN_TEST_FAKE_CUDA_PLUGIN);
+  EnvGuard mode("PT_FAKE_CUDA_PLUGIN_MODE", "other_build");
+  const CudaStatus s = probe_cuda();
+  check_consistent(s);
+  CHECK(contains(s.message, "was built from other sources or by another compiler (plugin build "
+                            "0.0.0-someotherbuild, engine build "));
+  CHECK(contains(s.message, "rebuild and reinstall pipetrain"));
+  CHECK_THROWS_AS((void)make_cuda_backend(0, 0, CudaPrecision::fp32, s), UsageError);
+}
+
+TEST_CASE("precision names and device lists that cannot work") {
+  CHECK(parse_precision("bf16") == CudaPrecision::bf16);
+  CHECK(std::string(precision_name(CudaPrecision::tf32)) == "tf32");
+  CHECK_THROWS_WITH_AS(parse_precision("fp16"), "unknown precision 'fp16': use fp32, tf32 or bf16", UsageError);
+  CHECK_THROWS_WITH_AS(open_devices("cpu:0", 1, 1, CudaPrecision::bf16),
+                       "--precision bf16 needs CUDA devices (the CPU backend computes in fp32): use "
+                       "--precision fp32 or --devices cuda:N",
+                       UsageError);
+  CHECK_THROWS_WITH_AS(open_devices("cpu:0,cuda:0", 2, 1),
+                       "--devices cpu:0,cuda:0 mixes CPU and CUDA devices: use only cpu:N or only cuda:N",
+                       UsageError);
+  CHECK_THROWS_WITH_AS(open_devices("cpu:1,cpu:1", 2, 1), "device cpu:1 is listed twice in --devices cpu:1,cpu:1",
+                       UsageError);
+}

@@ -1,13 +1,18 @@
 // A stand-in for libpipetrain_cuda.so, built without CUDA, so that the loader's paths (devices
 // found, probe failure, wrong ABI, failing device query) are tested on machines without a GPU.
 // The behaviour is chosen per call by the environment variable PT_FAKE_CUDA_PLUGIN_MODE:
-//   two_devices (default) | no_driver | bad_abi | device_error | null_table
+//   two_devices (default) | no_driver | bad_abi | device_error | null_table | other_build |
+//   backend_error
+// Its create_backend hands out a CPU backend, so that the engine's side of the object entries
+// (ownership, slots, errors) runs here too.
 // Compiled with -DPT_FAKE_NO_ENTRY it exports no entry symbol at all.
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
 
 #include "engine/cuda/plugin_abi.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "pipetrain/build_id.h"
 
 namespace {
 
@@ -53,10 +58,40 @@ int fake_self_test(int, char* message, size_t message_size) {
   return PT_CUDA_OK;
 }
 
+// Slot s of GPU d becomes cpu:(10 d + s), so a test can see which one it got.
+int fake_create_backend(const PtCudaBackendOptions* options, void** backend_out, char* message,
+                        size_t message_size) {
+  if (mode() == "backend_error") {
+    write(message, message_size, "fake: cudaStreamCreate failed with cudaErrorMemoryAllocation (2)");
+    return PT_CUDA_ERROR;
+  }
+  auto backend = pt::make_cpu_backend(10 * options->device + options->slot, 1);
+  *backend_out = static_cast<pt::Backend*>(backend.release());
+  write(message, message_size, "");
+  return PT_CUDA_OK;
+}
+
+int fake_nccl_unique_id(unsigned char*, char* message, size_t message_size) {
+  write(message, message_size, "fake: no NCCL");
+  return PT_CUDA_UNAVAILABLE;
+}
+
+int fake_create_nccl(const unsigned char*, int, int, const int*, const char*, void*, double, void**,
+                     char* message, size_t message_size) {
+  write(message, message_size, "fake: no NCCL");
+  return PT_CUDA_UNAVAILABLE;
+}
+
 const PtCudaPluginApi kApi = {PT_CUDA_PLUGIN_ABI_VERSION, sizeof(PtCudaPluginApi), &fake_probe,
-                              &fake_device_info, &fake_self_test};
+                              &fake_device_info, &fake_self_test, PIPETRAIN_BUILD_ID,
+                              &fake_create_backend, &fake_nccl_unique_id, &fake_create_nccl};
 const PtCudaPluginApi kBadAbi = {999, sizeof(PtCudaPluginApi), &fake_probe, &fake_device_info,
-                                 &fake_self_test};
+                                 &fake_self_test, PIPETRAIN_BUILD_ID, &fake_create_backend,
+                                 &fake_nccl_unique_id, &fake_create_nccl};
+const PtCudaPluginApi kOtherBuild = {PT_CUDA_PLUGIN_ABI_VERSION, sizeof(PtCudaPluginApi),
+                                     &fake_probe, &fake_device_info, &fake_self_test,
+                                     "0.0.0-someotherbuild", &fake_create_backend,
+                                     &fake_nccl_unique_id, &fake_create_nccl};
 
 }  // namespace
 
@@ -64,6 +99,7 @@ const PtCudaPluginApi kBadAbi = {999, sizeof(PtCudaPluginApi), &fake_probe, &fak
 extern "C" PT_CUDA_PLUGIN_EXPORT const PtCudaPluginApi* pipetrain_cuda_plugin_api(void) {
   if (mode() == "bad_abi") return &kBadAbi;
   if (mode() == "null_table") return nullptr;
+  if (mode() == "other_build") return &kOtherBuild;
   return &kApi;
 }
 #else
