@@ -67,9 +67,8 @@ Tensor CausalSelfAttention::forward(const Tensor& x, LayerContext& ctx) {
   const int64_t rows = B * T, Dh = head_dim();
   // qkv (rows, 3d) = x (rows, d) Wqkv^T (d, 3d) + bqkv
   Tensor qkv = ctx.alloc(Shape{B, T, 3 * d_});
-  be.gemm(false, true, rows, 3 * d_, d_, 1.f, x.f32(), d_, params_[0].f32(), d_, 0.f, qkv.f32(),
-          3 * d_);
-  be.add_bias(qkv.f32(), params_[1].f32(), rows, 3 * d_);
+  be.gemm_bias(false, true, rows, 3 * d_, d_, x.f32(), d_, params_[0].f32(), d_, params_[1].f32(), qkv.f32(),
+               3 * d_);
   // a (B, T, H, Dh), lse (B, H, T)
   Tensor att = ctx.alloc(Shape{B, T, d_});
   Tensor lse = ctx.alloc(Shape{B, H_, T});
@@ -77,8 +76,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x, LayerContext& ctx) {
                        1.f / std::sqrt(static_cast<float>(Dh)));
   // y (rows, d) = a (rows, d) Wproj^T (d, d) + bproj
   Tensor y = ctx.alloc(Shape{B, T, d_});
-  be.gemm(false, true, rows, d_, d_, 1.f, att.f32(), d_, params_[2].f32(), d_, 0.f, y.f32(), d_);
-  be.add_bias(y.f32(), params_[3].f32(), rows, d_);
+  be.gemm_bias(false, true, rows, d_, d_, att.f32(), d_, params_[2].f32(), d_, params_[3].f32(), y.f32(), d_);
   if (ctx.info().training) {
     ctx.save(x);
     ctx.save(qkv);

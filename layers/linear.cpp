@@ -63,9 +63,10 @@ Tensor Linear::forward(const Tensor& x, LayerContext& ctx) {
   ys[ys.rank() - 1] = out_;
   Tensor y = ctx.alloc(ys);
   // y (rows, out) = x (rows, in) W^T (in, out)
-  be.gemm(false, true, rows, out_, in_, 1.f, x.f32(), in_, params_[0].f32(), in_, 0.f, y.f32(),
-          out_);
-  if (bias_) be.add_bias(y.f32(), params_[1].f32(), rows, out_);
+  if (bias_)
+    be.gemm_bias(false, true, rows, out_, in_, x.f32(), in_, params_[0].f32(), in_, params_[1].f32(), y.f32(), out_);
+  else
+    be.gemm(false, true, rows, out_, in_, 1.f, x.f32(), in_, params_[0].f32(), in_, 0.f, y.f32(), out_);
   if (ctx.info().training) ctx.save(x);
   return y;
 }

@@ -74,6 +74,7 @@ struct PlanKey {
   bool trans_a, trans_b;
   int64_t M, N, K, lda, ldb, ldc;
   uint32_t align_a, align_b, align_c;  // bytes, powers of two up to 256
+  bool bias;                           // the bias epilogue (the pointer is set per call)
   bool operator==(const PlanKey&) const = default;
 };
 
@@ -84,6 +85,7 @@ struct PlanKeyHash {
     for (int64_t v : {k.M, k.N, k.K, k.lda, k.ldb, k.ldc})
       h = hash_keys(h, static_cast<uint64_t>(v));
     h = hash_keys(h, (uint64_t{k.align_a} << 40) | (uint64_t{k.align_b} << 20) | k.align_c);
+    h = hash_keys(h, uint64_t{k.bias});
     return static_cast<size_t>(h);
   }
 };
@@ -94,7 +96,7 @@ std::string describe(const PlanKey& k) {
          ", trans_a=" + (k.trans_a ? "1" : "0") + " trans_b=" + (k.trans_b ? "1" : "0") +
          ", M=" + s(k.M) + " N=" + s(k.N) + " K=" + s(k.K) + ", lda=" + s(k.lda) +
          " ldb=" + s(k.ldb) + " ldc=" + s(k.ldc) + ", pointer alignment A " + s(k.align_a) +
-         " B " + s(k.align_b) + " C " + s(k.align_c) + " bytes)";
+         " B " + s(k.align_b) + " C " + s(k.align_c) + " bytes" + (k.bias ? ", bias epilogue" : "") + ")";
 }
 
 std::string status_text(cublasStatus_t status) {
@@ -187,6 +189,18 @@ const Plan& LtGemm::State::plan_for(const PlanKey& key) {
   check(cublasLtMatmulDescSetAttribute(plan->matmul, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
                                        sizeof(op_second)),
         "cublasLtMatmulDescSetAttribute(TRANSB)", key);
+  if (key.bias) {
+    // In the column-major view D^T is N x M: the bias runs along its rows (one per output
+    // feature), which is how the epilogue broadcasts a vector of length m.
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    check(cublasLtMatmulDescSetAttribute(plan->matmul, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                         sizeof(epilogue)),
+          "cublasLtMatmulDescSetAttribute(EPILOGUE)", key);
+    const cudaDataType_t bias_type = CUDA_R_32F;
+    check(cublasLtMatmulDescSetAttribute(plan->matmul, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                         &bias_type, sizeof(bias_type)),
+          "cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)", key);
+  }
 
   // Layouts describe the operands as stored (before op): m x k, or k x m when transposed.
   auto rows = [](bool trans, int64_t r, int64_t c) { return static_cast<uint64_t>(trans ? c : r); };
@@ -251,7 +265,7 @@ size_t LtGemm::cached_plans() const { return state_->plans.size(); }
 void LtGemm::gemm(GemmPrecision precision, bool trans_a, bool trans_b, int64_t M, int64_t N,
                   int64_t K, float alpha, const float* A, const uint16_t* a_bf16, int64_t lda,
                   const float* B, const uint16_t* b_bf16, int64_t ldb, float beta, float* C,
-                  int64_t ldc) {
+                  int64_t ldc, const float* bias) {
   const bool bf16 = precision == GemmPrecision::bf16;
   const void* a_data = bf16 ? static_cast<const void*>(a_bf16) : static_cast<const void*>(A);
   const void* b_data = bf16 ? static_cast<const void*>(b_bf16) : static_cast<const void*>(B);
@@ -266,7 +280,8 @@ void LtGemm::gemm(GemmPrecision precision, bool trans_a, bool trans_b, int64_t M
                     ldc,
                     pointer_alignment(a_data),
                     pointer_alignment(b_data),
-                    pointer_alignment(C)};
+                    pointer_alignment(C),
+                    bias != nullptr};
 
   if (M < 0 || N < 0 || K < 0) throw std::invalid_argument(describe(key) + ": negative size");
   if (M == 0 || N == 0) return;
@@ -284,6 +299,10 @@ void LtGemm::gemm(GemmPrecision precision, bool trans_a, bool trans_b, int64_t M
                                 ": bf16 precision needs the bf16 copies of A and B");
 
   const Plan& plan = state_->plan_for(key);
+  if (bias != nullptr)  // the pointer changes per call; the plan is shared
+    check(cublasLtMatmulDescSetAttribute(plan.matmul, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                         sizeof(bias)),
+          "cublasLtMatmulDescSetAttribute(BIAS_POINTER)", key);
   // Column-major C^T = op(B)^T op(A)^T: B goes first. C is both input and output (in place).
   check(cublasLtMatmul(state_->handle, plan.matmul, &alpha, b_data, plan.first, a_data,
                        plan.second, &beta, C, plan.c, C, plan.c, &plan.algo, state_->workspace,

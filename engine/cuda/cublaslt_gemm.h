@@ -56,9 +56,13 @@ class LtGemm {
   // std::invalid_argument, as do negative sizes, strides below the row lengths and missing bf16
   // operands. cuBLAS failures (no algorithm for the shape, a failed launch) throw
   // std::runtime_error naming the shape, the precision and the cuBLAS status.
+  //
+  // `bias` (N floats, or null): added to every row of the product inside the GEMM (cuBLASLt's
+  // bias epilogue), i.e. C = alpha op(A) op(B) + beta C + bias.
   void gemm(GemmPrecision precision, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
             float alpha, const float* A, const uint16_t* a_bf16, int64_t lda, const float* B,
-            const uint16_t* b_bf16, int64_t ldb, float beta, float* C, int64_t ldc);
+            const uint16_t* b_bf16, int64_t ldb, float beta, float* C, int64_t ldc,
+            const float* bias = nullptr);
 
   // Shapes planned so far (for tests and diagnostics).
   size_t cached_plans() const;

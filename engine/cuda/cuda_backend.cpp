@@ -261,6 +261,21 @@ void CudaBackend::bind_current_thread() { check(cudaSetDevice(device_), "cudaSet
 
 void CudaBackend::gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                        int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  lt_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nullptr);
+}
+
+void CudaBackend::gemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
+                            int64_t lda, const float* B, int64_t ldb, const float* bias, float* C, int64_t ldc) {
+  if (K == 0) {  // no product: the base class's gemm (C = 0) then add_bias
+    Backend::gemm_bias(trans_a, trans_b, M, N, K, A, lda, B, ldb, bias, C, ldc);
+    return;
+  }
+  lt_gemm(trans_a, trans_b, M, N, K, 1.f, A, lda, B, ldb, 0.f, C, ldc, bias);
+}
+
+void CudaBackend::lt_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                          const float* bias) {
   if (M == 0 || N == 0) return;
   DeviceGuard guard(device_);
   if (K == 0) {  // C = beta * C: nothing to multiply, and cuBLASLt rejects k = 0
@@ -288,7 +303,7 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
     a16 = a_copy;
     b16 = b_copy;
   }
-  gemm_->gemm(precision, trans_a, trans_b, M, N, K, alpha, A, a16, lda, B, b16, ldb, beta, C, ldc);
+  gemm_->gemm(precision, trans_a, trans_b, M, N, K, alpha, A, a16, lda, B, b16, ldb, beta, C, ldc, bias);
 }
 
 // ---- elementwise ----------------------------------------------------------------------------

@@ -61,6 +61,8 @@ class CudaBackend final : public Backend {
   // ---- ops ----------------------------------------------------------------------------------
   void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
             int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) override;
+  void gemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                 const float* B, int64_t ldb, const float* bias, float* C, int64_t ldc) override;
   void fill(float* x, float value, int64_t n) override;
   void add(const float* a, const float* b, float* y, int64_t n) override;
   void axpy(float alpha, const float* x, float* y, int64_t n) override;
@@ -120,6 +122,8 @@ class CudaBackend final : public Backend {
   // Copies `bytes` of device memory to the host and waits (for results of reductions).
   void read_back(void* host, const void* src, size_t bytes);
   void check(cudaError_t e, const char* call) const;
+  void lt_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+               int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias);
   void staged_copy_to(CudaBackend& dst, void* dst_ptr, const void* src, size_t bytes);
 
   int device_;

@@ -278,6 +278,19 @@ size_t sz(int64_t v) { return static_cast<size_t>(v); }
 // ---- GEMM ------------------------------------------------------------------------------------
 
 TEST_CASE("cuda vs cpu: gemm fp32") { gemm_suite(CudaPrecision::fp32); }
+
+// The Linear layer's forward: cuBLASLt's bias epilogue against the CPU's gemm + add_bias, for
+// each precision; C starts as NaN (overwritten, never read).
+TEST_CASE("cuda vs cpu: gemm_bias (fused bias epilogue)") {
+  for (CudaPrecision p : {CudaPrecision::fp32, CudaPrecision::tf32, CudaPrecision::bf16}) {
+    Pair P(p);
+    const int64_t M = 65, N = 130, K = 96;
+    Twin x = P.upload(randf(sz(M * K), 41)), w = P.upload(randf(sz(N * K), 42)), b = P.upload(randf(sz(N), 43));
+    Twin y = P.upload(nans(sz(M * N)));
+    P.run([&](Backend& be, int s) { be.gemm_bias(false, true, M, N, K, x.f(s), K, w.f(s), K, b.f(s), y.f(s), N); });
+    P.compare(std::string("gemm_bias ") + precision_name(p), y, gemm_tol(p, K));
+  }
+}
 TEST_CASE("cuda vs cpu: gemm tf32") { gemm_suite(CudaPrecision::tf32); }
 TEST_CASE("cuda vs cpu: gemm bf16") { gemm_suite(CudaPrecision::bf16); }
 
