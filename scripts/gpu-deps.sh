@@ -11,7 +11,7 @@ cd "$dir"
 packages=(
   libfmt-dev libfmt9 libdnnl-dev libdnnl2
   ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers
-  doctest-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
+  doctest-dev libcli11-dev nlohmann-json3-dev zlib1g-dev zlib1g
 )
 apt-get download "${packages[@]}"
 echo "downloaded ${#packages[@]} packages into $(pwd) ($(du -sh . | cut -f1))"

@@ -9,10 +9,12 @@
 #               the machine lacks fmt/oneDNN/doctest/CLI11/nlohmann-json (a GPU image with CUDA
 #               and CMake but nothing else, and no network)
 #   --out DIR   where logs and bench.jsonl go (default: $OUT when set, else build-gpu/out)
+#   $GPU_CHECK_CMAKE_ARGS  more options for the configure step (word-split)
 #
 # cuDNN and NCCL come from the CUDA toolkit (/usr/local/cuda) or, where only the Python wheels
 # have them (nvidia-cudnn-cu13, nvidia-nccl-cu13), from there. MPI is used when mpicxx exists,
-# else the build is single-process (-DPIPETRAIN_MPI=OFF). Exit code: 0 when every step passed.
+# else the build is single-process (-DPIPETRAIN_MPI=OFF). Exit code: 0 when every step passed,
+# 77 when the build passed but there is no usable GPU, 1 otherwise.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -29,7 +31,7 @@ build=$root/build-gpu
 out=${out:-$build/out}
 mkdir -p "$out"
 start=$(date +%s)
-failed=()
+failed=() skipped=()
 step() { echo "== $* ($(($(date +%s) - start)) s)"; }
 json() { echo "{\"bench\":\"gpu_check\",\"step\":\"$1\",\"status\":\"$2\",\"seconds\":$(($(date +%s) - start))}"; }
 
@@ -39,6 +41,12 @@ if [[ -n $deps ]]; then
   step "unpacking $(ls "$deps"/*.deb | wc -l) packages from $deps under /tmp/pipetrain-deps"
   prefix=/tmp/pipetrain-deps
   for f in "$deps"/*.deb; do dpkg -x "$f" "$prefix"; done
+  # Debian's development links are absolute (libz.so -> /lib/.../libz.so.1.2.13): point them at
+  # the unpacked copy, which the host's own library may not match.
+  find "$prefix" -type l -lname '/*' | while read -r link; do
+    target=$(readlink "$link")
+    [[ -e $prefix$target ]] && ln -sfn "$prefix$target" "$link"
+  done
   export CMAKE_PREFIX_PATH=$prefix/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
   export CPATH=$prefix/usr/include${CPATH:+:$CPATH}
   export LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}
@@ -67,7 +75,7 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,m
 # ---- configure and build -------------------------------------------------------------------
 step "configure (sm_$arch)"
 if ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$arch" \
-    -DPIPETRAIN_BUILD_EXAMPLES=OFF "${cmake_args[@]}" >"$out/configure.log" 2>&1; then
+    -DPIPETRAIN_BUILD_EXAMPLES=OFF "${cmake_args[@]}" ${GPU_CHECK_CMAKE_ARGS:-} >"$out/configure.log" 2>&1; then
   tail -30 "$out/configure.log"
   json configure failed
   exit 1
@@ -90,7 +98,9 @@ run() {  # name timeout command...
   timeout "$limit" "$@" >"$out/$name.log" 2>&1
   local rc=$?
   tail -25 "$out/$name.log"
-  if ((rc == 0)); then json "$name" passed; else json "$name" "failed (exit $rc)"; failed+=("$name"); fi
+  if ((rc == 0)); then json "$name" passed
+  elif ((rc == 77)); then json "$name" "skipped (no usable GPU)"; skipped+=("$name")
+  else json "$name" "failed (exit $rc)"; failed+=("$name"); fi
 }
 run gpu_probe 60 "$build/tests/gpu_probe"
 run test_cuda_host 120 "$build/tests/test_cuda_host"
@@ -101,11 +111,17 @@ run test_gpu 240 "$build/tests/test_gpu" --duration=true
 step "bench/gpu"
 timeout 180 "$build/bench/pipetrain-bench-gpu" --reps 5 2>"$out/bench.err" | tee "$out/bench.jsonl"
 rc=${PIPESTATUS[0]}
-if ((rc == 0)); then json bench passed; else json bench "failed (exit $rc)"; tail -20 "$out/bench.err"; failed+=(bench); fi
+if ((rc == 0)); then json bench passed
+elif ((rc == 77)); then json bench "skipped (no usable GPU)"; skipped+=(bench)
+else json bench "failed (exit $rc)"; tail -20 "$out/bench.err"; failed+=(bench); fi
 
 step "done"
 if ((${#failed[@]})); then
   echo "FAILED: ${failed[*]}"
   exit 1
+fi
+if ((${#skipped[@]})); then
+  echo "SKIPPED (no usable GPU): ${skipped[*]}"
+  exit 77
 fi
 echo "gpu check passed"

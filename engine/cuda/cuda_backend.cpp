@@ -171,12 +171,19 @@ void CudaBackend::set_memory_limit(size_t bytes) { allocator_->set_limit(bytes);
 
 // ---- copies and synchronisation -------------------------------------------------------------
 
+// The caller may reuse host_src as soon as we return. From pageable memory (vectors: the
+// engine's inputs and parameters) cudaMemcpyAsync returns only once the bytes are in the
+// driver's staging memory, without waiting for the stream, so the host keeps queueing work while
+// the GPU catches up. From page-locked memory the copy would still be reading it: wait then.
 void CudaBackend::copy_from_host(void* dst, const void* host_src, size_t bytes) {
   if (bytes == 0) return;
   DeviceGuard guard(device_);
   check(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, compute_), "cudaMemcpyAsync (from host)");
-  // The caller may reuse host_src as soon as we return.
-  check(cudaStreamSynchronize(compute_), "cudaStreamSynchronize");
+  cudaPointerAttributes attributes{};
+  const bool known = cudaPointerGetAttributes(&attributes, host_src) == cudaSuccess;
+  (void)cudaGetLastError();
+  if (!known || attributes.type != cudaMemoryTypeUnregistered)
+    check(cudaStreamSynchronize(compute_), "cudaStreamSynchronize");
 }
 
 void CudaBackend::copy_to_host(void* host_dst, const void* src, size_t bytes) {
