@@ -86,14 +86,17 @@ class Backend {
   Tensor empty(const Shape& shape, DType dtype = DType::f32);
   // A tensor filled with zeros.
   Tensor zeros(const Shape& shape, DType dtype = DType::f32);
-  // A copy of `src` (in this backend's memory) in `dst`'s memory, complete when it returns.
+  // A copy of `src` (in this backend's memory) in `dst`'s memory. Ordered before any work queued
+  // afterwards on either backend (CPU: complete when it returns; CUDA: fenced on both streams,
+  // so the calling thread does not wait for the GPU). Read it on the host through dst.
   Tensor copy_to(Backend& dst, const Tensor& src);
 
   // ---- copies and synchronisation ---------------------------------------------------------
   virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void copy_within(void* dst, const void* src, size_t bytes) = 0;
-  // Copies into another device's memory (CPU: memcpy; CUDA: peer copy on the copy stream).
+  // Copies into another device's memory (CPU: memcpy; CUDA: peer copy on the copy stream,
+  // ordered after the work queued so far on both devices and before what they queue next).
   virtual void copy_to_peer(Backend& dst_backend, void* dst, const void* src, size_t bytes) = 0;
   virtual std::unique_ptr<Event> record_event() = 0;
   virtual void synchronize() = 0;

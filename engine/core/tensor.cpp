@@ -60,8 +60,8 @@ Tensor Backend::empty(const Shape& shape, DType dtype) {
 
 Tensor Backend::copy_to(Backend& dst, const Tensor& src) {
   Tensor copy = dst.empty(src.shape(), src.dtype());
+  // copy_to_peer orders the copy before later work of both devices (see backend.h).
   if (src.bytes()) copy_to_peer(dst, copy.data(), src.data(), src.bytes());
-  synchronize();  // the copy is complete before the receiver may use it
   return copy;
 }
 
