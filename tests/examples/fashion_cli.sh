@@ -26,6 +26,9 @@ expect_error "unknown optimizer 'adam9'" --optim adam9 --steps 1
 expect_error "dataset-fashion-mnist" --data "$work/nowhere" --steps 1
 expect_error "unknown device 'tpu:0'" --devices tpu:0 --steps 1
 expect_error "cannot open cuda:0" --devices cuda:0 --steps 1
+expect_error "--precision bf16 needs CUDA devices" --devices cpu:0 --precision bf16 --steps 1
+expect_error "unknown precision 'fp8'" --precision fp8 --steps 1
+expect_error "mixes CPU and CUDA devices" --devices cpu:0,cuda:0 --stages 2 --steps 1
 
 # Pipeline flags that cannot work: each is refused before anything runs.
 sch=$(dirname "$0")/schedules
