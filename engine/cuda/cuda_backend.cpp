@@ -285,7 +285,12 @@ void CudaBackend::lt_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int6
                           const float* bias) {
   if (M == 0 || N == 0) return;
   DeviceGuard guard(device_);
-  if (K == 0) {  // C = beta * C: nothing to multiply, and cuBLASLt rejects k = 0
+  if (K == 0 && ldc == N) {  // C = beta * C: nothing to multiply, and cuBLASLt rejects k = 0
+    if (beta == 0.f) check(launch_fill(C, 0.f, M * N, compute_), "launch_fill");
+    else if (beta != 1.f) check(launch_scale(beta, C, M * N, compute_), "launch_scale");
+    return;
+  }
+  if (K == 0) {  // the same, row by row past the padding
     for (int64_t r = 0; r < M; ++r) {
       if (beta == 0.f) check(launch_fill(C + r * ldc, 0.f, N, compute_), "launch_fill");
       else if (beta != 1.f) check(launch_scale(beta, C + r * ldc, N, compute_), "launch_scale");
@@ -539,11 +544,16 @@ bool CudaBackend::all_finite(const float* x, int64_t n) {
   return host == 0;
 }
 void CudaBackend::sgd_update(float* param, const float* grad, float* momentum_buf, int64_t n, const SgdParams& p) {
+  // The CPU backend's argument checks, as usage errors rather than a CUDA error code.
+  if (p.momentum != 0.f && momentum_buf == nullptr)
+    throw UsageError(fmt::format("sgd_update: momentum is {} but no momentum buffer was given; allocate one of {} "
+                                 "floats", p.momentum, n));
   DeviceGuard guard(device_);
   check(launch_sgd_update(param, grad, momentum_buf, n, p, compute_), "launch_sgd_update");
 }
 void CudaBackend::adamw_update(float* param, const float* grad, float* m, float* v, int64_t n,
                                const AdamWParams& p) {
+  if (p.step < 1) throw UsageError(fmt::format("adamw_update: step must count from 1, got {}", p.step));
   DeviceGuard guard(device_);
   check(launch_adamw_update(param, grad, m, v, n, p, compute_), "launch_adamw_update");
 }

@@ -17,7 +17,7 @@
 //   dbeta                                                                order: rounding grows like sqrt(terms)
 //   layernorm y / mean / rstd                  1e-5 / 1e-6 / 0   1e-5    row sums in another order
 //   layernorm backward_input                   1e-5              1e-4    two row sums feed every element
-//   softmax probs                              1e-9              1e-5    same exp polynomial, another sum order
+//   softmax probs                              1e-9              1e-5    expf vs the CPU exp_f32 polynomial (a few ulp), another sum order
 //   softmax loss (host double)                 0                 1e-6    per-row logs of float sums
 //   sum_squares, mse loss (host double)        0                 1e-10   exact squares in double, order differs
 //   embedding backward_weight                  1e-6              1e-6    float atomicAdd: repeats add in any order
