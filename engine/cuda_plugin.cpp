@@ -265,6 +265,9 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, Ba
   if (id[0] != 1)
     throw UsageError(fmt::format("cannot create NCCL communicator '{}': {}", name,
                                  bootstrap.rank() == 0 ? message : "rank 0 could not draw an NCCL unique id"));
+  if (!cuda.available || cuda.api->create_nccl_communicator == nullptr)
+    throw UsageError(fmt::format("cannot create NCCL communicator '{}': {}", name,
+                                 cuda.available ? "the plugin has no NCCL" : cuda.message));
   std::vector<int> world_ranks;
   for (int r = 0; r < bootstrap.size(); ++r) world_ranks.push_back(bootstrap.world_rank(r));
   void* out = nullptr;

@@ -75,6 +75,7 @@ struct PlanKey {
   int64_t M, N, K, lda, ldb, ldc;
   uint32_t align_a, align_b, align_c;  // bytes, powers of two up to 256
   bool bias;                           // the bias epilogue (the pointer is set per call)
+  uint32_t align_bias;                 // its alignment, which the heuristic reads from the pointer
   bool operator==(const PlanKey&) const = default;
 };
 
@@ -85,7 +86,7 @@ struct PlanKeyHash {
     for (int64_t v : {k.M, k.N, k.K, k.lda, k.ldb, k.ldc})
       h = hash_keys(h, static_cast<uint64_t>(v));
     h = hash_keys(h, (uint64_t{k.align_a} << 40) | (uint64_t{k.align_b} << 20) | k.align_c);
-    h = hash_keys(h, uint64_t{k.bias});
+    h = hash_keys(h, (uint64_t{k.bias} << 32) | k.align_bias);
     return static_cast<size_t>(h);
   }
 };
@@ -164,10 +165,10 @@ struct LtGemm::State {
     if (handle) (void)cublasLtDestroy(handle);
   }
 
-  const Plan& plan_for(const PlanKey& key);
+  const Plan& plan_for(const PlanKey& key, const float* bias);
 };
 
-const Plan& LtGemm::State::plan_for(const PlanKey& key) {
+const Plan& LtGemm::State::plan_for(const PlanKey& key, const float* bias) {
   if (auto it = plans.find(key); it != plans.end()) return *it->second;
 
   const ColumnMajorGemm cm =
@@ -200,6 +201,11 @@ const Plan& LtGemm::State::plan_for(const PlanKey& key) {
     check(cublasLtMatmulDescSetAttribute(plan->matmul, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                          &bias_type, sizeof(bias_type)),
           "cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)", key);
+    // The heuristic reads the bias pointer's alignment: give it this call's (same key, same
+    // alignment for later calls).
+    check(cublasLtMatmulDescSetAttribute(plan->matmul, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                         sizeof(bias)),
+          "cublasLtMatmulDescSetAttribute(BIAS_POINTER)", key);
   }
 
   // Layouts describe the operands as stored (before op): m x k, or k x m when transposed.
@@ -233,7 +239,7 @@ const Plan& LtGemm::State::plan_for(const PlanKey& key) {
     return r.state == CUBLAS_STATUS_SUCCESS && r.workspaceSize <= workspace_bytes;
   });
   if (usable == results + returned)
-    throw std::runtime_error(
+    throw LtNoAlgorithm(
         describe(key) + ": cublasLtMatmulAlgoGetHeuristic found no algorithm within " +
         std::to_string(workspace_bytes) + " bytes of workspace (" + std::to_string(returned) +
         " candidates" +
@@ -281,7 +287,8 @@ void LtGemm::gemm(GemmPrecision precision, bool trans_a, bool trans_b, int64_t M
                     pointer_alignment(a_data),
                     pointer_alignment(b_data),
                     pointer_alignment(C),
-                    bias != nullptr};
+                    bias != nullptr,
+                    bias != nullptr ? pointer_alignment(bias) : 0};
 
   if (M < 0 || N < 0 || K < 0) throw std::invalid_argument(describe(key) + ": negative size");
   if (M == 0 || N == 0) return;
@@ -298,7 +305,7 @@ void LtGemm::gemm(GemmPrecision precision, bool trans_a, bool trans_b, int64_t M
     throw std::invalid_argument(describe(key) +
                                 ": bf16 precision needs the bf16 copies of A and B");
 
-  const Plan& plan = state_->plan_for(key);
+  const Plan& plan = state_->plan_for(key, bias);
   if (bias != nullptr)  // the pointer changes per call; the plan is shared
     check(cublasLtMatmulDescSetAttribute(plan.matmul, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                          sizeof(bias)),

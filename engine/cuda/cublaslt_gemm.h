@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 
 namespace pt::cuda {
 
@@ -36,6 +37,13 @@ ColumnMajorGemm to_column_major(bool trans_a, bool trans_b, int64_t M, int64_t N
 // heuristic's algorithm are cached per shape, so a repeated shape costs one cublasLtMatmul call.
 // Not thread-safe: one instance per stream, driven by one host thread at a time. Create it with
 // the stream's device current.
+// cuBLASLt has no algorithm for a shape (and precision, epilogue, alignment): nothing was queued,
+// so the caller may fall back to another way (e.g. without the bias epilogue).
+class LtNoAlgorithm : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class LtGemm {
  public:
   // `workspace` is device memory of `workspace_bytes` (null with 0 is allowed: then only

@@ -69,8 +69,10 @@ class CudaEvent final : public Event {
   cudaEvent_t event_ = nullptr;
 };
 
-// An event used once to order two streams: `waiter` waits for what is queued on `stream` now.
-void fence(cudaStream_t stream, cudaStream_t waiter, const std::string& where) {
+// An event used once to order two streams: `waiter` (on any GPU) waits for what is queued on
+// `stream` now. The event is created and recorded on the stream's GPU (its context).
+void fence(int stream_device, cudaStream_t stream, cudaStream_t waiter, const std::string& where) {
+  DeviceGuard guard(stream_device);
   cudaEvent_t e = nullptr;
   cuda::check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), where, "cudaEventCreate");
   cudaError_t rc = cudaEventRecord(e, stream);
@@ -106,9 +108,13 @@ CudaBackend::CudaBackend(int device, int slot, PtCudaPrecision precision)
                          }
                          return p;
                        },
-                       [dev](void* p) {
-                         DeviceGuard g(dev);
+                       [dev](void* p) noexcept {  // runs from destructors: never throws
+                         int previous = -1;
+                         const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != dev &&
+                                               cudaSetDevice(dev) == cudaSuccess;
                          (void)cudaFree(p);
+                         if (switched) (void)cudaSetDevice(previous);
+                         (void)cudaGetLastError();
                        },
                        kDeviceAlignment});
   gemm_ = std::make_unique<LtGemm>(compute_, scratch(gemm_workspace_, kGemmWorkspaceBytes, "GEMM workspace"),
@@ -126,7 +132,7 @@ CudaBackend::~CudaBackend() {
     (void)cudaStreamSynchronize(copy_);
     gemm_.reset();
     conv_.reset();
-    for (Scratch* s : {&gemm_workspace_, &operands_, &conv_workspace_, &partials_, &staging_device_})
+    for (Scratch* s : {&gemm_workspace_, &operands_, &conv_workspace_, &partials_})
       if (s->data != nullptr) allocator_->deallocate(s->data, s->bytes);
     allocator_.reset();
     if (pinned_ != nullptr) (void)cudaFreeHost(pinned_);
@@ -213,7 +219,7 @@ void CudaBackend::copy_to_peer(Backend& dst_backend, void* dst, const void* src,
   DeviceGuard guard(device_);
   if (dst_cuda->device_ != device_) {
     int can_access = 0;
-    check(cudaDeviceCanAccessPeer(&can_access, dst_cuda->device_, device_), "cudaDeviceCanAccessPeer");
+    check(cudaDeviceCanAccessPeer(&can_access, device_, dst_cuda->device_), "cudaDeviceCanAccessPeer");
     if (!can_access) {
       staged_copy_to(*dst_cuda, dst, src, bytes);
       return;
@@ -229,14 +235,14 @@ void CudaBackend::copy_to_peer(Backend& dst_backend, void* dst, const void* src,
       enabled.emplace_back(device_, dst_cuda->device_);
     }
   }
-  fence(compute_, copy_, name_);
-  fence(dst_cuda->compute_, copy_, name_);  // the receiver may still be reading an old tensor there
+  fence(device_, compute_, copy_, name_);
+  fence(dst_cuda->device_, dst_cuda->compute_, copy_, name_);  // the receiver may still read an old tensor there
   if (dst_cuda->device_ == device_)
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, copy_), "cudaMemcpyAsync (to slot)");
   else
     check(cudaMemcpyPeerAsync(dst, dst_cuda->device_, src, device_, bytes, copy_), "cudaMemcpyPeerAsync");
-  fence(copy_, compute_, name_);
-  fence(copy_, dst_cuda->compute_, name_);
+  fence(device_, copy_, compute_, name_);
+  fence(device_, copy_, dst_cuda->compute_, name_);
 }
 
 // Without peer access: through pinned host memory, synchronously (rare: GPUs on different PCIe
@@ -273,11 +279,18 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
 
 void CudaBackend::gemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
                             int64_t lda, const float* B, int64_t ldb, const float* bias, float* C, int64_t ldc) {
-  if (K == 0) {  // no product: the base class's gemm (C = 0) then add_bias
+  // No product, or no cuBLASLt algorithm with the bias epilogue for this shape: the base class's
+  // gemm then add_bias.
+  if (K == 0 || !bias_epilogue_) {
     Backend::gemm_bias(trans_a, trans_b, M, N, K, A, lda, B, ldb, bias, C, ldc);
     return;
   }
-  lt_gemm(trans_a, trans_b, M, N, K, 1.f, A, lda, B, ldb, 0.f, C, ldc, bias);
+  try {
+    lt_gemm(trans_a, trans_b, M, N, K, 1.f, A, lda, B, ldb, 0.f, C, ldc, bias);
+  } catch (const LtNoAlgorithm&) {  // nothing was queued but harmless bf16 conversions
+    bias_epilogue_ = false;
+    Backend::gemm_bias(trans_a, trans_b, M, N, K, A, lda, B, ldb, bias, C, ldc);
+  }
 }
 
 void CudaBackend::lt_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,

@@ -136,10 +136,11 @@ class CudaBackend final : public Backend {
   std::unique_ptr<CachingAllocator> allocator_;
   std::unique_ptr<LtGemm> gemm_;
   std::unique_ptr<CudnnConv> conv_;
-  Scratch gemm_workspace_, operands_, conv_workspace_, partials_, staging_device_;
+  Scratch gemm_workspace_, operands_, conv_workspace_, partials_;
   void* pinned_ = nullptr;  // host staging for copies between GPUs without peer access
   size_t pinned_bytes_ = 0;
-  std::mutex copy_mutex_;   // copy_to_peer from several threads shares the copy stream and staging
+  std::mutex copy_mutex_;
+  bool bias_epilogue_ = true;  // false once cuBLASLt had no algorithm with the bias epilogue   // copy_to_peer from several threads shares the copy stream and staging
 };
 
 }  // namespace pt::cuda

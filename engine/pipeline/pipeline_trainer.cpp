@@ -428,10 +428,6 @@ PipelineTrainer::PipelineTrainer(Model& model, std::vector<Backend*> devices, co
   for (int d = 0; d < sc.num_devices; ++d) {
     if (!local(d)) continue;
     local_devices_.push_back(d);
-    if (par.pipeline_group && devices_[static_cast<size_t>(d)]->device().kind != DeviceKind::cpu)
-      throw UsageError(fmt::format("device {} ({}) exchanges with other processes through host memory, which only "
-                                   "CPU devices have; GPU pipelines across processes need the NCCL transport",
-                                   d, devices_[static_cast<size_t>(d)]->device().str()));
     if (par.replicas > 1 && !par.data_parallel_group(d))
       throw UsageError(fmt::format("replica {} of {} has no data-parallel group for device {}", par.replica,
                                    par.replicas, d));
