@@ -142,6 +142,8 @@ CudaStatus probe_plugin(const PtCudaPluginApi* api, const std::string& path) {
     dev.cc_major = info.cc_major;
     dev.cc_minor = info.cc_minor;
     dev.multiprocessors = info.multiprocessors;
+    info.pci_bus_id[sizeof(info.pci_bus_id) - 1] = '\0';
+    dev.pci_bus_id = info.pci_bus_id;
     s.devices.push_back(std::move(dev));
   }
   s.available = true;
@@ -281,22 +283,27 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, Ba
 
 bool nccl_usable(Communicator& group, Backend& backend) {
   const CudaStatus& cuda = cuda_status();
-  // Every rank takes part in the all-gather, whatever it finds locally.
+  // Every rank takes part in the all-gather, whatever it finds locally. A GPU is named by its
+  // host and PCI bus id: with CUDA_VISIBLE_DEVICES set per rank, every rank's GPU is "cuda:0".
   struct Place {
-    char host[56] = {};
-    int32_t gpu = -1;  // -1: not a CUDA device (or no NCCL)
-    int32_t pad = 0;
+    char host[64] = {};
+    char gpu[32] = {};  // PCI bus id, or "#<index>" when unknown; empty: no CUDA device (or no NCCL)
   } mine;
   gethostname(mine.host, sizeof(mine.host) - 1);
-  const bool here = cuda.available && cuda.api->create_nccl_communicator != nullptr &&
-                    backend.device().kind == DeviceKind::cuda;
-  if (here) mine.gpu = backend.device().index;
+  const int index = backend.device().index;
+  if (cuda.available && cuda.api->create_nccl_communicator != nullptr && backend.device().kind == DeviceKind::cuda &&
+      index >= 0 && index < static_cast<int>(cuda.devices.size())) {
+    const std::string& bus = cuda.devices[static_cast<size_t>(index)].pci_bus_id;
+    std::snprintf(mine.gpu, sizeof(mine.gpu), "%s", bus.empty() ? fmt::format("#{}", index).c_str() : bus.c_str());
+  }
   std::vector<Place> all(static_cast<size_t>(group.size()));
   group.all_gather(&mine, all.data(), sizeof(Place), "where each rank's GPU is (for NCCL)");
+  const auto same = [](const char* a, const char* b, size_t n) { return std::strncmp(a, b, n) == 0; };
   for (size_t i = 0; i < all.size(); ++i) {
-    if (all[i].gpu < 0) return false;
+    if (all[i].gpu[0] == '\0') return false;
     for (size_t j = 0; j < i; ++j)
-      if (all[i].gpu == all[j].gpu && std::strncmp(all[i].host, all[j].host, sizeof(all[i].host)) == 0) return false;
+      if (same(all[i].gpu, all[j].gpu, sizeof(Place::gpu)) && same(all[i].host, all[j].host, sizeof(Place::host)))
+        return false;
   }
   return true;
 }

@@ -34,6 +34,7 @@ struct CudaDeviceInfo {
   int cc_major = 0;         // compute capability major.minor
   int cc_minor = 0;
   int multiprocessors = 0;
+  std::string pci_bus_id;   // "0000:3b:00.0"; empty if the driver did not say
 
   // "cuda:0 NVIDIA H200 (139.8 GiB, sm_90, 132 SMs)".
   std::string str() const;

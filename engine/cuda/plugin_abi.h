@@ -56,6 +56,7 @@ typedef struct PtCudaDeviceInfo {
   int cc_major;          /* compute capability, e.g. 9.0 */
   int cc_minor;
   int multiprocessors;
+  char pci_bus_id[32];   /* "0000:3b:00.0": the same GPU whatever CUDA_VISIBLE_DEVICES says (v2) */
 } PtCudaDeviceInfo;
 
 /* Arithmetic of the GEMMs (and cuDNN convolutions) of a CUDA backend. Weights, gradients and

@@ -96,6 +96,10 @@ int device_info(int device, PtCudaDeviceInfo* info, char* message, size_t messag
     info->cc_major = prop.major;
     info->cc_minor = prop.minor;
     info->multiprocessors = prop.multiProcessorCount;
+    if (cudaDeviceGetPCIBusId(info->pci_bus_id, sizeof(info->pci_bus_id), device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      info->pci_bus_id[0] = '\0';  // unknown: nccl_usable then compares device indices
+    }
     write_message(message, message_size, "");
     return PT_CUDA_OK;
   } catch (...) {

@@ -179,6 +179,7 @@ TEST_CASE("fake plugin: devices are listed when the probe succeeds") {
   CHECK(s.devices[1].memory_bytes == (size_t{160} << 30));
   CHECK(s.devices[1].cc_major == 9);
   CHECK(s.devices[1].cc_minor == 1);
+  CHECK(s.devices[1].pci_bus_id == "0000:5e:00.0");
   CHECK(s.devices[0].str() == "cuda:0 Fake GPU A (80.0 GiB, sm_90, 132 SMs)");
   REQUIRE(s.api != nullptr);
   char message[64] = {};

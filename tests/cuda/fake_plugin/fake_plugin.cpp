@@ -49,6 +49,7 @@ int fake_device_info(int device, PtCudaDeviceInfo* info, char* message, size_t m
   info->cc_major = 9;
   info->cc_minor = device;
   info->multiprocessors = 132;
+  write(info->pci_bus_id, sizeof(info->pci_bus_id), device == 0 ? "0000:3b:00.0" : "0000:5e:00.0");
   write(message, message_size, "");
   return PT_CUDA_OK;
 }
