@@ -7,12 +7,12 @@
 // part in matrix products (all but the two embedding tables, the tied LM head counted once),
 // attention counted in full (not halved for the causal mask). Best of --steps timed steps.
 #include <algorithm>
-#include <chrono>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "bench/best_seconds.h"
 #include "engine/core/random.h"
 #include "engine/data/batching.h"
 #include "engine/metrics.h"
@@ -25,7 +25,7 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using pt::bench::best_seconds;
 constexpr int64_t kVocab = 256, kContext = 128, kDModel = 256, kBatch = 16;
 constexpr int kLayers = 4, kHeads = 4;
 
@@ -43,18 +43,6 @@ pt::TrainerConfig trainer_config(int M) {
   c.optimizer.lr = 3e-4f;
   c.lr = {pt::LrSchedule::Kind::constant, 3e-4f, 0, 0, 0.f};
   return c;
-}
-
-template <class F>
-double best_seconds(int warmup, int reps, F&& f) {
-  for (int i = 0; i < warmup; ++i) f();
-  double best = 1e30;
-  for (int i = 0; i < reps; ++i) {
-    const auto t0 = Clock::now();
-    f();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return best;
 }
 
 double sgemm_gflops(pt::Backend& b, int64_t n) {

@@ -19,7 +19,6 @@
 //       the ratio says how far from independent devices that is.
 // Every timed step ends with synchronize() on every backend, so GPU time is what is measured.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <limits>
 #include <optional>
@@ -29,6 +28,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "bench/best_seconds.h"
 #include "engine/core/random.h"
 #include "engine/cuda_plugin.h"
 #include "engine/metrics.h"
@@ -41,20 +41,8 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using pt::bench::best_seconds;
 using pt::CudaPrecision;
-
-template <class F>
-double best_seconds(int warmup, int reps, F&& f) {
-  for (int i = 0; i < warmup; ++i) f();
-  double best = 1e30;
-  for (int i = 0; i < reps; ++i) {
-    const auto t0 = Clock::now();
-    f();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return best;
-}
 
 using Fields = std::vector<std::pair<std::string, pt::MetricValue>>;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();  // written as null

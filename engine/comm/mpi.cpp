@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/comm/backoff.h"
 #include "engine/core/error.h"
 
 namespace pt {
@@ -43,31 +44,6 @@ bool mpi_finalized() {
   MPI_Finalized(&finalized);
   return finalized != 0;
 }
-
-// How a waiting thread polls. Open MPI advances a nonblocking collective only inside MPI calls
-// (each step of its schedule waits for our next MPI_Test), so polling stays tight while an
-// operation is likely to finish soon: MPI_Test back to back for the first kSpin, then with a
-// yield between polls (the core goes to any computing thread that wants it) until kYield, then
-// sleeping tens of microseconds between polls, so that a thread waiting for a slow peer does not
-// take the core from a computing thread of the same process.
-class Backoff {
- public:
-  void pause() {
-    const auto waited = Clock::now() - start_;
-    if (waited < kSpin) return;
-    if (waited < kYield) {
-      std::this_thread::yield();
-      return;
-    }
-    std::this_thread::sleep_for(kSleep);
-  }
-
- private:
-  static constexpr auto kSpin = std::chrono::microseconds(50);
-  static constexpr auto kYield = std::chrono::milliseconds(5);
-  static constexpr auto kSleep = std::chrono::microseconds(20);
-  Clock::time_point start_ = Clock::now();
-};
 
 // Polls `request` until it completes (returns true; MPI_Test's return code in *rc) or `deadline`
 // passes (returns false; the request is still active).

@@ -53,6 +53,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/comm/backoff.h"
 #include "engine/core/error.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/cuda_check.h"
@@ -63,6 +64,8 @@ namespace nccl_detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+// Between polls of a slow NCCL operation (its kernels progress on their own, unlike MPI).
+constexpr std::chrono::microseconds kPollSleep{50};
 
 // Largest piece of an all-reduce or broadcast handed to NCCL at once: bounds the page-locked
 // staging of a host buffer, and NCCL's bandwidth is near its peak at this size. Pieces depend
@@ -78,28 +81,6 @@ std::mutex& nccl_mutex() {
   static auto* mutex = new std::mutex;
   return *mutex;
 }
-
-// How a waiting thread polls (as mpi.cpp): back to back while the operation is likely to finish
-// soon, then yielding the core, then sleeping, so that a thread waiting for a slow peer leaves
-// the core to a computing thread.
-class Backoff {
- public:
-  void pause() {
-    const auto waited = Clock::now() - start_;
-    if (waited < kSpin) return;
-    if (waited < kYield) {
-      std::this_thread::yield();
-      return;
-    }
-    std::this_thread::sleep_for(kSleep);
-  }
-
- private:
-  static constexpr auto kSpin = std::chrono::microseconds(50);
-  static constexpr auto kYield = std::chrono::milliseconds(5);
-  static constexpr auto kSleep = std::chrono::microseconds(50);
-  Clock::time_point start_ = Clock::now();
-};
 
 // NCCL's text for a result, with its last error message (the detail, when there is one).
 std::string nccl_error(ncclResult_t result, ncclComm_t comm) {
@@ -475,7 +456,7 @@ struct State {
            const std::function<std::string()>& waited_for) {
     const std::string where = fmt::format("{}: {}", what, who);
     Event ready = after_compute ? Event(where) : Event(), done(where);
-    Backoff backoff;
+    Backoff backoff(kPollSleep);
     bool issued = false, enqueued = false, compute_done = !after_compute;
     Clock::time_point deadline = deadline_after(timeout_s);
     for (;;) {
@@ -536,7 +517,7 @@ struct State {
   // Waits until the communicator of `lane` finished initialising (nonblocking init or split),
   // then checks it and gives the lane its stream.
   void finish_lane(Lane& lane, std::string_view what, const std::function<std::string()>& timeout_message) {
-    Backoff backoff;
+    Backoff backoff(kPollSleep);
     const auto deadline = deadline_after(timeout_s);
     for (;;) {
       {
@@ -680,7 +661,7 @@ class SendRequest final : public CommRequest {
 
   void wait(std::string_view what) override {
     DeviceGuard guard(state_->gpu);
-    Backoff backoff;
+    Backoff backoff(kPollSleep);
     const auto deadline = deadline_after(state_->timeout_s);
     for (;;) {
       {

@@ -14,35 +14,12 @@
 #include "kernels/cuda/elementwise.h"
 
 #include "engine/core/random.h"
-#include "kernels/cuda/launch_shape.h"
+#include "kernels/cuda/for_each.cuh"
 
 namespace pt::cuda {
 
 namespace {
 
-// ---- the grid-stride loop -------------------------------------------------------------------
-
-template <class Op>
-__global__ void for_each_index_kernel(int64_t n, Op op) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    op(i);
-  }
-}
-
-template <class Op>
-cudaError_t launch_for_each(int64_t n, const Op& op, cudaStream_t stream) {
-  const LaunchShape1d shape = launch_shape_1d(n);
-  if (shape.blocks == 0) return cudaSuccess;
-  for_each_index_kernel<<<static_cast<unsigned>(shape.blocks),
-                          static_cast<unsigned>(shape.threads), 0, stream>>>(n, op);
-  return cudaGetLastError();
-}
-
-// Unfusable, correctly rounded float arithmetic (see the top of the file).
-__device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
-__device__ __forceinline__ float div(float a, float b) { return __fdiv_rn(a, b); }
 
 // ---- simple elementwise ops -----------------------------------------------------------------
 
