@@ -10,7 +10,7 @@ namespace {
 
 // Every type with its text form, in enum order. The parser reads the longest run of [A-Z_]
 // after the stage number and looks it up here, so "SEND_F" can never be misread as "S" + ...
-constexpr std::array<std::pair<ActionType, std::string_view>, 10> kTypeNames = {{
+constexpr std::array<std::pair<ActionType, std::string_view>, 9> kTypeNames = {{
     {ActionType::F, "F"},
     {ActionType::B, "B"},
     {ActionType::I, "I"},
@@ -20,7 +20,6 @@ constexpr std::array<std::pair<ActionType, std::string_view>, 10> kTypeNames = {
     {ActionType::SEND_B, "SEND_B"},
     {ActionType::RECV_B, "RECV_B"},
     {ActionType::REDUCE_GRAD, "REDUCE_GRAD"},
-    {ActionType::STEP, "STEP"},
 }};
 
 // Reads a canonical non-negative decimal at the front of `text`: at least one digit, no sign,
@@ -45,7 +44,7 @@ std::string_view type_name(ActionType t) {
   return "?";
 }
 
-bool has_microbatch(ActionType t) { return t != ActionType::REDUCE_GRAD && t != ActionType::STEP; }
+bool has_microbatch(ActionType t) { return t != ActionType::REDUCE_GRAD; }
 
 bool is_compute(ActionType t) {
   return t == ActionType::F || t == ActionType::B || t == ActionType::I || t == ActionType::W;
@@ -90,7 +89,7 @@ std::optional<Action> parse_action(std::string_view text) {
   } else {
     action.microbatch = -1;
   }
-  if (!text.empty()) return std::nullopt;  // trailing junk, or a micro-batch on STEP
+  if (!text.empty()) return std::nullopt;  // trailing junk, or a micro-batch on REDUCE_GRAD
   return action;
 }
 

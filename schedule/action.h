@@ -1,7 +1,7 @@
 #pragma once
 // An Action is one step of one device's work in a pipeline schedule: (stage, type, micro-batch).
 // Its canonical text form prints and parses: "2F0", "1B3", "0W2", "1SEND_F0", "2RECV_B1",
-// "0REDUCE_GRAD", "3STEP" — the stage index, the type, then the micro-batch when it has one.
+// "0REDUCE_GRAD" — the stage index, the type, then the micro-batch when it has one.
 //
 // `stage` is the global (virtual) stage index in [0, S_total): with interleaving each device
 // holds V model chunks, and chunk c of device d is stage c * D + d, so S_total = D * V. Layers are
@@ -17,7 +17,8 @@
 //   SEND_B  send the gradient w.r.t. s's input for m to stage s - 1
 //   RECV_B  receive the gradient w.r.t. s's output for m from stage s + 1
 //   REDUCE_GRAD  start the data-parallel gradient reduction of s (no micro-batch)
-//   STEP    optimizer step of s (no micro-batch)
+// The optimizer step is not an action: it needs every stage's gradients (the global norm for
+// clipping and the inf/NaN check), so the runtime takes it once after all lists ran.
 // This header depends on the standard library only (schedule/ is pure code).
 #include <cstdint>
 #include <optional>
@@ -26,19 +27,19 @@
 
 namespace pt::sched {
 
-enum class ActionType : uint8_t { F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B, REDUCE_GRAD, STEP };
+enum class ActionType : uint8_t { F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B, REDUCE_GRAD };
 
 struct Action {
   int stage = 0;
   ActionType type = ActionType::F;
-  int microbatch = -1;  // -1 for REDUCE_GRAD and STEP
+  int microbatch = -1;  // -1 for REDUCE_GRAD
 
   bool operator==(const Action&) const = default;
   std::string str() const;  // canonical text form
 };
 
 std::string_view type_name(ActionType t);  // "F", "SEND_F", ...
-bool has_microbatch(ActionType t);          // false for REDUCE_GRAD and STEP
+bool has_microbatch(ActionType t);          // false for REDUCE_GRAD
 bool is_compute(ActionType t);              // F, B, I, W
 bool is_communication(ActionType t);        // SEND_*, RECV_*
 

@@ -88,12 +88,6 @@ std::vector<Action> dependencies(const Action& a, const Schedule& schedule, Form
     case ActionType::RECV_B:
       deps.push_back({s + 1, ActionType::SEND_B, m});
       break;
-    case ActionType::STEP:
-      if (index.find({s, ActionType::REDUCE_GRAD, -1})) {
-        deps.push_back({s, ActionType::REDUCE_GRAD, -1});
-        break;
-      }
-      [[fallthrough]];
     case ActionType::REDUCE_GRAD:
       for (int mb = 0; mb < schedule.microbatches; ++mb) deps.push_back(weight_grad_of(s, mb, index));
       break;

@@ -17,7 +17,6 @@
 //   SEND_B(s,m)     -                               bwd(s,m)
 //   RECV_B(s,m)     -                               SEND_B(s+1,m)
 //   REDUCE_GRAD(s)  wgrad(s,m) for every m          (same)
-//   STEP(s)         REDUCE_GRAD(s) when the schedule has one, else wgrad(s,m) for every m
 //
 // where bwd(s,m) is the input-gradient producer of (s,m): I(s,m) when the schedule splits the
 // backward, else B(s,m); and wgrad(s,m) is the weight-gradient action: W(s,m), else B(s,m).

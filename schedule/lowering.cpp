@@ -52,16 +52,4 @@ Schedule add_grad_reduction(const Schedule& schedule) {
   return out;
 }
 
-Schedule add_step(const Schedule& schedule) {
-  Schedule out = schedule;
-  for (size_t d = 0; d < schedule.actions.size(); ++d)
-    for (const Action& a : schedule.actions[d])
-      if (a.type == ActionType::STEP)
-        throw std::invalid_argument("add_step: the schedule already has " + a.str() + " (device " +
-                                    std::to_string(d) + ")");
-  for (int s = 0; s < schedule.num_stages; ++s)
-    out.actions.at(static_cast<size_t>(schedule.device_of(s))).push_back({s, ActionType::STEP, -1});
-  return out;
-}
-
 }  // namespace pt::sched

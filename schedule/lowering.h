@@ -21,9 +21,4 @@ Schedule add_communication(const Schedule& schedule);
 // device goes on with other stages' work. Throws when the schedule already has a REDUCE_GRAD.
 Schedule add_grad_reduction(const Schedule& schedule);
 
-// Appends STEP(s) (the optimizer step of stage s) for every stage at the end of its device's
-// list, stages in ascending order (after any REDUCE_GRAD). The runtime does not consume STEP
-// yet: it steps every stage after the lists ran. Throws when the schedule already has a STEP.
-Schedule add_step(const Schedule& schedule);
-
 }  // namespace pt::sched

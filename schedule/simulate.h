@@ -8,7 +8,7 @@
 //   - F, B, I, W take their stage's time; SEND takes no device time (non-blocking); a RECV
 //     completes at max(device free, send end + transfer), so in a lowered schedule the wait sits
 //     on the RECV, in a compute-only one on the compute: both give the same times;
-//     REDUCE_GRAD and STEP take no time here.
+//     REDUCE_GRAD takes no time here.
 // Peak in-flight micro-batches of a stage (activations held): +1 at each F, -1 at each W (or B),
 // counted in list order, which is the device's execution order.
 #include <string>
@@ -66,7 +66,7 @@ double analytic_bubble(std::string_view name, int D, int M, int V = 1);
 // The timeline as text, one column per `unit` of time, for docs and debugging:
 //   t         0    1    2    3
 //   device 0  0F0  0F1  0B0  ---
-// Zero-time actions (SEND, RECV, STEP) are not drawn; '.' is idle.
+// Zero-time actions (SEND, RECV, REDUCE_GRAD) are not drawn; '.' is idle.
 std::string render_timeline(const SimResult& result, double unit = 1.0);
 
 }  // namespace pt::sched

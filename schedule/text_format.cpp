@@ -149,7 +149,7 @@ class Parser {
       if (!action)
         fail(cat("'", words[k], "' (device ", std::to_string(*d), ", step ",
                  std::to_string(list.size()),
-                 ") is not an action: expected STAGE TYPE MICROBATCH like 2F0, 1SEND_B3, or 0STEP"));
+                 ") is not an action: expected STAGE TYPE MICROBATCH like 2F0, 1SEND_B3, or 0REDUCE_GRAD"));
       list.push_back(*action);
     }
   }

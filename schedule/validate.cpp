@@ -16,7 +16,8 @@ std::string num(long long v) { return std::to_string(v); }
 // Collects errors and the grid marks that go with them.
 class Checker {
  public:
-  Checker(const Schedule& schedule, Form form) : s_(schedule), form_(form) {}
+  Checker(const Schedule& schedule, Form form, bool forward_only)
+      : s_(schedule), form_(form), forward_only_(forward_only) {}
 
   Validation run(const ValidateOptions& options) {
     if (check_shape()) {
@@ -36,6 +37,7 @@ class Checker {
  private:
   const Schedule& s_;
   Form form_;
+  bool forward_only_;
   std::vector<std::string> errors_;
   std::vector<GridMark> marks_;
 
@@ -95,6 +97,9 @@ class Checker {
         if (form_ == Form::ComputeOnly && is_communication(a.type))
           error_at(at, a.str() + " in a compute-only schedule: communication is added by "
                                  "add_communication() (or validate it as lowered)");
+        if (forward_only_ && a.type != ActionType::F && a.type != ActionType::SEND_F &&
+            a.type != ActionType::RECV_F)
+          error_at(at, a.str() + " in a forward-only schedule: it runs F, SEND_F and RECV_F only");
         if (!seen.insert({a.stage, static_cast<int>(a.type), a.microbatch}).second)
           error_at(at, a.str() + " appears more than once");
       }
@@ -108,6 +113,10 @@ class Checker {
         const Action fa{s, ActionType::F, m}, ba{s, ActionType::B, m}, ia{s, ActionType::I, m},
             wa{s, ActionType::W, m};
         const auto f = index.find(fa), b = index.find(ba), i = index.find(ia), w = index.find(wa);
+        if (forward_only_) {  // the backward actions were reported by check_actions
+          if (!f) error_row(s, "stage " + num(s) + " has no " + fa.str());
+          continue;
+        }
         if (!f) {
           if (b || i || w) {
             const Slot at = b ? *b : i ? *i : *w;
@@ -201,6 +210,7 @@ class Checker {
           else error_row(s + 1, msg);
         }
         const Action send_b{s + 1, ActionType::SEND_B, m}, recv_b{s, ActionType::RECV_B, m};
+        if (forward_only_) continue;
         if (!index.find(send_b) && !index.find(recv_b)) {
           const std::string msg = "stage " + num(s) + " (" + device_name(s) +
                                   ") needs micro-batch " + num(m) + "'s gradient from stage " +
@@ -213,26 +223,21 @@ class Checker {
     }
   }
 
-  // ---- REDUCE_GRAD / STEP after every weight gradient of their stage -------------------------
+  // ---- REDUCE_GRAD after every weight gradient of its stage -------------------------------
   void check_gradient_steps(const ActionIndex& index) {
     for (int s = 0; s < s_.num_stages; ++s) {
-      const Action reduce{s, ActionType::REDUCE_GRAD, -1}, step{s, ActionType::STEP, -1};
-      const auto r = index.find(reduce), st = index.find(step);
-      for (const auto& [slot, action] : {std::pair{r, reduce}, std::pair{st, step}}) {
-        if (!slot) continue;
-        for (int m = 0; m < s_.microbatches; ++m) {
-          const Action wgrad = weight_grad_of(s, m, index);
-          const auto w = index.find(wgrad);
-          if (w && w->device == slot->device && w->index > slot->index) {
-            error_at(*slot, action.str() + " runs before " + wgrad.str() + " (step " +
-                                num(w->index) + "); it needs every weight gradient of stage " +
-                                num(s));
-            break;
-          }
+      const Action reduce{s, ActionType::REDUCE_GRAD, -1};
+      const auto slot = index.find(reduce);
+      if (!slot) continue;
+      for (int m = 0; m < s_.microbatches; ++m) {
+        const Action wgrad = weight_grad_of(s, m, index);
+        const auto w = index.find(wgrad);
+        if (w && w->device == slot->device && w->index > slot->index) {
+          error_at(*slot, reduce.str() + " runs before " + wgrad.str() + " (step " + num(w->index) +
+                              "); it needs every weight gradient of stage " + num(s));
+          break;
         }
       }
-      if (r && st && r->device == st->device && st->index < r->index)
-        error_at(*st, step.str() + " runs before " + reduce.str() + " (step " + num(r->index) + ")");
     }
   }
 
@@ -280,7 +285,7 @@ class Checker {
 
 Validation validate(const Schedule& schedule, const ValidateOptions& options) {
   const Form form = options.form.value_or(infer_form(schedule));
-  return Checker(schedule, form).run(options);
+  return Checker(schedule, form, options.forward_only).run(options);
 }
 
 void require_valid(const Schedule& schedule, const ValidateOptions& options) {

@@ -3,7 +3,7 @@
 //
 // Definition (per device d, one step):
 //   busy_us[d]         sum of the durations of d's COMPUTE actions (F, B, I, W) in the step.
-//                      Communication (SEND_*, RECV_*), REDUCE_GRAD and STEP are not compute: time
+//                      Communication (SEND_*, RECV_*), and REDUCE_GRAD are not compute: time
 //                      spent in them counts as bubble, which is what overlapping them should save.
 //   step_span_us       from the earliest start to the latest end over all devices' events of
 //                      the step (all action types): the wall time of the step.

@@ -44,8 +44,6 @@ Style style_of(ActionType t) {
       return {"#8cd17d", "#1b1b1b", true};
     case ActionType::W:
       return {"#1f7a6d", "#ffffff", true};
-    case ActionType::STEP:
-      return {"#f28e2b", "#1b1b1b", true};
     case ActionType::SEND_F:
     case ActionType::RECV_F:
     case ActionType::SEND_B:
@@ -199,8 +197,7 @@ std::string render_timeline_svg(const Trace& trace, int step) {
   constexpr Entry legend[] = {
       {ActionType::F, "F forward"},      {ActionType::B, "B backward"},
       {ActionType::I, "I input grad"},   {ActionType::W, "W weight grad"},
-      {ActionType::SEND_F, "SEND/RECV"}, {ActionType::REDUCE_GRAD, "REDUCE_GRAD"},
-      {ActionType::STEP, "STEP"}};
+      {ActionType::SEND_F, "SEND/RECV"}, {ActionType::REDUCE_GRAD, "REDUCE_GRAD"}};
   double lx = kLeft;
   for (const Entry& entry : legend) {
     svg += fmt::format(

@@ -1,7 +1,7 @@
 #pragma once
 // A picture of one step to look at: an SVG 1.1 timeline (plain text, no scripts, opens in any
 // browser). One horizontal lane per device, labelled with its name; one box per action placed by
-// time and coloured by type (F blue, B and I greens, W teal, STEP orange); SEND/RECV and
+// time and coloured by type (F blue, B and I greens, W teal); SEND/RECV and
 // REDUCE_GRAD as thin grey bars under the compute boxes, so they stay visible even when they
 // overlap compute. A box wide enough shows its micro-batch number; every box has a tooltip with its
 // full text and times. A time axis with ticks in ms runs under the lanes, and the title line gives

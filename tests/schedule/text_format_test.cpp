@@ -43,7 +43,7 @@ struct TempFile {
 TEST_CASE("text round trip of every generated schedule, compute-only and lowered") {
   for (const auto& g : test::sweep_schedules()) {
     CAPTURE(g.label());
-    for (const Schedule& s : {g.schedule, add_step(add_communication(g.schedule))}) {
+    for (const Schedule& s : {g.schedule, add_grad_reduction(add_communication(g.schedule))}) {
       const std::string text = to_text(s);
       CHECK(parse_schedule_text(text) == s);
       CHECK(to_text(parse_schedule_text(text)) == text);
