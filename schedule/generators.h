@@ -32,6 +32,11 @@ Schedule interleaved(int D, int M, int V);
 // and W (weight gradient, deferred into the bubbles); peak in-flight micro-batches as in 1F1B.
 Schedule zb_h1(int D, int M);
 
+// Evaluation: forward only (no backward, no gradients) over stages placed by `stage_device`
+// (stage k on device stage_device[k], as in the training schedule whose layout it mirrors), M
+// micro-batches, every device in (micro-batch, stage) order. Validate it with forward_only set.
+Schedule forward_only(const std::vector<int>& stage_device, int D, int M);
+
 // By name: "gpipe", "1f1b", "interleaved:V", "zb-h1", or "file:PATH" (a compute-only schedule
 // in the text format, which must match D and M and validate). Throws std::invalid_argument
 // naming the valid names for an unknown one, and for D < 1 or M < 1.

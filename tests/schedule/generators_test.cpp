@@ -36,9 +36,7 @@ TEST_CASE("sweep: every generated schedule validates and runs without deadlock")
     const Schedule lowered = add_communication(g.schedule);
     const Validation low = validate(lowered, {Form::Lowered, true});
     CHECK_MESSAGE(low.ok(), low.report);
-    const Validation stepped = validate(add_step(lowered), {Form::Lowered, true});
-    CHECK_MESSAGE(stepped.ok(), stepped.report);
-    const Schedule reduced = add_step(add_grad_reduction(lowered));
+    const Schedule reduced = add_grad_reduction(lowered);
     const Validation red = validate(reduced, {Form::Lowered, true});
     CHECK_MESSAGE(red.ok(), red.report);
     // REDUCE_GRAD(s) sits right after the last B/W of s, once per stage.
@@ -175,4 +173,44 @@ TEST_CASE("generate: names, and errors that list the valid ones") {
   CHECK(what_of([] { generate("1f1b", 0, 2); }).find("devices: 0") != std::string::npos);
   CHECK(what_of([] { generate("gpipe", 2, 0); }).find("micro-batches: 0") != std::string::npos);
   CHECK(what_of([] { zb_h1(-1, 2); }) != "(no exception)");
+}
+
+TEST_CASE("forward_only: every placement of the sweep, lowered, validates as forward-only and runs") {
+  for (const auto& g : test::sweep_schedules()) {
+    CAPTURE(g.label());
+    const Schedule& train = g.schedule;
+    for (int M : {1, 3, 7}) {
+      const Schedule eval = forward_only(train.stage_device, train.num_devices, M);
+      ValidateOptions opt;
+      opt.forward_only = true;
+      const Validation compute = validate(eval, opt);
+      CHECK_MESSAGE(compute.ok(), compute.report);
+      const Validation lowered = validate(add_communication(eval), opt);
+      CHECK_MESSAGE(lowered.ok(), lowered.report);
+      // One F per (stage, micro-batch), in (micro-batch, stage) order on each device.
+      size_t actions = 0;
+      for (const auto& list : eval.actions) {
+        actions += list.size();
+        for (size_t i = 1; i < list.size(); ++i)
+          CHECK(std::pair(list[i - 1].microbatch, list[i - 1].stage) < std::pair(list[i].microbatch, list[i].stage));
+      }
+      CHECK(actions == static_cast<size_t>(train.num_stages * M));
+      // Not a training schedule: the validator without forward_only asks for the backward.
+      CHECK_FALSE(validate(eval).ok());
+    }
+  }
+}
+
+TEST_CASE("forward_only: the validator refuses a backward, a missing F, and a bad placement") {
+  Schedule s = forward_only({0, 1}, 2, 2);
+  ValidateOptions opt;
+  opt.forward_only = true;
+  Schedule with_backward = s;
+  with_backward.actions[1].push_back({1, ActionType::B, 0});
+  CHECK(validate(with_backward, opt).report.find("1B0 in a forward-only schedule") != std::string::npos);
+  Schedule missing = s;
+  missing.actions[0].pop_back();
+  CHECK(validate(missing, opt).report.find("stage 0 has no 0F1") != std::string::npos);
+  CHECK_THROWS_AS(forward_only({0, 2}, 2, 2), std::invalid_argument);
+  CHECK_THROWS_AS(forward_only({0, 1}, 2, 0), std::invalid_argument);
 }
