@@ -9,6 +9,7 @@
 
 #include "engine/core/error.h"
 #include "engine/core/random.h"
+#include "engine/forward_pass.h"
 
 namespace pt {
 
@@ -31,11 +32,8 @@ std::vector<float> last_logits(const Model& model, Backend& device, std::span<co
   const auto T = static_cast<int64_t>(window.size());
   Tensor x = device.empty(Shape{1, T}, DType::i32);
   device.copy_from_host(x.data(), window.data(), x.bytes());
-  const StepInfo info{0, 0, 0, /*training=*/false};
-  for (int l = 0; l < model.num_layers(); ++l) {
-    LayerContext ctx(device, info, static_cast<uint64_t>(l));
-    x = model.layer(l).forward(x, ctx);
-  }
+  MicrobatchContexts ctx(device, StepInfo{0, 0, 0, /*training=*/false}, 0, model.num_layers(), false);
+  x = forward_layers(model, 0, model.num_layers(), x, ctx);
   std::vector<float> logits(static_cast<size_t>(vocab));
   device.copy_to_host(logits.data(), x.f32() + (T - 1) * vocab, logits.size() * sizeof(float));
   return logits;

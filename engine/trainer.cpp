@@ -1,15 +1,13 @@
 #include "engine/trainer.h"
 
-#include <cmath>
-
 #include <fmt/format.h>
 
 #include "engine/core/error.h"
 #include "engine/data/batching.h"
-#include "engine/tied_gradients.h"
+#include "engine/forward_pass.h"
+#include "engine/step_epilogue.h"
 
 namespace pt {
-
 
 Tensor upload_rows(Backend& backend, const Tensor& host, int64_t first, int64_t count) {
   Tensor rows = host.slice_rows(first, count);
@@ -36,28 +34,20 @@ StepStats Trainer::train_step(const Tensor& inputs, const Tensor& targets) {
   params_->zero_grads();
   int64_t first = 0;
   for (size_t m = 0; m < sizes.size(); ++m) {
-    StepInfo info{config_.seed, step_, static_cast<int>(m), true};
-    std::vector<LayerContext> ctx;
-    ctx.reserve(static_cast<size_t>(L) + 1);
-    SkipBoard skips;
-    for (int l = 0; l <= L; ++l) {
-      ctx.emplace_back(*backend_, info, static_cast<uint64_t>(l));
-      ctx.back().set_skips(&skips);
-    }
+    MicrobatchContexts ctx(*backend_, StepInfo{config_.seed, step_, static_cast<int>(m), true}, 0, L,
+                           /*with_loss=*/true);
 
     // ---- forward ----
-    Tensor x = upload_rows(*backend_, inputs, first, sizes[m]);
+    const Tensor x = forward_layers(*model_, 0, L, upload_rows(*backend_, inputs, first, sizes[m]), ctx);
     const Tensor target = upload_rows(*backend_, targets, first, sizes[m]);
-    for (int l = 0; l < L; ++l) x = model_->layer(l).forward(x, ctx[static_cast<size_t>(l)]);
-    LayerContext& loss_ctx = ctx[static_cast<size_t>(L)];
-    stats.loss += model_->loss().forward(x, target, batch, loss_ctx);
+    stats.loss += model_->loss().forward(x, target, batch, ctx.loss());
     const int64_t correct = model_->loss().count_correct(x, target, *backend_);
     stats.correct = correct < 0 ? -1 : stats.correct + correct;
 
     // ---- backward: input gradient, then weight gradient, layer by layer ----
-    Tensor dy = model_->loss().backward(loss_ctx);
+    Tensor dy = model_->loss().backward(ctx.loss());
     for (int l = L - 1; l >= 0; --l) {
-      LayerContext& c = ctx[static_cast<size_t>(l)];
+      LayerContext& c = ctx.layer(l);
       Layer& layer = model_->layer(l);
       Tensor dx = l > 0 ? layer.backward_input(dy, c) : Tensor();  // no one needs dL/d(input)
       layer.backward_weight(dy, c);
@@ -67,18 +57,13 @@ StepStats Trainer::train_step(const Tensor& inputs, const Tensor& targets) {
     first += sizes[m];
   }
 
-  // One pass over all gradients: the norm for clipping, and the inf/NaN check.
-  Tensor grads = params_->grads_flat();
-  sum_tied_gradients(*model_, {params_.get()});
-  stats.grad_norm = global_grad_norm({params_.get()});
   stats.lr = config_.lr.at(step_);
-  if (!std::isfinite(stats.grad_norm)) {
-    stats.skipped = true;  // every parameter stays as it was
-  } else {
-    const float factor = clip_factor(stats.grad_norm, config_.clip_norm);
-    if (factor != 1.f) backend_->scale(factor, grads.f32(), grads.numel());
-    optimizer_->step(params_->params_flat(), grads, stats.lr);
-  }
+  EpilogueConfig epilogue;
+  epilogue.clip_norm = config_.clip_norm;
+  epilogue.lr = stats.lr;
+  const EpilogueResult end = finish_step(*model_, stage_states(), epilogue);
+  stats.grad_norm = end.grad_norm;
+  stats.skipped = end.skipped;
   ++step_;
   return stats;
 }
@@ -89,19 +74,12 @@ EvalStats Trainer::evaluate(const Tensor& inputs, const Tensor& targets, int64_t
   EvalStats out;
   out.samples = n;
   int64_t correct = 0;
-  StepInfo info{config_.seed, step_, 0, false};
   for (int64_t first = 0; first < n; first += chunk) {
     const int64_t count = std::min(chunk, n - first);
-    Tensor x = upload_rows(*backend_, inputs, first, count);
+    MicrobatchContexts ctx(*backend_, StepInfo{config_.seed, step_, 0, false}, 0, L, /*with_loss=*/true);
+    const Tensor x = forward_layers(*model_, 0, L, upload_rows(*backend_, inputs, first, count), ctx);
     const Tensor target = upload_rows(*backend_, targets, first, count);
-    SkipBoard skips;
-    for (int l = 0; l < L; ++l) {
-      LayerContext ctx(*backend_, info, static_cast<uint64_t>(l));
-      ctx.set_skips(&skips);
-      x = model_->layer(l).forward(x, ctx);
-    }
-    LayerContext loss_ctx(*backend_, info, static_cast<uint64_t>(L));
-    out.loss += model_->loss().forward(x, target, n, loss_ctx);
+    out.loss += model_->loss().forward(x, target, n, ctx.loss());
     const int64_t c = model_->loss().count_correct(x, target, *backend_);
     correct = c < 0 ? -1 : correct + c;
   }

@@ -6,6 +6,7 @@
 
 #include "engine/core/error.h"
 #include "engine/core/random.h"
+#include "engine/forward_pass.h"
 #include "engine/partition/layer_costs.h"
 #include "engine/stage_parameters.h"
 #include "layers/embedding.h"
@@ -97,25 +98,33 @@ std::vector<LayerProfile> profile_costs(const Model& model, Backend& backend,
   Tensor x = random_tensor(backend, model.input_shape().with_batch(microbatch_size),
                            model.input_dtype(), vocab, hash_keys(seed, 0x1234));
 
+  // The layers run in order through the one forward pass; after each layer's forward, its own
+  // forward and backward are timed on the same input (the pass then goes on with a real
+  // activation). Skip connections use the pass's board: a save layer's backward needs the
+  // gradient its add_saved layer would have sent back, so a stand-in of the right shape is put
+  // there when it is missing.
   const StepInfo info{seed, 0, 0, true};
   std::vector<LayerProfile> out;
   out.reserve(static_cast<size_t>(L));
-  for (int l = 0; l < L; ++l) {
+  MicrobatchContexts pass(backend, info, 0, L, /*with_loss=*/false);
+  const auto profile_layer = [&](int l, const Tensor& x, const Tensor& y, LayerContext& pass_ctx) {
     Layer& layer = model.layer(l);
     const Tensor dy = random_tensor(backend, layer.output_shape().with_batch(microbatch_size),
                                     DType::f32, 0, hash_keys(seed, static_cast<uint64_t>(l) + 1));
     const bool has_weights = layer.param_count() > 0;
     LayerProfile p;
     p.param_bytes = layer.param_count() * static_cast<int64_t>(sizeof(float));
+    p.output_bytes = static_cast<int64_t>(y.bytes());
     std::vector<double> tf, ti, tw;
-    Tensor y;
     // Run r = -1 is the warm-up (first-touch allocations, oneDNN primitive creation).
     for (int r = -1; r < repeats; ++r) {
       LayerContext ctx(backend, info, static_cast<uint64_t>(l));
-      Tensor dx;
-      y = Tensor();  // free the last run's output outside the timed call
-      const double f = timed(backend, [&] { y = layer.forward(x, ctx); });
+      ctx.set_skips(&pass.skips());
+      Tensor dx, timed_y;
+      const double f = timed(backend, [&] { timed_y = layer.forward(x, ctx); });
       p.activation_bytes = static_cast<int64_t>(ctx.saved_bytes());
+      for (const SkipEdge& e : model.skip_edges())
+        if (e.producer == l && !pass.skips().gradients.contains(e.name)) pass.skips().gradients[e.name] = dy;
       const double i = timed(backend, [&] { dx = layer.backward_input(dy, ctx); });
       const double w = has_weights ? timed(backend, [&] { layer.backward_weight(dy, ctx); }) : 0.0;
       if (r < 0) continue;
@@ -123,13 +132,13 @@ std::vector<LayerProfile> profile_costs(const Model& model, Backend& backend,
       ti.push_back(i);
       tw.push_back(w);
     }
-    p.output_bytes = static_cast<int64_t>(y.bytes());
+    pass_ctx.clear();  // the pass keeps only what the next layers need: the output and the skips
     p.forward_s = std::max(median(tf), kMinSeconds);
     p.backward_input_s = std::max(median(ti), kMinSeconds);
     p.backward_weight_s = has_weights ? std::max(median(tw), kMinSeconds) : 0.0;
     out.push_back(p);
-    x = y;  // the next layer sees a real activation
-  }
+  };
+  forward_layers(model, 0, L, x, pass, profile_layer);
   return out;
 }
 

@@ -16,6 +16,7 @@
 #include "engine/stage_parameters.h"
 #include "engine/trainer.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "layers/builder.h"
 #include "layers/zoo.h"
 
 using namespace pt;
@@ -131,6 +132,38 @@ TEST_CASE("generate: temperature 0 and top-k 1 are greedy, the arg-max of the tr
   }
   CHECK(greedy == want);
   CHECK(greedy.substr(0, 2) == "bd");  // it learnt the text: "abca" -> "bd..." (abcabd)
+}
+
+TEST_CASE("generate: a model with a skip connection (save/add_saved) samples its own forward pass") {
+  auto be = make_cpu_backend(0, 1);
+  Model m = ModelBuilder(Shape{kContext}, DType::i32)
+                .embedding(kVocab, kD)
+                .save("e")
+                .linear(kD)
+                .add_saved("e")
+                .linear(kVocab)
+                .cross_entropy()
+                .build();
+  const StageParameters params(m, 0, m.num_layers(), *be, /*seed=*/4);
+  const std::vector<int32_t> prompt{'a', 'b', 'c'};
+  const std::vector<int32_t> got = sample_tokens(m, *be, prompt, opts(3, 0.f, 0, 1));
+  // By hand: every layer's forward with one skip board for the pass, the arg-max of the last row.
+  std::vector<int32_t> tokens = prompt, want;
+  for (int i = 0; i < 3; ++i) {
+    const auto T = static_cast<int64_t>(tokens.size());
+    Tensor x = Tensor::borrow(tokens.data(), Shape{1, T}, DType::i32);
+    const StepInfo info{0, 0, 0, false};
+    SkipBoard board;
+    for (int l = 0; l < m.num_layers(); ++l) {
+      LayerContext ctx(*be, info, static_cast<uint64_t>(l));
+      ctx.set_skips(&board);
+      x = m.layer(l).forward(x, ctx);
+    }
+    const float* last = x.f32() + (T - 1) * kVocab;
+    tokens.push_back(static_cast<int32_t>(std::max_element(last, last + kVocab) - last));
+    want.push_back(tokens.back());
+  }
+  CHECK(got == want);
 }
 
 TEST_CASE("generate: top-k keeps only the k most likely tokens") {
