@@ -46,6 +46,13 @@ void Mailbox::clear() {
   changed_.notify_all();
 }
 
+void Mailbox::reset(size_t capacity) {
+  std::lock_guard lock(mutex_);
+  messages_.clear();
+  capacity_ = capacity;
+  changed_.notify_all();
+}
+
 size_t Mailbox::pending() const {
   std::lock_guard lock(mutex_);
   return messages_.size();

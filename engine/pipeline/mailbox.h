@@ -46,6 +46,8 @@ class Mailbox {
   void notify_all();
   // Drops everything (between steps, or after a failed step).
   void clear();
+  // clear(), and from now on hold at most `capacity` messages.
+  void reset(size_t capacity);
   size_t pending() const;
 
  private:

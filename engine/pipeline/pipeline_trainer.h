@@ -1,11 +1,14 @@
 #pragma once
 // Pipeline-parallel training: the model's layers are split into stages (contiguous layer
 // ranges), each stage lives on one device, and one worker thread per device executes that
-// device's action list from the schedule — nothing else decides the order. Transfers between
-// devices of this process copy into the receiving device's memory and go through its mailbox;
-// transfers to devices of other processes go through the pipeline communicator
-// (config.parallel). After the lists ran, the gradient norm is taken over all stages (global
-// clipping and the inf/NaN check) and every stage's optimizer steps on its own device.
+// device's action list from the schedule — nothing else decides the order. This file is the
+// orchestration; the parts are one idea each:
+//   executor.h      the interpreter of one device's list (the one switch over action types)
+//   transport.h     moving tensors between devices, of this process or of others
+//   skip_routing.h  skip connections straight from the saving stage to the adding one
+//   layout.h        which layers and skip edges each stage holds
+//   ../step_epilogue.h  tied gradients, global norm, clipping, optimizer step (as Trainer)
+// Evaluation runs a forward-only schedule through the same executor.
 //
 // As one replica of R (config.parallel.replicas), it trains on its share of every global batch
 // (micro-batches r*M .. r*M+M-1 of the batch cut into R*M) and all-reduces each device's
@@ -14,15 +17,16 @@
 //
 // With a synchronous schedule this computes exactly single-device gradient accumulation over
 // the same micro-batches (Trainer): same per-layer calls, same dW accumulation order.
-#include <chrono>
 #include <memory>
 #include <vector>
 
-#include "engine/pipeline/device_workers.h"
-#include "engine/pipeline/mailbox.h"
 #include "engine/parallel/gradient_reducer.h"
 #include "engine/parallel/parallel_context.h"
+#include "engine/pipeline/device_workers.h"
+#include "engine/pipeline/executor.h"
+#include "engine/pipeline/layout.h"
 #include "engine/pipeline/recompute.h"
+#include "engine/pipeline/transport.h"
 #include "engine/trainer.h"
 #include "schedule/schedule.h"
 
@@ -36,12 +40,6 @@ struct PipelineConfig {
   double timeout_s = 60;              // every wait for a peer gives up after this long
   bool record_trace = false;
   ParallelContext parallel;           // replicas and other processes (default: none)
-};
-
-// One executed action, for traces and measured bubbles (times from the step's start).
-struct ExecutedAction {
-  sched::Action action;
-  double start_us = 0, end_us = 0;
 };
 
 class PipelineTrainer final : public TrainingEngine {
@@ -59,8 +57,8 @@ class PipelineTrainer final : public TrainingEngine {
   void set_step(int64_t step) override { step_ = step; }
   std::vector<StageState> stage_states() override;
 
-  int num_stages() const { return static_cast<int>(stages_.size()); }
-  StageParameters& stage_parameters(int s) { return *stages_[static_cast<size_t>(s)].params; }
+  int num_stages() const { return layout_.num_stages(); }
+  StageParameters& stage_parameters(int s) { return *stages_.at(static_cast<size_t>(s)).params; }
   const PipelineConfig& config() const { return config_; }
   // Actions executed in the last step, per device (when record_trace).
   const std::vector<std::vector<ExecutedAction>>& last_trace() const { return trace_; }
@@ -80,30 +78,28 @@ class PipelineTrainer final : public TrainingEngine {
                           int64_t divisor, int64_t chunk);
 
  private:
-  struct Stage {
-    int first_layer, last_layer, device;
+  // The optimizer state of a stage held here (both null for a stage of another process).
+  struct StageOwned {
     std::unique_ptr<StageParameters> params;
     std::unique_ptr<Optimizer> optimizer;
   };
-  struct StepData;  // one step's shared state (host batch, micro-batch offsets, results)
-  class DeviceExecutor;
+  // Runs `schedule` on every device held here, each on its own thread; with `trace` records
+  // every action's times (per device).
+  void run_schedule(const sched::Schedule& schedule, ScheduleRun& run, bool training,
+                    std::vector<std::vector<ExecutedAction>>* trace);
   // Every device's action list with the action it was executing marked (for error messages).
-  std::string grid(const StepData& data) const;
-
-  const Stage& stage_of_layer(int layer) const;
-  int stage_index_of_layer(int layer) const;
+  std::string progress(const sched::Schedule& schedule, const ScheduleRun& run) const;
   bool local(int device) const { return devices_[static_cast<size_t>(device)] != nullptr; }
 
   Model* model_;
   PipelineConfig config_;
   std::vector<Backend*> devices_;   // per schedule device; nullptr when in another process
   std::vector<int> local_devices_;  // the schedule devices held here (worker i runs local_devices_[i])
-  std::vector<Stage> stages_;
+  PipelineLayout layout_;
+  std::vector<StageOwned> stages_;  // per stage
   std::vector<std::unique_ptr<GradientReducer>> reducers_;  // per schedule device (data parallelism)
-  // Per stage: the skip edges (indices into Model::skip_edges) it adds from / saves for another stage.
-  std::vector<std::vector<size_t>> skips_in_, skips_out_;
-  std::vector<std::unique_ptr<Mailbox>> mailboxes_;  // per device
   std::unique_ptr<DeviceWorkers> workers_;
+  std::unique_ptr<RoutedTransport> transport_;
   std::vector<std::vector<ExecutedAction>> trace_;
   std::vector<size_t> peak_bytes_;
   int64_t step_ = 0;

@@ -7,6 +7,7 @@
 //   gradient exchanges, evaluation across processes) runs in every test build, TSan included.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -119,6 +120,37 @@ TEST_CASE("a skip connection across stages (and a tie) matches single-device tra
   check_against_single_device(skip_mlp);
 }
 
+// Evaluation runs a forward-only schedule through the pipeline's executor: with 1..4 stages and a
+// skip edge that crosses them, loss and accuracy are the single-device evaluation's bits.
+TEST_CASE("evaluation through the forward-only schedule equals single-device evaluation bit for bit") {
+  const Data data(12);
+  const int M = 2;
+  auto backend = make_cpu_backend(0, 1);
+  Model ref_model = skip_mlp();
+  Trainer ref(ref_model, *backend, trainer_config(M));
+  ref.train_step(data.x, data.y);
+  for (int64_t chunk : {5, 12}) {  // chunks of 5, 5, 2 rows (three micro-batches), or one chunk
+    const EvalStats want = ref.evaluate(data.x, data.y, chunk);
+    REQUIRE(std::isfinite(want.loss));
+    CHECK(want.loss > 0);
+    for (const std::string schedule : {"1f1b", "interleaved:2"})
+      for (int D : {1, 2, 3, 4}) {
+        if (schedule == "interleaved:2" && (M % D != 0 || D == 1)) continue;
+        CAPTURE(schedule);
+        CAPTURE(D);
+        CAPTURE(chunk);
+        const test::CpuDevices cpus(D);
+        Model m = skip_mlp();
+        PipelineTrainer t(m, cpus.devices, config(m, schedule, D, M));
+        t.train_step(data.x, data.y);
+        const EvalStats got = t.evaluate(data.x, data.y, chunk);
+        CHECK(got.loss == want.loss);  // NaN != NaN: a NaN fails here
+        CHECK(got.accuracy == want.accuracy);
+        CHECK(got.samples == 12);
+      }
+  }
+}
+
 TEST_CASE("skip connections: builder errors name the fix") {
   ModelBuilder b(Shape{8});
   CHECK_THROWS_WITH_AS(b.add_saved("y"), doctest::Contains("no skip named 'y' was saved"), ShapeError);
@@ -161,6 +193,15 @@ void check_split_processes(const std::function<Model()>& make) {
     for (int k = 0; k < kSteps; ++k) want_stats.push_back(whole.train_step(data.x, data.y));
     const EvalStats want_eval = whole.evaluate(data.x, data.y, 5);
     const auto want = test::params_by_name(whole.stage_states());
+    {  // the whole pipeline evaluates as one device does
+      auto backend = make_cpu_backend(0, 1);
+      Model ref_model = make();
+      Trainer ref(ref_model, *backend, trainer_config(M));
+      for (int k = 0; k < kSteps; ++k) ref.train_step(data.x, data.y);
+      const EvalStats ref_eval = ref.evaluate(data.x, data.y, 5);
+      CHECK(want_eval.loss == ref_eval.loss);
+      CHECK(want_eval.accuracy == ref_eval.accuracy);
+    }
 
     // D "processes", each holding one device.
     auto group = make_in_process_group(D, 20, "pipeline");
