@@ -15,15 +15,15 @@
 
 namespace pt {
 
+// What a message between processes carries; part of its tag, so kinds never match each other.
+// Pipeline messages (activations, gradients, skip values: engine/pipeline/transport.cpp) number
+// their micro-batch and channel in the tag's index.
 enum class TransferKind : int {
   activation = 0,
   gradient = 1,
-  evaluation = 2,
-  tied_gradient = 3,
-  skip_activation = 4,  // index = micro-batch (or chunk) * skip edges + edge
-  skip_gradient = 5,
+  tied_gradient = 2,
 };
-constexpr int kTransferKinds = 6;
+constexpr int kTransferKinds = 3;
 
 struct PendingSend {
   std::array<int64_t, 8> header{};  // dtype, rank, dims (must outlive the request)
@@ -33,8 +33,7 @@ struct PendingSend {
   void wait(std::string_view what);
 };
 
-// The tag of a transfer to `stage` (the receiving stage) for micro-batch (or evaluation chunk)
-// `index`; throws UsageError when it exceeds the communicator's largest tag.
+// The tag of a transfer to `stage` (the receiving stage) with message number `index`; throws UsageError when it exceeds the communicator's largest tag.
 int transfer_tag(TransferKind kind, int stage, int index, int num_stages, const Communicator& comm);
 
 // A GPU tensor goes through host memory unless the communicator takes device memory.
