@@ -25,6 +25,7 @@
 #include "engine/pipeline/recompute.h"
 #include "engine/trainer.h"
 #include "schedule/schedule.h"
+#include "schedule/timed_action.h"
 
 namespace pt {
 
@@ -39,10 +40,7 @@ struct PipelineConfig {
 };
 
 // One executed action, for traces and measured bubbles (times from the step's start).
-struct ExecutedAction {
-  sched::Action action;
-  double start_us = 0, end_us = 0;
-};
+using ExecutedAction = sched::TimedAction;
 
 class PipelineTrainer final : public TrainingEngine {
  public:
