@@ -46,9 +46,4 @@ void Mailbox::clear() {
   changed_.notify_all();
 }
 
-size_t Mailbox::pending() const {
-  std::lock_guard lock(mutex_);
-  return messages_.size();
-}
-
 }  // namespace pt

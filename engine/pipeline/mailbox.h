@@ -46,12 +46,11 @@ class Mailbox {
   void notify_all();
   // Drops everything (between steps, or after a failed step).
   void clear();
-  size_t pending() const;
 
  private:
   size_t capacity_;
   const std::atomic<bool>* abort_;
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   std::condition_variable changed_;
   std::map<MessageKey, Tensor> messages_;
 };
