@@ -26,14 +26,14 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "bench/json_line.h"
 #include "engine/comm/in_process.h"
 #include "engine/comm/mpi.h"
-#include "engine/metrics.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using Fields = std::vector<std::pair<std::string, pt::MetricValue>>;
+using pt::bench::emit;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -80,19 +80,18 @@ int reps_for(size_t bytes, bool quick) {
   return static_cast<int>(std::clamp<size_t>((size_t{1} << 30) / bytes, 3, 50));  // ~1 GiB per size
 }
 
-void emit(const std::string& impl, int ranks, size_t bytes, const Result& r) {
+void emit_result(const std::string& impl, int ranks, size_t bytes, const Result& r) {
   const double algbw = static_cast<double>(bytes) / r.seconds / 1e9;
-  fmt::print("{}\n", pt::json_line(Fields{
-                         {"bench", std::string("allreduce")},
-                         {"impl", impl},
-                         {"ranks", int64_t{ranks}},
-                         {"bytes", static_cast<int64_t>(bytes)},
-                         {"time_us", r.seconds * 1e6},
-                         {"algbw_gbps", algbw},
-                         {"busbw_gbps", algbw * 2.0 * (ranks - 1) / ranks},
-                         {"wrong", r.wrong},
-                     }));
-  std::fflush(stdout);
+  emit({
+      {"bench", std::string("allreduce")},
+      {"impl", impl},
+      {"ranks", int64_t{ranks}},
+      {"bytes", static_cast<int64_t>(bytes)},
+      {"time_us", r.seconds * 1e6},
+      {"algbw_gbps", algbw},
+      {"busbw_gbps", algbw * 2.0 * (ranks - 1) / ranks},
+      {"wrong", r.wrong},
+  });
 }
 
 // memcpy of `bytes` between two buffers, best of 5, in GB/s of bytes copied.
@@ -127,7 +126,7 @@ int64_t in_process_bench(const std::vector<size_t>& sizes, bool quick, double ti
     for (auto& t : threads) t.join();
     for (const auto& e : errors)
       if (e) std::rethrow_exception(e);
-    emit("in_process", R, bytes, results[0]);
+    emit_result("in_process", R, bytes, results[0]);
     wrong += results[0].wrong;
   }
   return wrong;
@@ -159,16 +158,16 @@ int main(int argc, char** argv) {
     if (world) {
       for (size_t bytes : sizes) {
         const Result r = time_all_reduce(*world, bytes, reps_for(bytes, quick));
-        if (printer) emit("mpi", world->size(), bytes, r);
+        if (printer) emit_result("mpi", world->size(), bytes, r);
         wrong += r.wrong;
       }
     }
     // Rank 0 alone from here; the other ranks wait (sleeping between polls) in the barrier.
     if (printer) {
       const size_t copy_bytes = std::max<size_t>(sizes.empty() ? 1024 : sizes.back(), size_t{1} << 20);
-      fmt::print("{}\n", pt::json_line(Fields{{"bench", std::string("memcpy")},
-                                              {"bytes", static_cast<int64_t>(copy_bytes)},
-                                              {"gbps", memcpy_gbps(copy_bytes)}}));
+      emit({{"bench", std::string("memcpy")},
+            {"bytes", static_cast<int64_t>(copy_bytes)},
+            {"gbps", memcpy_gbps(copy_bytes)}});
       wrong += in_process_bench(sizes, quick, timeout_s);
     }
     if (world) world->barrier("end");

@@ -28,10 +28,10 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "bench/json_line.h"
 #include "engine/comm/mpi.h"
 #include "engine/core/error.h"
 #include "engine/core/random.h"
-#include "engine/metrics.h"
 #include "engine/parallel/data_parallel_trainer.h"
 #include "engine/pipeline/plan.h"
 #include "engine/trainer.h"
@@ -44,7 +44,7 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using Fields = std::vector<std::pair<std::string, pt::MetricValue>>;
+using pt::bench::Fields;
 
 struct Flags {
   std::string model = "mlp";
@@ -76,10 +76,9 @@ double best_step_s(const Flags& f, Step&& step) {
   return best;
 }
 
+// Only rank 0 speaks under mpirun.
 void emit(bool speak, const Fields& fields) {
-  if (!speak) return;
-  fmt::print("{}\n", pt::json_line(fields));
-  std::fflush(stdout);
+  if (speak) pt::bench::emit(fields);
 }
 
 int run(const Flags& f, pt::Communicator* world) {

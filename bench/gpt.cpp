@@ -13,9 +13,9 @@
 #include <fmt/format.h>
 
 #include "bench/best_seconds.h"
+#include "bench/json_line.h"
 #include "engine/core/random.h"
 #include "engine/data/batching.h"
-#include "engine/metrics.h"
 #include "engine/pipeline/pipeline_trainer.h"
 #include "engine/trainer.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -56,10 +56,9 @@ double sgemm_gflops(pt::Backend& b, int64_t n) {
 void report(const std::string& setup, int cores, double step_s, double flops_token, double limit) {
   const double tokens = static_cast<double>(kBatch * kContext) / step_s;
   const double gflops = tokens * flops_token / 1e9;
-  fmt::print("{}\n", pt::json_line({{"bench", std::string("gpt_step")}, {"setup", setup}, {"cores", int64_t{cores}},
-                                    {"step_ms", step_s * 1e3}, {"tokens_per_s", tokens}, {"model_gflops", gflops},
-                                    {"sgemm_gflops", limit}, {"ratio_to_sgemm", gflops / limit}}));
-  std::fflush(stdout);
+  pt::bench::emit({{"bench", std::string("gpt_step")}, {"setup", setup}, {"cores", int64_t{cores}},
+                   {"step_ms", step_s * 1e3}, {"tokens_per_s", tokens}, {"model_gflops", gflops},
+                   {"sgemm_gflops", limit}, {"ratio_to_sgemm", gflops / limit}});
 }
 
 }  // namespace
@@ -86,7 +85,7 @@ int main(int argc, char** argv) {
     backend->bind_current_thread();
     const double limit = sgemm_gflops(*backend, 2048);
     if (t == 2) limit2 = limit;
-    fmt::print("{}\n", pt::json_line({{"bench", std::string("sgemm")}, {"threads", int64_t{t}}, {"gflops", limit}}));
+    pt::bench::emit({{"bench", std::string("sgemm")}, {"threads", int64_t{t}}, {"gflops", limit}});
     pt::Model m = model();
     pt::Trainer trainer(m, *backend, trainer_config(1));
     report(fmt::format("1 device x {} thread{}", t, t == 1 ? "" : "s"), t,

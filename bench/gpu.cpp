@@ -29,9 +29,9 @@
 #include <fmt/format.h>
 
 #include "bench/best_seconds.h"
+#include "bench/json_line.h"
 #include "engine/core/random.h"
 #include "engine/cuda_plugin.h"
-#include "engine/metrics.h"
 #include "engine/pipeline/pipeline_trainer.h"
 #include "engine/trainer.h"
 #include "layers/zoo.h"
@@ -44,13 +44,9 @@ namespace {
 using pt::bench::best_seconds;
 using pt::CudaPrecision;
 
-using Fields = std::vector<std::pair<std::string, pt::MetricValue>>;
+using pt::bench::emit;
+using pt::bench::Fields;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();  // written as null
-
-void emit(const Fields& fields) {
-  fmt::print("{}\n", pt::json_line(fields));
-  std::fflush(stdout);
-}
 
 // Dense datasheet peaks (TFLOP/s) of the GPUs we know; nullopt otherwise.
 std::optional<double> peak_tflops(const std::string& gpu, CudaPrecision p) {

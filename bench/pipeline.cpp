@@ -46,9 +46,9 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "bench/json_line.h"
 #include "engine/core/error.h"
 #include "engine/core/random.h"
-#include "engine/metrics.h"
 #include "engine/partition/layer_costs.h"
 #include "engine/pipeline/pipeline_trainer.h"
 #include "engine/pipeline/step_trace.h"
@@ -64,16 +64,12 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using Fields = std::vector<std::pair<std::string, pt::MetricValue>>;
+using pt::bench::emit;
+using pt::bench::Fields;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();  // json_line writes null
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-void emit(const Fields& fields) {
-  fmt::print("{}\n", pt::json_line(fields));
-  std::fflush(stdout);
 }
 
 struct Flags {

@@ -57,11 +57,15 @@ SimResult simulate(const Schedule& schedule, const SimConfig& config) {
   check_config(schedule, config);
   const size_t D = schedule.actions.size();
 
+  // The clock runs in seconds; `end_s` holds each action's end, and the timeline gets the
+  // microseconds (the one conversion) as each action is timed.
   SimResult r;
   r.timeline.resize(D);
   r.busy.assign(D, 0.0);
+  std::vector<std::vector<double>> end_s(D);
   for (size_t d = 0; d < D; ++d) {
     r.timeline[d].resize(schedule.actions[d].size());
+    end_s[d].assign(schedule.actions[d].size(), 0.0);
     for (size_t k = 0; k < schedule.actions[d].size(); ++k)
       r.timeline[d][k].action = schedule.actions[d][k];
   }
@@ -70,28 +74,31 @@ SimResult simulate(const Schedule& schedule, const SimConfig& config) {
   auto timed = [&](Slot s) -> TimedAction& {
     return r.timeline[static_cast<size_t>(s.device)][static_cast<size_t>(s.index)];
   };
+  auto end_of = [&](Slot s) -> double& {
+    return end_s[static_cast<size_t>(s.device)][static_cast<size_t>(s.index)];
+  };
   const DryRunResult run = dry_run(schedule, infer_form(schedule), [&](Slot self, std::span<const Slot> deps) {
     TimedAction& t = timed(self);
     double start = device_free[static_cast<size_t>(self.device)];
     for (const Slot& dep_slot : deps) {
-      const TimedAction& dep = timed(dep_slot);
-      double ready = dep.end;
+      double ready = end_of(dep_slot);
       if (dep_slot.device != self.device) {
-        const int boundary = std::min(dep.action.stage, t.action.stage);
+        const int boundary = std::min(timed(dep_slot).action.stage, t.action.stage);
         ready += pick(config.transfer, boundary, 0.0);
       }
       start = std::max(start, ready);
     }
     const double time = duration(t.action, pick(config.stages, t.action.stage, StageTimes{}));
-    t.start = start;
-    t.end = start + time;
-    device_free[static_cast<size_t>(self.device)] = t.end;
+    const double end = start + time;
+    end_of(self) = end;
+    t.start_us = start * kMicrosecondsPerSecond;
+    t.end_us = end * kMicrosecondsPerSecond;
+    device_free[static_cast<size_t>(self.device)] = end;
+    r.step_time = std::max(r.step_time, end);
     if (is_compute(t.action.type)) r.busy[static_cast<size_t>(self.device)] += time;
   });
   if (!run.completed) throw std::logic_error("simulate: dry run stalled on a validated schedule");
 
-  for (const auto& list : r.timeline)
-    for (const TimedAction& t : list) r.step_time = std::max(r.step_time, t.end);
   r.bubble_fraction.resize(D);
   for (size_t d = 0; d < D; ++d)
     r.bubble_fraction[d] = r.step_time > 0.0 ? 1.0 - r.busy[d] / r.step_time : 0.0;
@@ -140,9 +147,11 @@ std::string render_timeline(const SimResult& result, double unit) {
   size_t width = std::to_string(columns).size();
   for (size_t d = 0; d < result.timeline.size(); ++d)
     for (const TimedAction& t : result.timeline[d]) {
-      if (t.end <= t.start) continue;
-      const size_t first = cell_of(t.start);
-      const auto end_cell = static_cast<size_t>(std::ceil(t.end / unit - 1e-9));
+      if (t.end_us <= t.start_us) continue;
+      const double start = t.start_us / kMicrosecondsPerSecond;
+      const double end = t.end_us / kMicrosecondsPerSecond;
+      const size_t first = cell_of(start);
+      const auto end_cell = static_cast<size_t>(std::ceil(end / unit - 1e-9));
       const size_t last = std::max(first + 1, end_cell);
       for (size_t c = first; c < last && c < columns; ++c) grid[d][c] = c == first ? t.action.str() : "---";
       width = std::max(width, t.action.str().size());

@@ -11,15 +11,20 @@
 //     REDUCE_GRAD takes no time here.
 // Peak in-flight micro-batches of a stage (activations held): +1 at each F, -1 at each W (or B),
 // counted in list order, which is the device's execution order.
+//
+// Time is seconds: stage and transfer times in, step and busy times out (a unit-time run, F = 1,
+// is a run of 1-second actions). The timeline alone is in microseconds, like every timeline
+// (schedule/timed_action.h): simulate() converts each action's times once, when it writes them.
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "schedule/schedule.h"
+#include "schedule/timed_action.h"
 
 namespace pt::sched {
 
-struct StageTimes {
+struct StageTimes {  // seconds
   double f = 1.0;   // forward
   double b = -1.0;  // full backward; < 0: i + w
   double i = 1.0;   // input gradient
@@ -29,23 +34,17 @@ struct StageTimes {
 struct SimConfig {
   std::vector<StageTimes> stages;  // one per stage; a single entry applies to every stage;
                                    // empty: StageTimes{}
-  std::vector<double> transfer;    // per boundary k (stage k -> k + 1), paid only when the two
-                                   // stages are on different devices; a single entry applies to
-                                   // every boundary; empty: 0
-};
-
-struct TimedAction {
-  Action action;
-  double start = 0.0;
-  double end = 0.0;
+  std::vector<double> transfer;    // seconds per boundary k (stage k -> k + 1), paid only when
+                                   // the two stages are on different devices; a single entry
+                                   // applies to every boundary; empty: 0
 };
 
 struct SimResult {
-  double step_time = 0.0;                          // the last action's end; the step starts at 0
-  std::vector<double> busy;                        // per device: time in F/B/I/W
+  double step_time = 0.0;                          // seconds: the last action's end; starts at 0
+  std::vector<double> busy;                        // per device: seconds in F/B/I/W
   std::vector<double> bubble_fraction;             // per device: 1 - busy / step_time
   std::vector<int> peak_inflight;                  // per stage
-  std::vector<std::vector<TimedAction>> timeline;  // per device, in list order
+  std::vector<std::vector<TimedAction>> timeline;  // per device, in list order; microseconds
 
   double mean_bubble_fraction() const;
 };
@@ -63,7 +62,7 @@ SimResult simulate(const Schedule& schedule, const SimConfig& config = {});
 // `name` is a generate() name; V is taken from "interleaved:V", else from the argument.
 double analytic_bubble(std::string_view name, int D, int M, int V = 1);
 
-// The timeline as text, one column per `unit` of time, for docs and debugging:
+// The timeline as text, one column per `unit` seconds, for docs and debugging:
 //   t         0    1    2    3
 //   device 0  0F0  0F1  0B0  ---
 // Zero-time actions (SEND, RECV, REDUCE_GRAD) are not drawn; '.' is idle.

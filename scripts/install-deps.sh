@@ -3,7 +3,7 @@
 # Skips apt entirely when every package is already installed, so offline re-runs work.
 set -euo pipefail
 packages=(
-  cmake ninja-build g++ pkg-config
+  cmake ninja-build g++ pkg-config clang-format
   libfmt-dev doctest-dev libcli11-dev nlohmann-json3-dev
   libdnnl-dev ocl-icd-opencl-dev zlib1g-dev
   libopenmpi-dev openmpi-bin

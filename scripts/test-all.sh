@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# README command (2), and what CI runs (.ci/run): install dependencies, build with warnings as
+# README command (2), and what CI runs (.ci/run): install dependencies; the static checks
+# (formatting, include rules: seconds, so a slip fails before any build); build with warnings as
 # errors, run every test; then build the tests with ASan+UBSan and run them again (the slow
 # accuracy run is left out of the sanitizer pass: it checks learning, not memory); then the
 # pipeline runtime's tests under TSan.
@@ -8,6 +9,12 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 jobs=$(nproc)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+echo "== Static checks =="
+static_failed=0
+bash scripts/check-format.sh || static_failed=1
+bash scripts/check-includes.sh || static_failed=1
+((static_failed == 0)) || { echo "static checks failed (see above)"; exit 1; }
 
 echo "== Release build, warnings as errors =="
 cmake -S . -B build-ci -G Ninja -DCMAKE_BUILD_TYPE=Release -DPIPETRAIN_WERROR=ON

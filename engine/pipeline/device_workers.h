@@ -23,7 +23,6 @@ class DeviceWorkers {
   DeviceWorkers& operator=(const DeviceWorkers&) = delete;
 
   int size() const { return static_cast<int>(devices_.size()); }
-  Backend& device(int d) const { return *devices_[static_cast<size_t>(d)]; }
 
   // Runs job(d) for every device d on its own thread; rethrows the first exception (other
   // than Aborted) after all jobs ended. `on_failure` runs once, on the failing thread, right

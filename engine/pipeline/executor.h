@@ -17,15 +17,12 @@
 #include "engine/pipeline/recompute.h"
 #include "engine/pipeline/skip_routing.h"
 #include "engine/pipeline/transport.h"
-#include "schedule/action.h"
+#include "schedule/timed_action.h"
 
 namespace pt {
 
 // One executed action, for traces and measured bubbles (times from the run's start).
-struct ExecutedAction {
-  sched::Action action;
-  double start_us = 0, end_us = 0;
-};
+using ExecutedAction = sched::TimedAction;
 
 // One run of a schedule (a training step, or an evaluation pass): what all devices' executors
 // share. Each executor writes only its own device's entries.

@@ -40,22 +40,11 @@ void Mailbox::notify_all() {
   changed_.notify_all();
 }
 
-void Mailbox::clear() {
-  std::lock_guard lock(mutex_);
-  messages_.clear();
-  changed_.notify_all();
-}
-
 void Mailbox::reset(size_t capacity) {
   std::lock_guard lock(mutex_);
   messages_.clear();
   capacity_ = capacity;
   changed_.notify_all();
-}
-
-size_t Mailbox::pending() const {
-  std::lock_guard lock(mutex_);
-  return messages_.size();
 }
 
 }  // namespace pt

@@ -44,16 +44,14 @@ class Mailbox {
   Tensor take(const MessageKey& key, Clock::time_point deadline);
   // Wakes waiters so they notice the abort flag.
   void notify_all();
-  // Drops everything (between steps, or after a failed step).
-  void clear();
-  // clear(), and from now on hold at most `capacity` messages.
+  // Drops everything (between runs, or after a failed one) and from now on holds at most
+  // `capacity` messages.
   void reset(size_t capacity);
-  size_t pending() const;
 
  private:
   size_t capacity_;
   const std::atomic<bool>* abort_;
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   std::condition_variable changed_;
   std::map<MessageKey, Tensor> messages_;
 };

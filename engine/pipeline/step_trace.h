@@ -8,7 +8,8 @@
 
 namespace pt {
 
-// executed[d] = device d's actions (PipelineTrainer::last_trace()); device_names from devices.
+// executed[d] = device d's actions (PipelineTrainer::last_trace()); device_names from devices,
+// one per timeline (make_trace: UsageError otherwise).
 Trace step_trace(const std::vector<std::vector<ExecutedAction>>& executed,
                  const std::vector<Backend*>& devices, int step);
 

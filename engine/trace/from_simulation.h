@@ -10,10 +10,12 @@
 
 namespace pt {
 
-// The simulator counts time in the units of its StageTimes; `us_per_unit` scales them to
-// microseconds (1000: one unit reads as 1 ms). `device_names` empty: "sim:0", "sim:1", ...;
-// otherwise one per device of the simulated schedule (throws UsageError when the count differs).
-Trace trace_from_simulation(const sched::SimResult& sim, double us_per_unit = 1000,
+// The simulator's timeline is already in microseconds (its seconds converted); `time_scale`
+// multiplies every time: 1 keeps them, for a simulation from measured costs to set beside a
+// recorded step; 1e-3 draws a unit-time simulation (F = 1 s) at 1 ms per unit. `device_names`
+// empty: "sim:0", "sim:1", ...; otherwise one per device of the simulated schedule (throws
+// UsageError when the count differs).
+Trace trace_from_simulation(const sched::SimResult& sim, double time_scale = 1,
                             std::vector<std::string> device_names = {}, int step = 0);
 
 }  // namespace pt

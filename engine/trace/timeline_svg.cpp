@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <iterator>
 #include <span>
 
 #include "engine/io/atomic_file.h"
@@ -28,32 +29,37 @@ constexpr double kMinWidth = 1200;
 constexpr double kCharW = 7;    // rough width of one 12 px sans-serif character
 constexpr double kMinBoxW = 1;  // zero-length events still show as a hairline
 
+// How each action type is drawn, one row per ActionType in enum order: its fill, the colour of
+// the micro-batch number on that fill, which row of the lane, and its legend label (nullptr:
+// shares the swatch of an earlier type). The boxes and the legend both read this table.
 struct Style {
+  ActionType type;
   const char* fill;
   const char* text;  // colour of the micro-batch number on that fill
   bool compute_row;
+  const char* legend;
 };
 
-Style style_of(ActionType t) {
-  switch (t) {
-    case ActionType::F:
-      return {"#4c78a8", "#ffffff", true};
-    case ActionType::B:
-      return {"#59a14f", "#ffffff", true};
-    case ActionType::I:
-      return {"#8cd17d", "#1b1b1b", true};
-    case ActionType::W:
-      return {"#1f7a6d", "#ffffff", true};
-    case ActionType::SEND_F:
-    case ActionType::RECV_F:
-    case ActionType::SEND_B:
-    case ActionType::RECV_B:
-      return {"#9e9e9e", "#1b1b1b", false};
-    case ActionType::REDUCE_GRAD:
-      return {"#6b6b6b", "#ffffff", false};
-  }
-  return {"#000000", "#ffffff", true};
+constexpr Style kStyles[] = {
+    {ActionType::F, "#4c78a8", "#ffffff", true, "F forward"},
+    {ActionType::B, "#59a14f", "#ffffff", true, "B backward"},
+    {ActionType::I, "#8cd17d", "#1b1b1b", true, "I input grad"},
+    {ActionType::W, "#1f7a6d", "#ffffff", true, "W weight grad"},
+    {ActionType::SEND_F, "#9e9e9e", "#1b1b1b", false, "SEND/RECV"},
+    {ActionType::RECV_F, "#9e9e9e", "#1b1b1b", false, nullptr},
+    {ActionType::SEND_B, "#9e9e9e", "#1b1b1b", false, nullptr},
+    {ActionType::RECV_B, "#9e9e9e", "#1b1b1b", false, nullptr},
+    {ActionType::REDUCE_GRAD, "#6b6b6b", "#ffffff", false, "REDUCE_GRAD"},
+};
+
+constexpr bool in_enum_order() {
+  for (size_t i = 0; i < std::size(kStyles); ++i)
+    if (static_cast<size_t>(kStyles[i].type) != i) return false;
+  return static_cast<size_t>(ActionType::REDUCE_GRAD) + 1 == std::size(kStyles);
 }
+static_assert(in_enum_order(), "kStyles needs one row per ActionType, in enum order");
+
+const Style& style_of(ActionType t) { return kStyles[static_cast<size_t>(t)]; }
 
 std::string xml_escape(std::string_view s) {
   std::string out;
@@ -165,7 +171,7 @@ std::string render_timeline_svg(const Trace& trace, int step) {
 
   // ---- one box per action ------------------------------------------------------------------
   for (const TraceEvent& e : events) {
-    const Style st = style_of(e.action.type);
+    const Style& st = style_of(e.action.type);
     const double x = x_of(e.start_us);
     const double w = std::max(kMinBoxW, x_of(e.end_us) - x);
     const double lane_y = kTop + kLaneH * e.device;
@@ -190,24 +196,17 @@ std::string render_timeline_svg(const Trace& trace, int step) {
   }
 
   // ---- legend ------------------------------------------------------------------------------
-  struct Entry {
-    ActionType type;
-    const char* label;
-  };
-  constexpr Entry legend[] = {
-      {ActionType::F, "F forward"},      {ActionType::B, "B backward"},
-      {ActionType::I, "I input grad"},   {ActionType::W, "W weight grad"},
-      {ActionType::SEND_F, "SEND/RECV"}, {ActionType::REDUCE_GRAD, "REDUCE_GRAD"}};
   double lx = kLeft;
-  for (const Entry& entry : legend) {
+  for (const Style& entry : kStyles) {
+    if (!entry.legend) continue;
     svg += fmt::format(
         "<rect class=\"legend\" x=\"{:.2f}\" y=\"{:.2f}\" width=\"12\" height=\"12\" "
         "fill=\"{}\"/>\n",
-        lx, axis_y + 27, style_of(entry.type).fill);
+        lx, axis_y + 27, entry.fill);
     svg += fmt::format("<text x=\"{:.2f}\" y=\"{:.2f}\">{}</text>\n", lx + 16, axis_y + 37,
-                       entry.label);
+                       entry.legend);
     // Capitals run wider than kCharW: 8.5 px a character keeps "REDUCE_GRAD" off the next swatch.
-    lx += 16 + 8.5 * static_cast<double>(std::string_view(entry.label).size()) + 12;
+    lx += 16 + 8.5 * static_cast<double>(std::string_view(entry.legend).size()) + 12;
   }
   svg += "</svg>\n";
   return svg;

@@ -10,13 +10,17 @@
 
 namespace pt {
 
-Trace make_trace(std::vector<std::string> device_names, std::span<const TimelineRow> timeline,
-                 int step) {
+Trace make_trace(std::vector<std::string> device_names,
+                 const std::vector<std::vector<sched::TimedAction>>& timeline, int step) {
+  if (timeline.size() != device_names.size())
+    throw UsageError(
+        fmt::format("make_trace: {} device timelines but {} device names; give one name per device",
+                    timeline.size(), device_names.size()));
   Trace trace;
   trace.device_names = std::move(device_names);
-  trace.events.reserve(timeline.size());
-  for (const TimelineRow& t : timeline)
-    trace.events.push_back({t.device, t.action, t.start_us, t.end_us, step});
+  for (size_t d = 0; d < timeline.size(); ++d)
+    for (const sched::TimedAction& t : timeline[d])
+      trace.events.push_back({t, static_cast<int>(d), step});
   check_trace(trace);
   return trace;
 }

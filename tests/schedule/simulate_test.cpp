@@ -105,15 +105,16 @@ TEST_CASE("lowered and compute-only schedules take the same time, transfers incl
 }
 
 TEST_CASE("simulator semantics on hand-computed cases") {
-  // gpipe D=2 M=1, F = B = 1, transfer 0.5: F0 [0,1], F1 [1.5,2.5], B1 [2.5,3.5], B0 [4,5].
+  // gpipe D=2 M=1, F = B = 1 s, transfer 0.5 s: F0 [0,1], F1 [1.5,2.5], B1 [2.5,3.5], B0 [4,5];
+  // the step in seconds, the timeline in microseconds.
   const SimResult r = simulate(add_communication(gpipe(2, 1)), times(1.0, 1.0, 0.5, 0.5, 0.5));
   CHECK(r.step_time == doctest::Approx(5.0));
   const auto& dev1 = r.timeline[1];  // 1RECV_F0 1F0 1B0 1SEND_B0
   REQUIRE(dev1.size() == 4);
   CHECK(dev1[0].action.str() == "1RECV_F0");
-  CHECK(dev1[0].end == doctest::Approx(1.5));  // send end 1 + transfer 0.5
-  CHECK(dev1[1].start == doctest::Approx(1.5));
-  CHECK(r.timeline[0].back().start == doctest::Approx(4.0));
+  CHECK(dev1[0].end_us == doctest::Approx(1.5e6));  // send end 1 s + transfer 0.5 s
+  CHECK(dev1[1].start_us == doctest::Approx(1.5e6));
+  CHECK(r.timeline[0].back().start_us == doctest::Approx(4.0e6));
   CHECK(r.busy[0] == doctest::Approx(2.0));
   CHECK(r.bubble_fraction[0] == doctest::Approx(1.0 - 2.0 / 5.0));
 

@@ -21,16 +21,16 @@ namespace {
 // Ideal GPipe on D devices, M micro-batches, free communication: F(d, m) starts at (d + m) t_F;
 // the backward phase starts at T = (M + D - 1) t_F and B(d, m) starts at T + (D - 1 - d + m) t_B.
 Trace ideal_gpipe(int D, int M, double t_f, double t_b) {
-  std::vector<TimelineRow> rows;
+  std::vector<std::vector<sched::TimedAction>> timeline(static_cast<size_t>(D));
   const double backward_start = (M + D - 1) * t_f;
   for (int d = 0; d < D; ++d)
     for (int m = 0; m < M; ++m) {
       const double f = (d + m) * t_f;
       const double b = backward_start + (D - 1 - d + m) * t_b;
-      rows.push_back({d, {d, ActionType::F, m}, f, f + t_f});
-      rows.push_back({d, {d, ActionType::B, m}, b, b + t_b});
+      timeline[static_cast<size_t>(d)].push_back({{d, ActionType::F, m}, f, f + t_f});
+      timeline[static_cast<size_t>(d)].push_back({{d, ActionType::B, m}, b, b + t_b});
     }
-  return make_trace(default_device_names(D), rows);
+  return make_trace(default_device_names(D), timeline);
 }
 
 }  // namespace
@@ -52,8 +52,8 @@ TEST_CASE("bubble: per step, independent of where the step sits in time") {
   Trace trace = test::gpipe_2x2_trace();
   for (const TraceEvent& e : test::gpipe_2x2(1, 5000)) trace.events.push_back(e);
   // A slower step 2 on cpu:1 only: cpu:0 ran nothing, so it is idle the whole step.
-  trace.events.push_back({1, {1, ActionType::F, 0}, 9000, 9300, 2});
-  trace.events.push_back({1, {1, ActionType::SEND_B, 0}, 9300, 9400, 2});
+  trace.events.push_back(test::event(1, {1, ActionType::F, 0}, 9000, 9300, 2));
+  trace.events.push_back(test::event(1, {1, ActionType::SEND_B, 0}, 9300, 9400, 2));
 
   const BubbleStats s1 = measure_bubble(trace, 1);
   CHECK(s1.step_span_us == doctest::Approx(940));
@@ -96,7 +96,7 @@ TEST_CASE("bubble: a simulated schedule, converted to a trace, measures what the
     CAPTURE(c.D);
     CAPTURE(c.M);
     const sched::SimResult sim = sched::simulate(sched::generate(c.name, c.D, c.M));
-    const Trace trace = trace_from_simulation(sim, 1000);
+    const Trace trace = trace_from_simulation(sim, 1e-3);  // 1 s of the simulator reads as 1 ms
     REQUIRE(trace.device_names.size() == static_cast<size_t>(c.D));
     CHECK(trace.device_names.front() == "sim:0");
 
@@ -108,5 +108,5 @@ TEST_CASE("bubble: a simulated schedule, converted to a trace, measures what the
       CHECK(s.bubble_fraction[d] == doctest::Approx(sched::analytic_bubble(c.name, c.D, c.M)));
     }
   }
-  CHECK_THROWS_AS(trace_from_simulation(sched::SimResult{}, 1000, {"one name"}), UsageError);
+  CHECK_THROWS_AS(trace_from_simulation(sched::SimResult{}, 1e-3, {"one name"}), UsageError);
 }

@@ -63,8 +63,8 @@ TEST_CASE("chrome trace: one flow pair per SEND/RECV of the same step, send -> r
   Trace trace = test::gpipe_2x2_trace();
   for (const TraceEvent& e : test::gpipe_2x2(1, 1000)) trace.events.push_back(e);
   // A send whose receive is missing (trace cut short) and a receive of another step: no arrow.
-  trace.events.push_back({0, {0, sched::ActionType::SEND_F, 7}, 2000, 2010, 2});
-  trace.events.push_back({1, {1, sched::ActionType::RECV_F, 7}, 2010, 2020, 3});
+  trace.events.push_back(test::event(0, {0, sched::ActionType::SEND_F, 7}, 2000, 2010, 2));
+  trace.events.push_back(test::event(1, {1, sched::ActionType::RECV_F, 7}, 2010, 2020, 3));
 
   const json doc = json::parse(chrome_trace_json(trace));
   const auto starts = events_with_ph(doc, "s");
@@ -108,10 +108,12 @@ TEST_CASE("chrome trace: written atomically to a file that parses back; bad trac
   CHECK(entries == 1);  // no temporary file left behind
 
   Trace bad = test::gpipe_2x2_trace();
-  bad.events.push_back({2, {2, sched::ActionType::F, 0}, 0, 1, 0});  // device 2 has no name
+  // Device 2 has no name.
+  bad.events.push_back(test::event(2, {2, sched::ActionType::F, 0}, 0, 1, 0));
   CHECK_THROWS_AS(write_chrome_trace(dir / "bad.json", bad), UsageError);
   CHECK_FALSE(fs::exists(dir / "bad.json"));
-  bad.events.back() = {1, {1, sched::ActionType::F, 0}, 5, 4, 0};  // ends before it starts
+  // Ends before it starts.
+  bad.events.back() = test::event(1, {1, sched::ActionType::F, 0}, 5, 4, 0);
   CHECK_THROWS_AS(chrome_trace_json(bad), UsageError);
   fs::remove_all(dir);
 }

@@ -8,6 +8,12 @@ namespace pt::test {
 
 inline sched::Action act(int stage, sched::ActionType type, int m) { return {stage, type, m}; }
 
+// One event, arguments in reading order: on `device`, `action` from `start_us` to `end_us`.
+inline TraceEvent event(int device, sched::Action action, double start_us, double end_us,
+                        int step = 0) {
+  return {{action, start_us, end_us}, device, step};
+}
+
 // GPipe on D = 2 devices, M = 2 micro-batches, one stage per device: F = 100 us, B = 200 us,
 // every SEND/RECV 10 us, run strictly one action at a time per device. Times shifted by
 // `offset_us`, all events tagged `step`.
@@ -20,19 +26,19 @@ inline sched::Action act(int stage, sched::ActionType type, int m) { return {sta
 // Device spans: cpu:0 940 us, cpu:1 640 us (100 .. 740). Four SEND -> RECV pairs.
 inline std::vector<TraceEvent> gpipe_2x2(int step = 0, double offset_us = 0) {
   using T = sched::ActionType;
-  const std::vector<TimelineRow> rows = {
-      {0, act(0, T::F, 0), 0, 100},        {0, act(0, T::SEND_F, 0), 100, 110},
-      {0, act(0, T::F, 1), 110, 210},      {0, act(0, T::SEND_F, 1), 210, 220},
-      {1, act(1, T::RECV_F, 0), 100, 110}, {1, act(1, T::F, 0), 110, 210},
-      {1, act(1, T::RECV_F, 1), 210, 220}, {1, act(1, T::F, 1), 220, 320},
-      {1, act(1, T::B, 0), 320, 520},      {1, act(1, T::SEND_B, 0), 520, 530},
-      {1, act(1, T::B, 1), 530, 730},      {1, act(1, T::SEND_B, 1), 730, 740},
-      {0, act(0, T::RECV_B, 0), 520, 530}, {0, act(0, T::B, 0), 530, 730},
-      {0, act(0, T::RECV_B, 1), 730, 740}, {0, act(0, T::B, 1), 740, 940},
+  const std::vector<TraceEvent> rows = {
+      event(0, act(0, T::F, 0), 0, 100),        event(0, act(0, T::SEND_F, 0), 100, 110),
+      event(0, act(0, T::F, 1), 110, 210),      event(0, act(0, T::SEND_F, 1), 210, 220),
+      event(1, act(1, T::RECV_F, 0), 100, 110), event(1, act(1, T::F, 0), 110, 210),
+      event(1, act(1, T::RECV_F, 1), 210, 220), event(1, act(1, T::F, 1), 220, 320),
+      event(1, act(1, T::B, 0), 320, 520),      event(1, act(1, T::SEND_B, 0), 520, 530),
+      event(1, act(1, T::B, 1), 530, 730),      event(1, act(1, T::SEND_B, 1), 730, 740),
+      event(0, act(0, T::RECV_B, 0), 520, 530), event(0, act(0, T::B, 0), 530, 730),
+      event(0, act(0, T::RECV_B, 1), 730, 740), event(0, act(0, T::B, 1), 740, 940),
   };
   std::vector<TraceEvent> events;
-  for (const TimelineRow& r : rows)
-    events.push_back({r.device, r.action, r.start_us + offset_us, r.end_us + offset_us, step});
+  for (const TraceEvent& r : rows)
+    events.push_back(event(r.device, r.action, r.start_us + offset_us, r.end_us + offset_us, step));
   return events;
 }
 

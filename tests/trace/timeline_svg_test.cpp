@@ -81,7 +81,7 @@ TEST_CASE("timeline svg: one box per action, one lane per device, names, balance
 TEST_CASE("timeline svg: only the asked step; names escaped; a missing step is refused") {
   Trace trace = test::gpipe_2x2_trace();
   for (const TraceEvent& e : test::gpipe_2x2(1, 1000)) trace.events.push_back(e);
-  trace.events.push_back({1, {1, sched::ActionType::W, 1}, 1940, 1990, 1});
+  trace.events.push_back(test::event(1, {1, sched::ActionType::W, 1}, 1940, 1990, 1));
   trace.device_names = {"cuda:0 <A&B>", "cuda:1 \"x\""};
 
   const std::string svg = render_timeline_svg(trace, 1);
@@ -97,17 +97,21 @@ TEST_CASE("timeline svg: only the asked step; names escaped; a missing step is r
 
 TEST_CASE("timeline svg: a simulated timeline via make_trace, written atomically") {
   using T = sched::ActionType;
-  // A simulator's rows in abstract units (1 unit = 1 ms): 1F1B-like split backward on 3 devices.
-  std::vector<TimelineRow> rows;
+  // A simulator's timeline in abstract units (1 unit = 1 ms): 1F1B-like split backward on 3
+  // devices.
+  std::vector<std::vector<sched::TimedAction>> timeline(3);
+  size_t actions = 0;
   for (int d = 0; d < 3; ++d)
     for (int m = 0; m < 4; ++m) {
       const double f = (d + m) * 1000.0;
       const double b = 6000.0 + (2 - d + m) * 1000.0;
-      rows.push_back({d, {d, T::F, m}, f, f + 1000});
-      rows.push_back({d, {d, T::I, m}, b, b + 500});
-      rows.push_back({d, {d, T::W, m}, b + 500, b + 1000});
+      auto& list = timeline[static_cast<size_t>(d)];
+      list.push_back({{d, T::F, m}, f, f + 1000});
+      list.push_back({{d, T::I, m}, b, b + 500});
+      list.push_back({{d, T::W, m}, b + 500, b + 1000});
+      actions += 3;
     }
-  const Trace trace = make_trace(default_device_names(3, "sim"), rows, 0);
+  const Trace trace = make_trace(default_device_names(3, "sim"), timeline, 0);
   CHECK(trace.device_names == std::vector<std::string>{"sim:0", "sim:1", "sim:2"});
 
   std::string tmpl = (fs::temp_directory_path() / "pipetrain-svg-XXXXXX").string();
@@ -118,12 +122,16 @@ TEST_CASE("timeline svg: a simulated timeline via make_trace, written atomically
   std::stringstream text;
   text << std::ifstream(file).rdbuf();
   CHECK(text.str() == render_timeline_svg(trace, 0));
-  CHECK(count(text.str(), "<rect class=\"action ") == rows.size());
+  CHECK(count(text.str(), "<rect class=\"action ") == actions);
   CHECK(count(text.str(), "<rect class=\"lane\"") == 3);
   CHECK(check_balanced(text.str()) == "");
   fs::remove_all(tmpl);
 
-  // make_trace checks what it builds.
-  rows.push_back({3, {3, T::F, 0}, 0, 1});
-  CHECK_THROWS_AS(make_trace(default_device_names(3), rows), UsageError);
+  // make_trace checks what it builds: a fourth device's timeline with three names, a box that
+  // ends before it starts.
+  timeline.push_back({{{3, T::F, 0}, 0, 1}});
+  CHECK_THROWS_AS(make_trace(default_device_names(3), timeline), UsageError);
+  timeline.pop_back();
+  timeline[0].push_back({{0, T::F, 9}, 2, 1});
+  CHECK_THROWS_AS(make_trace(default_device_names(3), timeline), UsageError);
 }
