@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/core/error.h"
-#include "engine/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "engine/cuda/entries.h"
 #include "engine/cuda/nccl_communicator.h"
 #include "engine/cuda/runtime_text.h"

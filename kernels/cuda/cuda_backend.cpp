@@ -1,7 +1,7 @@
 // CudaBackend: memory, streams, copies and the op dispatch (see cuda_backend.h). The arithmetic
 // is in kernels/cuda/*.cu, cublaslt_gemm.cpp and cudnn_conv.cpp; this file only checks
 // arguments, picks scratch memory and reads results back.
-#include "engine/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_backend.h"
 
 #include <algorithm>
 #include <cstring>
@@ -12,9 +12,9 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.h"
-#include "engine/cuda/cublaslt_gemm.h"
-#include "engine/cuda/cuda_check.h"
-#include "engine/cuda/cudnn_conv.h"
+#include "kernels/cuda/cublaslt_gemm.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cudnn_conv.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/convert.h"
 #include "kernels/cuda/elementwise.h"
