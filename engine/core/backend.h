@@ -1,7 +1,8 @@
 #pragma once
 // The Backend interface: one object per device. Memory with per-device accounting, copies,
 // synchronisation, and the ops the layers are written against. CPU (kernels/cpu) and CUDA
-// (engine/cuda + kernels/cuda, a dlopen'ed plugin) implement it; layers never know which.
+// (kernels/cuda, inside a dlopen'ed plugin) implement it; layers never know which. The ops'
+// parameter types are in engine/core/op_params.h; the non-virtual members are in backend.cpp.
 //
 // Conventions for every op (llm.c style):
 // - pointers are device pointers of this backend; shapes are in the signature, row-major;
@@ -16,6 +17,7 @@
 #include <string>
 
 #include "engine/core/device.h"
+#include "engine/core/op_params.h"
 #include "engine/core/tensor.h"
 
 namespace pt {
@@ -24,40 +26,6 @@ struct MemoryStats {
   size_t current_bytes = 0;  // live allocations
   size_t peak_bytes = 0;     // high-water mark since the last reset_peak()
   size_t limit_bytes = 0;    // 0 = unlimited
-};
-
-enum class Activation { relu, gelu_tanh, gelu_erf, tanh };
-
-// NCHW input (N, C, H, W), weights (K, C, R, S), output (N, K, P, Q).
-struct Conv2dShape {
-  int64_t N, C, H, W;
-  int64_t K, R, S;
-  int64_t stride_h, stride_w, pad_h, pad_w;
-  int64_t P, Q;
-};
-
-// NCHW input (N, C, H, W) -> (N, C, P, Q), window R x S. Average pooling counts padding
-// (PyTorch's default count_include_pad=true).
-struct Pool2dShape {
-  int64_t N, C, H, W;
-  int64_t R, S;
-  int64_t stride_h, stride_w, pad_h, pad_w;
-  int64_t P, Q;
-};
-
-// PyTorch SGD semantics: g = grad + wd*p; buf = momentum*buf + (1-dampening)*g (buf = g on the
-// first step); g = nesterov ? g + momentum*buf : buf; p -= lr*g.
-struct SgdParams {
-  float lr = 0.01f, momentum = 0.f, dampening = 0.f, weight_decay = 0.f;
-  bool nesterov = false;
-  bool first_step = true;  // momentum buffer is initialised from g instead of accumulated
-};
-
-// PyTorch AdamW semantics: p *= 1 - lr*wd; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2;
-// p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps), t = step (1-based).
-struct AdamWParams {
-  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 1e-2f;
-  int64_t step = 1;
 };
 
 // Completion marker for work queued on a backend (a CUDA event; already complete on the CPU).
