@@ -1,8 +1,9 @@
 #pragma once
 // The Backend interface: one object per device. Memory with per-device accounting, copies,
-// synchronisation, and the ops the layers are written against. CPU (kernels/cpu) and CUDA
-// (kernels/cuda, inside a dlopen'ed plugin) implement it; layers never know which. The ops'
-// parameter types are in engine/core/op_params.h; the non-virtual members are in backend.cpp.
+// synchronisation, and the ops the layers are written against. The CPU and CUDA backends, side by
+// side under kernels/ (the CUDA one inside a dlopen'ed plugin), implement it; layers never know
+// which, and the engine asks a backend what it can do (host_accessible()), never which kind it
+// is. The ops' parameter types are in engine/core/op_params.h.
 //
 // Conventions for every op (llm.c style):
 // - pointers are device pointers of this backend; shapes are in the signature, row-major;
@@ -58,14 +59,30 @@ class Backend {
   // afterwards on either backend (CPU: complete when it returns; CUDA: fenced on both streams,
   // so the calling thread does not wait for the GPU). Read it on the host through dst.
   Tensor copy_to(Backend& dst, const Tensor& src);
+  // Copies `bytes` from `src` (this backend's memory) to `dst` (`dst_backend`'s memory), between
+  // any two backends, with the ordering of copy_to above. The peer copy when this backend can
+  // reach dst_backend (copy_to_peer); otherwise through the host: straight into or out of the
+  // memory of a host_accessible() side, or through a host buffer when neither side is.
+  void copy_to(Backend& dst_backend, void* dst, const void* src, size_t bytes);
 
   // ---- copies and synchronisation ---------------------------------------------------------
+  // True when the host may read and write this backend's memory directly (through the pointers
+  // it hands out), once synchronize() has returned: the CPU backend's, not a GPU's. The engine
+  // asks this, never the device's kind, to decide whether data must be staged through the host
+  // (e.g. for a communicator that only takes host memory).
+  virtual bool host_accessible() const = 0;
+  // Ordered after the work queued on this device; the caller may reuse host_src as soon as it
+  // returns (the bytes may still be on their way to the device).
   virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
+  // Ordered after the work queued on this device; the bytes are in host_dst when it returns.
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void copy_within(void* dst, const void* src, size_t bytes) = 0;
-  // Copies into another device's memory (CPU: memcpy; CUDA: peer copy on the copy stream,
-  // ordered after the work queued so far on both devices and before what they queue next).
-  virtual void copy_to_peer(Backend& dst_backend, void* dst, const void* src, size_t bytes) = 0;
+  // The peer copy: into the memory of another backend of this backend's own kind (CPU: memcpy;
+  // CUDA: peer copy on the copy stream, ordered after the work queued so far on both devices and
+  // before what they queue next). Returns false, having copied nothing, when this backend cannot
+  // reach dst_backend's memory itself (another kind of backend; GPUs without peer access):
+  // copy_to then stages through the host. Call copy_to, which never fails that way.
+  virtual bool copy_to_peer(Backend& dst_backend, void* dst, const void* src, size_t bytes) = 0;
   virtual std::unique_ptr<Event> record_event() = 0;
   virtual void synchronize() = 0;
 

@@ -1,7 +1,7 @@
 #pragma once
 // The parameters of the Backend's ops (engine/core/backend.h): activation kinds, convolution and
-// pooling shapes, optimizer hyper-parameters. Plain values that layers, the optimizer
-// and every backend share.
+// pooling shapes, optimizer hyper-parameters, and the arithmetic a device's GEMMs use. Plain
+// values that layers, the optimizer and every backend share.
 #include <cstdint>
 
 namespace pt {
@@ -39,5 +39,10 @@ struct AdamWParams {
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 1e-2f;
   int64_t step = 1;
 };
+
+// Arithmetic of a device's GEMMs (and convolutions); weights, gradients and optimizer state stay
+// fp32 in every mode. Backends that compute only in fp32 refuse the others when opened.
+// Values match PtCudaPrecision (engine/cuda/plugin_abi.h).
+enum class Precision { fp32 = 0, tf32 = 1, bf16 = 2 };
 
 }  // namespace pt

@@ -23,6 +23,8 @@ int32_t* Tensor::i32() const {
   return static_cast<int32_t*>(data_);
 }
 
+bool Tensor::host_accessible() const { return backend() == nullptr || backend()->host_accessible(); }
+
 Tensor Tensor::reshape(Shape shape) const {
   if (shape.numel() != numel())
     throw ShapeError(fmt::format("cannot reshape {} ({} elements) to {} ({} elements)", shape_.str(),

@@ -16,6 +16,10 @@
 
 namespace pt::cuda {
 
+static_assert(static_cast<int>(Precision::fp32) == PT_CUDA_FP32 && static_cast<int>(Precision::tf32) == PT_CUDA_TF32 &&
+                  static_cast<int>(Precision::bf16) == PT_CUDA_BF16,
+              "pt::Precision and PtCudaPrecision must agree: the engine passes one as the other");
+
 namespace {
 
 // Runs `body`; an exception becomes PT_CUDA_ERROR (PT_CUDA_UNAVAILABLE for a usage error such as
@@ -47,7 +51,7 @@ int create_backend(const PtCudaBackendOptions* options, void** backend_out, char
     *backend_out = nullptr;
     if (options->precision < PT_CUDA_FP32 || options->precision > PT_CUDA_BF16)
       throw UsageError("unknown precision " + std::to_string(options->precision));
-    auto* backend = new CudaBackend(options->device, options->slot, static_cast<PtCudaPrecision>(options->precision));
+    auto* backend = new CudaBackend(options->device, options->slot, static_cast<Precision>(options->precision));
     *backend_out = static_cast<Backend*>(backend);
   });
 }
