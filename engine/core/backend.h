@@ -3,7 +3,8 @@
 // synchronisation, and the ops the layers are written against. The CPU and CUDA backends, side by
 // side under kernels/ (the CUDA one inside a dlopen'ed plugin), implement it; layers never know
 // which, and the engine asks a backend what it can do (host_accessible()), never which kind it
-// is. The ops' parameter types are in engine/core/op_params.h.
+// is. Backends are opened by kind name through engine/core/backend_registry.h. The ops'
+// parameter types are in engine/core/op_params.h.
 //
 // Conventions for every op (llm.c style):
 // - pointers are device pointers of this backend; shapes are in the signature, row-major;

@@ -140,7 +140,8 @@ class CpuBackend final : public Backend {
   CachingAllocator allocator_;
 };
 
-// The factory the engine calls for device cpu:index.
+// Device cpu:index, as a Backend. The engine opens CPU devices through the backend registry
+// ("cpu", kernels/cpu/cpu_registration.cpp); tests and tools may call this directly.
 std::unique_ptr<Backend> make_cpu_backend(int index, int threads);
 
 }  // namespace pt
