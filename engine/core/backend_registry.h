@@ -7,8 +7,8 @@
 // libraries dropping objects that nothing references:
 // - the registry is a function-local static, built on first use, so a registration that runs
 //   during static initialisation, in whatever order, finds it;
-// - the CPU backend registers with a namespace-scope BackendRegistration object in
-//   kernels/cpu/cpu_registration.cpp. Nothing refers to that object, so pipetrain_engine links
+// - the CPU backend registers with a namespace-scope BackendRegistration object in its own
+//   folder (cpu_registration.cpp). Nothing refers to that object, so pipetrain_engine links
 //   pipetrain_kernels_cpu as a whole archive (CMakeLists.txt): every program that links the
 //   engine contains the object, and it registers "cpu" before main();
 // - the CUDA backend lives in a plugin loaded at run time (dlopen): the engine's loader,
