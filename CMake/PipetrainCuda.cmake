@@ -59,8 +59,12 @@ message(STATUS "CUDA plugin: nvcc ${CMAKE_CUDA_COMPILER_VERSION}, architectures 
 
 # ---- the plugin --------------------------------------------------------------------------
 set(PIPETRAIN_CUDA_PLUGIN_DIR "${PROJECT_BINARY_DIR}/lib/pipetrain")
+# kernels/cuda: the CUDA backend (the Backend class, its cuBLASLt GEMM and cuDNN convolution, its
+# .cu kernels), beside the CPU backend in kernels/cpu. engine/cuda: the engine's side of the
+# plugin (C entries, probe, self-test, NCCL communicator).
 file(GLOB pipetrain_cuda_sources CONFIGURE_DEPENDS
-  "${PROJECT_SOURCE_DIR}/engine/cuda/*.cpp" "${PROJECT_SOURCE_DIR}/kernels/cuda/*.cu")
+  "${PROJECT_SOURCE_DIR}/engine/cuda/*.cpp" "${PROJECT_SOURCE_DIR}/kernels/cuda/*.cpp"
+  "${PROJECT_SOURCE_DIR}/kernels/cuda/*.cu")
 # The NCCL communicator shares the helpers every communicator uses (deadlines, rank lists).
 list(APPEND pipetrain_cuda_sources "${PROJECT_SOURCE_DIR}/engine/comm/communicator.cpp")
 add_library(pipetrain_cuda MODULE ${pipetrain_cuda_sources})

@@ -99,7 +99,7 @@ void bench_copies(int reps) {
            a->synchronize();
          }), 2.0);
   report("slot_to_slot", best_seconds(1, reps, [&] {
-           a->copy_to_peer(*slot, far.data(), src.data(), bytes);
+           a->copy_to(*slot, far.data(), src.data(), bytes);  // the peer copy (slot to slot)
            a->synchronize();
            slot->synchronize();
          }), 1.0);
@@ -107,7 +107,7 @@ void bench_copies(int reps) {
     auto other = pt::make_cuda_backend(1, 0, CudaPrecision::fp32);
     pt::Tensor remote = other->empty({static_cast<int64_t>(bytes / 4)});
     report("peer_cuda0_to_cuda1", best_seconds(1, reps, [&] {
-             a->copy_to_peer(*other, remote.data(), src.data(), bytes);
+             a->copy_to(*other, remote.data(), src.data(), bytes);  // through the host without peer access
              a->synchronize();
              other->synchronize();
            }), 1.0);

@@ -20,6 +20,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/core/backend_registry.h"
 #include "engine/core/error.h"
 #include "engine/cuda/plugin_abi.h"
 #include "pipetrain/build_id.h"
@@ -152,6 +153,16 @@ CudaStatus probe_plugin(const PtCudaPluginApi* api, const std::string& path) {
   return s;
 }
 
+}  // namespace
+
+// Device kind "cuda" in the backend registry (engine/core/backend_registry.h): opening a GPU
+// loads and probes the plugin on first use. This file is in every program that opens devices,
+// since engine/devices.cpp calls cuda_status(); the registry, a function-local static, is
+// built by whichever registration runs first.
+namespace {
+const BackendRegistration cuda_registration("cuda", [](const BackendOptions& options) {
+  return make_cuda_backend(options.index, options.slot, options.precision);
+});
 }  // namespace
 
 std::string CudaDeviceInfo::str() const {

@@ -71,13 +71,14 @@ CudaStatus probe_cuda();
 std::vector<std::string> cuda_plugin_search_dirs();
 
 // GEMM (and convolution) arithmetic of CUDA devices; weights, gradients and optimizer state stay
-// fp32 in every mode. Values match PtCudaPrecision.
-enum class CudaPrecision { fp32 = 0, tf32 = 1, bf16 = 2 };
+// fp32 in every mode (pt::Precision, engine/core/op_params.h). Values match PtCudaPrecision.
+using CudaPrecision = Precision;
 const char* precision_name(CudaPrecision p);
 // "fp32" | "tf32" | "bf16"; throws UsageError otherwise.
 CudaPrecision parse_precision(std::string_view text);
 
-// A Backend for GPU `device` from the plugin. `slot` > 0 opens another backend on the same GPU
+// A Backend for GPU `device` from the plugin. The engine opens GPUs through the backend registry
+// (kind "cuda", registered by cuda_plugin.cpp), which calls this. `slot` > 0 opens another backend on the same GPU
 // (its own streams and accounting: several stages on one GPU). Throws UsageError with the
 // plugin's reason ("cannot open cuda:1: ...") when CUDA is unavailable or the GPU fails.
 // `status` is the process's (tests pass another).

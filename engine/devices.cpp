@@ -4,12 +4,13 @@
 
 #include <algorithm>
 #include <map>
+#include <utility>
 
 #include <fmt/format.h>
 
+#include "engine/core/backend_registry.h"
 #include "engine/core/error.h"
 #include "engine/cuda_plugin.h"
-#include "kernels/cpu/cpu_backend.h"
 
 namespace pt {
 
@@ -64,10 +65,16 @@ DeviceSet open_devices(std::string_view spec, int count, int threads, CudaPrecis
 
   const int cpu_devices = static_cast<int>(ids.size() - cuda_devices);
   const int per_device = threads > 0 ? threads : std::max(1, available_cores() / std::max(1, cpu_devices));
-  std::map<int, int> slots;  // GPU -> backends opened on it so far
+  // Each backend through the registry (engine/core/backend_registry.h): the engine names no
+  // backend class. threads matter to the CPU backend, slots to devices listed more than once.
+  std::map<std::pair<DeviceKind, int>, int> slots;  // device -> backends opened on it so far
   for (const DeviceId& id : ids) {
-    if (is_cuda(id)) out.backends.push_back(make_cuda_backend(id.index, slots[id.index]++, precision));
-    else out.backends.push_back(make_cpu_backend(id.index, per_device));
+    BackendOptions options;
+    options.index = id.index;
+    options.slot = slots[{id.kind, id.index}]++;
+    options.threads = per_device;
+    options.precision = precision;
+    out.backends.push_back(open_backend(kind_name(id.kind), options));
   }
   return out;
 }

@@ -26,8 +26,7 @@ Copy find_copy(const std::vector<StageParameters*>& stages, const ParamRef& ref)
 
 // Copies `src` (on `from`) into `dst` (on `to`), which may be the same device.
 void copy_between(Backend& from, const Tensor& src, Backend& to, const Tensor& dst) {
-  if (&from == &to) from.copy_within(dst.data(), src.data(), src.bytes());
-  else from.copy_to_peer(to, dst.data(), src.data(), src.bytes());
+  from.copy_to(to, dst.data(), src.data(), src.bytes());  // copy_within when from == to
   from.synchronize();
 }
 

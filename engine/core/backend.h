@@ -1,7 +1,10 @@
 #pragma once
 // The Backend interface: one object per device. Memory with per-device accounting, copies,
-// synchronisation, and the ops the layers are written against. CPU (kernels/cpu) and CUDA
-// (engine/cuda + kernels/cuda, a dlopen'ed plugin) implement it; layers never know which.
+// synchronisation, and the ops the layers are written against. The CPU and CUDA backends, side by
+// side under kernels/ (the CUDA one inside a dlopen'ed plugin), implement it; layers never know
+// which, and the engine asks a backend what it can do (host_accessible()), never which kind it
+// is. Backends are opened by kind name through engine/core/backend_registry.h. The ops'
+// parameter types are in engine/core/op_params.h.
 //
 // Conventions for every op (llm.c style):
 // - pointers are device pointers of this backend; shapes are in the signature, row-major;
@@ -16,6 +19,7 @@
 #include <string>
 
 #include "engine/core/device.h"
+#include "engine/core/op_params.h"
 #include "engine/core/tensor.h"
 
 namespace pt {
@@ -24,40 +28,6 @@ struct MemoryStats {
   size_t current_bytes = 0;  // live allocations
   size_t peak_bytes = 0;     // high-water mark since the last reset_peak()
   size_t limit_bytes = 0;    // 0 = unlimited
-};
-
-enum class Activation { relu, gelu_tanh, gelu_erf, tanh };
-
-// NCHW input (N, C, H, W), weights (K, C, R, S), output (N, K, P, Q).
-struct Conv2dShape {
-  int64_t N, C, H, W;
-  int64_t K, R, S;
-  int64_t stride_h, stride_w, pad_h, pad_w;
-  int64_t P, Q;
-};
-
-// NCHW input (N, C, H, W) -> (N, C, P, Q), window R x S. Average pooling counts padding
-// (PyTorch's default count_include_pad=true).
-struct Pool2dShape {
-  int64_t N, C, H, W;
-  int64_t R, S;
-  int64_t stride_h, stride_w, pad_h, pad_w;
-  int64_t P, Q;
-};
-
-// PyTorch SGD semantics: g = grad + wd*p; buf = momentum*buf + (1-dampening)*g (buf = g on the
-// first step); g = nesterov ? g + momentum*buf : buf; p -= lr*g.
-struct SgdParams {
-  float lr = 0.01f, momentum = 0.f, dampening = 0.f, weight_decay = 0.f;
-  bool nesterov = false;
-  bool first_step = true;  // momentum buffer is initialised from g instead of accumulated
-};
-
-// PyTorch AdamW semantics: p *= 1 - lr*wd; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2;
-// p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps), t = step (1-based).
-struct AdamWParams {
-  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 1e-2f;
-  int64_t step = 1;
 };
 
 // Completion marker for work queued on a backend (a CUDA event; already complete on the CPU).
@@ -90,14 +60,30 @@ class Backend {
   // afterwards on either backend (CPU: complete when it returns; CUDA: fenced on both streams,
   // so the calling thread does not wait for the GPU). Read it on the host through dst.
   Tensor copy_to(Backend& dst, const Tensor& src);
+  // Copies `bytes` from `src` (this backend's memory) to `dst` (`dst_backend`'s memory), between
+  // any two backends, with the ordering of copy_to above. The peer copy when this backend can
+  // reach dst_backend (copy_to_peer); otherwise through the host: straight into or out of the
+  // memory of a host_accessible() side, or through a host buffer when neither side is.
+  void copy_to(Backend& dst_backend, void* dst, const void* src, size_t bytes);
 
   // ---- copies and synchronisation ---------------------------------------------------------
+  // True when the host may read and write this backend's memory directly (through the pointers
+  // it hands out), once synchronize() has returned: the CPU backend's, not a GPU's. The engine
+  // asks this, never the device's kind, to decide whether data must be staged through the host
+  // (e.g. for a communicator that only takes host memory).
+  virtual bool host_accessible() const = 0;
+  // Ordered after the work queued on this device; the caller may reuse host_src as soon as it
+  // returns (the bytes may still be on their way to the device).
   virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
+  // Ordered after the work queued on this device; the bytes are in host_dst when it returns.
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void copy_within(void* dst, const void* src, size_t bytes) = 0;
-  // Copies into another device's memory (CPU: memcpy; CUDA: peer copy on the copy stream,
-  // ordered after the work queued so far on both devices and before what they queue next).
-  virtual void copy_to_peer(Backend& dst_backend, void* dst, const void* src, size_t bytes) = 0;
+  // The peer copy: into the memory of another backend of this backend's own kind (CPU: memcpy;
+  // CUDA: peer copy on the copy stream, ordered after the work queued so far on both devices and
+  // before what they queue next). Returns false, having copied nothing, when this backend cannot
+  // reach dst_backend's memory itself (another kind of backend; GPUs without peer access):
+  // copy_to then stages through the host. Call copy_to, which never fails that way.
+  virtual bool copy_to_peer(Backend& dst_backend, void* dst, const void* src, size_t bytes) = 0;
   virtual std::unique_ptr<Event> record_event() = 0;
   virtual void synchronize() = 0;
 

@@ -8,9 +8,9 @@
 
 namespace pt {
 
-std::string DeviceId::str() const {
-  return fmt::format("{}:{}", kind == DeviceKind::cpu ? "cpu" : "cuda", index);
-}
+const char* kind_name(DeviceKind kind) { return kind == DeviceKind::cpu ? "cpu" : "cuda"; }
+
+std::string DeviceId::str() const { return fmt::format("{}:{}", kind_name(kind), index); }
 
 namespace {
 

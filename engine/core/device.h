@@ -8,6 +8,10 @@ namespace pt {
 
 enum class DeviceKind { cpu, cuda };
 
+// "cpu" | "cuda": the text form, and the name its backend registers under
+// (engine/core/backend_registry.h).
+const char* kind_name(DeviceKind kind);
+
 struct DeviceId {
   DeviceKind kind = DeviceKind::cpu;
   int index = 0;

@@ -1,10 +1,8 @@
 #include "engine/core/tensor.h"
 
-#include <vector>
-
 #include <fmt/format.h>
 
-#include "engine/core/backend.h"
+#include "engine/core/backend.h"  // Storage returns memory to its backend
 #include "engine/core/error.h"
 
 namespace pt {
@@ -24,6 +22,8 @@ int32_t* Tensor::i32() const {
     throw UsageError(fmt::format("tensor {} is {}, not I32", shape_.str(), dtype_name(dtype_)));
   return static_cast<int32_t*>(data_);
 }
+
+bool Tensor::host_accessible() const { return backend() == nullptr || backend()->host_accessible(); }
 
 Tensor Tensor::reshape(Shape shape) const {
   if (shape.numel() != numel())
@@ -49,33 +49,6 @@ Tensor Tensor::slice_rows(int64_t first, int64_t count) const {
   const int64_t row = shape_[0] == 0 ? 0 : numel() / shape_[0];
   auto* base = static_cast<char*>(data_) + static_cast<size_t>(first * row) * dtype_size(dtype_);
   return Tensor(storage_, base, s, dtype_, device_);
-}
-
-Tensor Backend::empty(const Shape& shape, DType dtype) {
-  const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
-  void* data = bytes ? allocate(bytes) : nullptr;
-  auto storage = std::make_shared<Storage>(this, data, bytes);
-  return Tensor(std::move(storage), data, shape, dtype, device());
-}
-
-Tensor Backend::copy_to(Backend& dst, const Tensor& src) {
-  Tensor copy = dst.empty(src.shape(), src.dtype());
-  // copy_to_peer orders the copy before later work of both devices (see backend.h).
-  if (src.bytes()) copy_to_peer(dst, copy.data(), src.data(), src.bytes());
-  return copy;
-}
-
-Tensor Backend::zeros(const Shape& shape, DType dtype) {
-  Tensor t = empty(shape, dtype);
-  if (t.bytes()) {
-    if (dtype == DType::f32) {
-      fill(t.f32(), 0.f, t.numel());
-    } else {
-      std::vector<char> z(t.bytes(), 0);
-      copy_from_host(t.data(), z.data(), z.size());
-    }
-  }
-  return t;
 }
 
 }  // namespace pt

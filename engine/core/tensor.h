@@ -47,6 +47,9 @@ class Tensor {
   DeviceId device() const { return device_; }
   // The backend that owns the memory; nullptr for borrowed host memory.
   Backend* backend() const { return storage_ ? storage_->backend : nullptr; }
+  // True when the host may read and write the memory directly: borrowed host memory, or a
+  // backend whose memory is host memory (Backend::host_accessible).
+  bool host_accessible() const;
   int64_t numel() const { return shape_.numel(); }
   size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
 

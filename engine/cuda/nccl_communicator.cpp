@@ -55,8 +55,8 @@
 
 #include "engine/comm/backoff.h"
 #include "engine/core/error.h"
-#include "engine/cuda/cuda_backend.h"
-#include "engine/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_check.h"
 #include "engine/cuda/runtime_text.h"
 
 namespace pt::cuda {

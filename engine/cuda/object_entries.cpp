@@ -9,12 +9,16 @@
 #include <vector>
 
 #include "engine/core/error.h"
-#include "engine/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "engine/cuda/entries.h"
 #include "engine/cuda/nccl_communicator.h"
 #include "engine/cuda/runtime_text.h"
 
 namespace pt::cuda {
+
+static_assert(static_cast<int>(Precision::fp32) == PT_CUDA_FP32 && static_cast<int>(Precision::tf32) == PT_CUDA_TF32 &&
+                  static_cast<int>(Precision::bf16) == PT_CUDA_BF16,
+              "pt::Precision and PtCudaPrecision must agree: the engine passes one as the other");
 
 namespace {
 
@@ -47,7 +51,7 @@ int create_backend(const PtCudaBackendOptions* options, void** backend_out, char
     *backend_out = nullptr;
     if (options->precision < PT_CUDA_FP32 || options->precision > PT_CUDA_BF16)
       throw UsageError("unknown precision " + std::to_string(options->precision));
-    auto* backend = new CudaBackend(options->device, options->slot, static_cast<PtCudaPrecision>(options->precision));
+    auto* backend = new CudaBackend(options->device, options->slot, static_cast<Precision>(options->precision));
     *backend_out = static_cast<Backend*>(backend);
   });
 }

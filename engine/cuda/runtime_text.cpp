@@ -4,10 +4,6 @@
 
 namespace pt::cuda {
 
-std::string error_name(cudaError_t e) {
-  return std::string(cudaGetErrorName(e)) + " (" + std::to_string(static_cast<int>(e)) + ")";
-}
-
 std::string version_text(int version) {
   return std::to_string(version / 1000) + "." + std::to_string((version % 1000) / 10);
 }

@@ -1,16 +1,15 @@
 #pragma once
-// Text for CUDA runtime results and versions, and the copy of a reason into an ABI message
-// buffer. Used only inside the plugin.
+// Text for CUDA versions, and the copy of a reason into an ABI message buffer; the text of a CUDA
+// result (error_name) is in kernels/cuda/cuda_check.h. Used only inside the plugin.
 #include <cstddef>
 #include <string>
 #include <string_view>
 
 #include <cuda_runtime_api.h>
 
-namespace pt::cuda {
+#include "kernels/cuda/cuda_check.h"  // error_name
 
-// "cudaErrorInsufficientDriver (35)".
-std::string error_name(cudaError_t e);
+namespace pt::cuda {
 
 // "13.0" from a CUDA version number such as 13000 (major * 1000 + minor * 10).
 std::string version_text(int version);

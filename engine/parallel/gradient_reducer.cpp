@@ -19,7 +19,7 @@ GradientReducer::GradientReducer(Communicator& group, const std::vector<std::pai
     : group_(group) {
   for (const auto& [stage, params] : stages) {
     grads_[stage] = params->grads_flat().numel() ? params->grads_flat().f32() : nullptr;
-    if (params->backend().device().kind != DeviceKind::cpu && !group.device_memory()) staged_[stage] = &params->backend();
+    if (!params->backend().host_accessible() && !group.device_memory()) staged_[stage] = &params->backend();
     for (GradientBucket& b : plan_gradient_buckets(*params, stage, bucket_bytes)) {
       for (int layer : b.layers) bucket_of_[{stage, layer}] = buckets_.size();
       buckets_.push_back(std::move(b));

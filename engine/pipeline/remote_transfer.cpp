@@ -31,7 +31,7 @@ std::unique_ptr<PendingSend> send_tensor(Communicator& comm, int dst, int tag, T
   p->keep = std::move(value);
   p->header_request = comm.isend(p->header.data(), sizeof(p->header), dst, tag);
   if (!p->keep.bytes()) return p;
-  if (p->keep.device().kind == DeviceKind::cpu || comm.device_memory()) {
+  if (p->keep.host_accessible() || comm.device_memory()) {
     p->payload_request = comm.isend(p->keep.data(), p->keep.bytes(), dst, tag);
   } else {  // device memory: through the host
     p->host.resize(p->keep.bytes());
@@ -52,7 +52,7 @@ Tensor recv_tensor(Communicator& comm, Backend& backend, int src, int tag, std::
   for (int64_t i = 0; i < rank; ++i) shape.push_back(header[static_cast<size_t>(2 + i)]);
   Tensor t = backend.empty(shape, static_cast<DType>(header[0]));
   if (!t.bytes()) return t;
-  if (backend.device().kind == DeviceKind::cpu || comm.device_memory()) {
+  if (backend.host_accessible() || comm.device_memory()) {
     comm.recv(t.data(), t.bytes(), src, tag, what);
   } else {  // device memory: through the host
     std::vector<std::byte> host(t.bytes());

@@ -41,10 +41,12 @@ class CpuBackend final : public Backend {
   void release_cache();
 
   // ---- copies and synchronisation ---------------------------------------------------------
+  bool host_accessible() const override { return true; }  // the memory is host memory
   void copy_from_host(void* dst, const void* host_src, size_t bytes) override;
   void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
   void copy_within(void* dst, const void* src, size_t bytes) override;
-  void copy_to_peer(Backend& dst_backend, void* dst, const void* src, size_t bytes) override;
+  // Into another CPU device's memory (a memcpy); false for any other kind of backend.
+  bool copy_to_peer(Backend& dst_backend, void* dst, const void* src, size_t bytes) override;
   std::unique_ptr<Event> record_event() override;
   void synchronize() override {}
 
@@ -138,7 +140,8 @@ class CpuBackend final : public Backend {
   CachingAllocator allocator_;
 };
 
-// The factory the engine calls for device cpu:index.
+// Device cpu:index, as a Backend. The engine opens CPU devices through the backend registry
+// ("cpu", kernels/cpu/cpu_registration.cpp); tests and tools may call this directly.
 std::unique_ptr<Backend> make_cpu_backend(int index, int threads);
 
 }  // namespace pt

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/core/random.h"
-#include "engine/cuda/cublaslt_gemm.h"
+#include "kernels/cuda/cublaslt_gemm.h"
 
 namespace {
 

@@ -785,16 +785,17 @@ std::vector<float> download(Backend& be, const Tensor& t) {
   return host;
 }
 
-// 64 MiB from `from` to `to` (copy_to_peer) and back, and through Backend::copy_to: all exact.
+// 64 MiB from `from` to `to` and back (Backend::copy_to into given memory: the peer copy, or
+// through the host for GPUs without peer access), and into a new tensor: all exact.
 void peer_round_trip(Backend& from, Backend& to, const std::string& what) {
   const int64_t n = int64_t{16} << 20;
   const auto data = randf(sz(n), 52);
   Tensor a = from.empty(Shape{n}), b = to.empty(Shape{n}), back = from.empty(Shape{n});
   from.copy_from_host(a.data(), data.data(), a.bytes());
-  from.copy_to_peer(to, b.data(), a.data(), a.bytes());
-  to.copy_to_peer(from, back.data(), b.data(), b.bytes());
-  expect_equal(what + ": copy_to_peer there", download(to, b), data);
-  expect_equal(what + ": copy_to_peer there and back", download(from, back), data);
+  from.copy_to(to, b.data(), a.data(), a.bytes());
+  to.copy_to(from, back.data(), b.data(), b.bytes());
+  expect_equal(what + ": copy there", download(to, b), data);
+  expect_equal(what + ": copy there and back", download(from, back), data);
   Tensor c = from.copy_to(to, a);
   CHECK(c.backend() == &to);
   CHECK(c.device() == to.device());
@@ -808,15 +809,20 @@ TEST_CASE("cuda copies: slot to slot on one GPU, and to and from the CPU") {
   auto gpu1 = make_cuda_backend(0, 1, CudaPrecision::fp32);
   auto cpu = make_cpu_backend(0, 1);
   peer_round_trip(*gpu0, *gpu1, "cuda:0 slot 0 -> slot 1");
+  {
+    Tensor x = gpu0->zeros(Shape{4}), y = gpu1->empty(Shape{4});
+    CHECK(gpu0->copy_to_peer(*gpu1, y.data(), x.data(), x.bytes()));  // slots of one GPU reach each other
+  }
 
   const int64_t n = (int64_t{1} << 20) + 3;
   const auto data = randf(sz(n), 53);
   Tensor g = gpu0->empty(Shape{n}), h = cpu->empty(Shape{n});
   gpu0->copy_from_host(g.data(), data.data(), g.bytes());
-  gpu0->copy_to_peer(*cpu, h.data(), g.data(), g.bytes());  // into host memory
+  CHECK_FALSE(gpu0->copy_to_peer(*cpu, h.data(), g.data(), g.bytes()));  // not its kind: copy_to stages
+  gpu0->copy_to(*cpu, h.data(), g.data(), g.bytes());                      // into host memory
   std::vector<float> got(sz(n));
   std::memcpy(got.data(), h.data(), h.bytes());
-  expect_equal("cuda:0 -> cpu:0 copy_to_peer", got, data);
+  expect_equal("cuda:0 -> cpu:0 copy_to (raw)", got, data);
   Tensor h2 = gpu0->copy_to(*cpu, g);
   std::memcpy(got.data(), h2.data(), h2.bytes());
   expect_equal("cuda:0 -> cpu:0 Backend::copy_to", got, data);

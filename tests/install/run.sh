@@ -68,6 +68,7 @@ echo "$output"
 expected_version=$(sed -n 's/^project(pipetrain VERSION \([0-9.]*\).*/\1/p' "$(dirname "$0")/../../CMakeLists.txt")
 grep -qx "pipetrain ${expected_version:-0.1.0}" <<<"$output" || fail "wrong version line"
 grep -qx "shape (2, 3, 4) numel 24" <<<"$output" || fail "wrong shape line"
+grep -qx "device cpu:0" <<<"$output" || fail "the consumer could not open cpu:0 (is the CPU backend registered?)"
 cuda_line=$(grep '^cuda: ' <<<"$output") || fail "no cuda line"
 if grep -q 'cannot load' <<<"$cuda_line"; then fail "the installed plugin did not load: $cuda_line"; fi
 if [[ $cuda_plugin == no-cuda-plugin ]]; then

@@ -1,14 +1,18 @@
 #pragma once
 // Turning CUDA runtime errors into exceptions that name the device and the call. Inside the
-// plugin only; the C entries (entries.h) catch them and hand the message to the engine.
+// plugin only (the CUDA backend and the engine's side of the plugin, engine/cuda/); the C entries
+// (engine/cuda/entries.h) catch them and hand the message to the engine.
 #include <cuda_runtime_api.h>
 
 #include <stdexcept>
 #include <string>
 
-#include "engine/cuda/runtime_text.h"
-
 namespace pt::cuda {
+
+// "cudaErrorInsufficientDriver (35)".
+inline std::string error_name(cudaError_t e) {
+  return std::string(cudaGetErrorName(e)) + " (" + std::to_string(static_cast<int>(e)) + ")";
+}
 
 // Throws std::runtime_error "<where>: <call> failed with <name> (<code>): <text>".
 inline void check(cudaError_t e, const std::string& where, const char* call) {

@@ -1,12 +1,14 @@
 #pragma once
 // The CUDA backend: pt::Backend for one GPU (or one "slot" of it: several stages may share a
-// GPU, each with its own streams and memory accounting). Lives inside the plugin; the engine
-// only sees the Backend interface.
+// GPU, each with its own streams and memory accounting). Lives inside the plugin, which is built
+// from kernels/cuda/ (this backend, its cuBLASLt and cuDNN ops, its kernels) and engine/cuda/
+// (the plugin's entries, probe, NCCL); the engine only sees the Backend interface.
 //
 // Streams: every op, and every copy into or out of this device's memory, is queued on the
 // compute stream, so work is ordered as the runtime issued it and a freed block can be reused
 // at once (the caching allocator is shared code, engine/core/caching_allocator.h). Copies to
-// another device run on the copy stream, fenced with events on both sides (copy_to_peer).
+// another GPU run on the copy stream, fenced with events on both sides (copy_to_peer); copies to
+// other kinds of devices go through the host (Backend::copy_to).
 // Functions that return a host value (losses, norms, checks) synchronise the compute stream.
 //
 // Arithmetic: GEMMs through cuBLASLt (fp32, tf32, or bf16 operands with fp32 accumulation),
@@ -21,7 +23,6 @@
 
 #include "engine/core/backend.h"
 #include "engine/core/caching_allocator.h"
-#include "engine/cuda/plugin_abi.h"
 
 namespace pt::cuda {
 
@@ -30,7 +31,7 @@ class CudnnConv;
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, int slot, PtCudaPrecision precision);
+  CudaBackend(int device, int slot, Precision precision);
   ~CudaBackend() override;
 
   DeviceId device() const override { return DeviceId{DeviceKind::cuda, device_}; }
@@ -46,10 +47,11 @@ class CudaBackend final : public Backend {
   void set_memory_limit(size_t bytes) override;
 
   // ---- copies and synchronisation ---------------------------------------------------------
+  bool host_accessible() const override { return false; }  // device memory
   void copy_from_host(void* dst, const void* host_src, size_t bytes) override;
   void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
   void copy_within(void* dst, const void* src, size_t bytes) override;
-  void copy_to_peer(Backend& dst_backend, void* dst, const void* src, size_t bytes) override;
+  bool copy_to_peer(Backend& dst_backend, void* dst, const void* src, size_t bytes) override;
   std::unique_ptr<Event> record_event() override;
   void synchronize() override;
 
@@ -124,11 +126,10 @@ class CudaBackend final : public Backend {
   void check(cudaError_t e, const char* call) const;
   void lt_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias);
-  void staged_copy_to(CudaBackend& dst, void* dst_ptr, const void* src, size_t bytes);
 
   int device_;
   int slot_;
-  PtCudaPrecision precision_;
+  Precision precision_;
   std::string name_;  // "cuda:0" or "cuda:0 slot 1"
   std::string gpu_name_;
   cudaStream_t compute_ = nullptr;
@@ -137,10 +138,8 @@ class CudaBackend final : public Backend {
   std::unique_ptr<LtGemm> gemm_;
   std::unique_ptr<CudnnConv> conv_;
   Scratch gemm_workspace_, operands_, conv_workspace_, partials_;
-  void* pinned_ = nullptr;  // host staging for copies between GPUs without peer access
-  size_t pinned_bytes_ = 0;
-  std::mutex copy_mutex_;
-  bool bias_epilogue_ = true;  // false once cuBLASLt had no algorithm with the bias epilogue   // copy_to_peer from several threads shares the copy stream and staging
+  std::mutex copy_mutex_;       // copy_to_peer from several threads shares the copy stream
+  bool bias_epilogue_ = true;  // false once cuBLASLt had no algorithm with the bias epilogue
 };
 
 }  // namespace pt::cuda

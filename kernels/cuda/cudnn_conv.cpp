@@ -16,7 +16,7 @@
 //
 // Semantics follow pt::Backend: forward and backward_input overwrite (beta = 0, so the old
 // output is never read, NaNs included), backward_weight accumulates into dw and dbias (beta = 1).
-#include "engine/cuda/cudnn_conv.h"
+#include "kernels/cuda/cudnn_conv.h"
 
 #include <cudnn.h>
 

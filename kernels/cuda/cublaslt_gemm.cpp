@@ -18,7 +18,7 @@
 // A and B (CUDA_R_16BF) and keeps C/D, the scale type and the accumulation in fp32, a combination
 // cuBLASLt lists among its supported ones (CUBLAS_COMPUTE_32F, scale CUDA_R_32F, A/B CUDA_R_16BF,
 // C/D CUDA_R_32F).
-#include "engine/cuda/cublaslt_gemm.h"
+#include "kernels/cuda/cublaslt_gemm.h"
 
 #include <cublasLt.h>
 

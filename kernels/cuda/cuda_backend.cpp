@@ -1,7 +1,7 @@
 // CudaBackend: memory, streams, copies and the op dispatch (see cuda_backend.h). The arithmetic
 // is in kernels/cuda/*.cu, cublaslt_gemm.cpp and cudnn_conv.cpp; this file only checks
 // arguments, picks scratch memory and reads results back.
-#include "engine/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_backend.h"
 
 #include <algorithm>
 #include <cstring>
@@ -12,11 +12,11 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.h"
-#include "engine/cuda/cublaslt_gemm.h"
-#include "engine/cuda/cuda_check.h"
-#include "engine/cuda/cudnn_conv.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/convert.h"
+#include "kernels/cuda/cublaslt_gemm.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cudnn_conv.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/fill.h"
@@ -35,18 +35,18 @@ constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
 // CUDA allocations are 256-byte aligned; rounding small blocks to 512 keeps size classes few.
 constexpr size_t kDeviceAlignment = 512;
 
-const char* precision_name(PtCudaPrecision p) {
+const char* precision_name(Precision p) {
   switch (p) {
-    case PT_CUDA_TF32: return "tf32";
-    case PT_CUDA_BF16: return "bf16";
+    case Precision::tf32: return "tf32";
+    case Precision::bf16: return "bf16";
     default: return "fp32";
   }
 }
 
-GemmPrecision gemm_precision(PtCudaPrecision p) {
+GemmPrecision gemm_precision(Precision p) {
   switch (p) {
-    case PT_CUDA_TF32: return GemmPrecision::tf32;
-    case PT_CUDA_BF16: return GemmPrecision::bf16;
+    case Precision::tf32: return GemmPrecision::tf32;
+    case Precision::bf16: return GemmPrecision::bf16;
     default: return GemmPrecision::fp32;
   }
 }
@@ -83,7 +83,7 @@ void fence(int stream_device, cudaStream_t stream, cudaStream_t waiter, const st
 
 }  // namespace
 
-CudaBackend::CudaBackend(int device, int slot, PtCudaPrecision precision)
+CudaBackend::CudaBackend(int device, int slot, Precision precision)
     : device_(device), slot_(slot), precision_(precision) {
   name_ = slot == 0 ? fmt::format("cuda:{}", device) : fmt::format("cuda:{} slot {}", device, slot);
   int count = 0;
@@ -119,7 +119,7 @@ CudaBackend::CudaBackend(int device, int slot, PtCudaPrecision precision)
                        kDeviceAlignment});
   gemm_ = std::make_unique<LtGemm>(compute_, scratch(gemm_workspace_, kGemmWorkspaceBytes, "GEMM workspace"),
                                    kGemmWorkspaceBytes);
-  conv_ = std::make_unique<CudnnConv>(compute_, precision_ != PT_CUDA_FP32);
+  conv_ = std::make_unique<CudnnConv>(compute_, precision_ != Precision::fp32);
   // Proves that this build's kernels run on this GPU before anything depends on them.
   check(launch_fill(static_cast<float*>(gemm_workspace_.data), 0.f, 1, compute_), "launch_fill");
   synchronize();
@@ -135,7 +135,6 @@ CudaBackend::~CudaBackend() {
     for (Scratch* s : {&gemm_workspace_, &operands_, &conv_workspace_, &partials_})
       if (s->data != nullptr) allocator_->deallocate(s->data, s->bytes);
     allocator_.reset();
-    if (pinned_ != nullptr) (void)cudaFreeHost(pinned_);
     (void)cudaStreamDestroy(copy_);
     (void)cudaStreamDestroy(compute_);
   } catch (...) {
@@ -208,22 +207,19 @@ void CudaBackend::copy_within(void* dst, const void* src, size_t bytes) {
 // stream (which produced `src`); both compute streams then wait for it, so the receiver's ops
 // see the data and neither block can be reused before the copy has read or written it. The
 // calling thread does not wait: other work overlaps with the copy.
-void CudaBackend::copy_to_peer(Backend& dst_backend, void* dst, const void* src, size_t bytes) {
-  if (bytes == 0) return;
+// Only between CUDA backends that can reach each other: for another kind of backend, or GPUs
+// without peer access (rare: different PCIe root complexes without NVLink), it returns false and
+// Backend::copy_to stages the bytes through the host.
+bool CudaBackend::copy_to_peer(Backend& dst_backend, void* dst, const void* src, size_t bytes) {
   auto* dst_cuda = dynamic_cast<CudaBackend*>(&dst_backend);
-  if (dst_cuda == nullptr) {  // a CPU device: its memory is host memory
-    copy_to_host(dst, src, bytes);
-    return;
-  }
+  if (dst_cuda == nullptr) return false;
+  if (bytes == 0) return true;
   std::lock_guard lock(copy_mutex_);
   DeviceGuard guard(device_);
   if (dst_cuda->device_ != device_) {
     int can_access = 0;
     check(cudaDeviceCanAccessPeer(&can_access, device_, dst_cuda->device_), "cudaDeviceCanAccessPeer");
-    if (!can_access) {
-      staged_copy_to(*dst_cuda, dst, src, bytes);
-      return;
-    }
+    if (!can_access) return false;
     // Peer access once per (this GPU, that GPU) pair in the process.
     static std::mutex peer_mutex;
     static std::vector<std::pair<int, int>> enabled;
@@ -243,22 +239,7 @@ void CudaBackend::copy_to_peer(Backend& dst_backend, void* dst, const void* src,
     check(cudaMemcpyPeerAsync(dst, dst_cuda->device_, src, device_, bytes, copy_), "cudaMemcpyPeerAsync");
   fence(device_, copy_, compute_, name_);
   fence(device_, copy_, dst_cuda->compute_, name_);
-}
-
-// Without peer access: through pinned host memory, synchronously (rare: GPUs on different PCIe
-// root complexes without NVLink).
-void CudaBackend::staged_copy_to(CudaBackend& dst, void* dst_ptr, const void* src, size_t bytes) {
-  if (bytes > pinned_bytes_) {
-    if (pinned_ != nullptr) check(cudaFreeHost(pinned_), "cudaFreeHost");
-    pinned_ = nullptr;
-    pinned_bytes_ = 0;
-    check(cudaMallocHost(&pinned_, bytes), "cudaMallocHost (staging)");
-    pinned_bytes_ = bytes;
-  }
-  read_back(pinned_, src, bytes);
-  DeviceGuard guard(dst.device_);
-  check(cudaMemcpyAsync(dst_ptr, pinned_, bytes, cudaMemcpyHostToDevice, dst.compute_), "cudaMemcpyAsync (staged)");
-  check(cudaStreamSynchronize(dst.compute_), "cudaStreamSynchronize (staged)");
+  return true;
 }
 
 std::unique_ptr<Event> CudaBackend::record_event() { return std::make_unique<CudaEvent>(device_, compute_); }

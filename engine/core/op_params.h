@@ -1,0 +1,48 @@
+#pragma once
+// The parameters of the Backend's ops (engine/core/backend.h): activation kinds, convolution and
+// pooling shapes, optimizer hyper-parameters, and the arithmetic a device's GEMMs use. Plain
+// values that layers, the optimizer and every backend share.
+#include <cstdint>
+
+namespace pt {
+
+enum class Activation { relu, gelu_tanh, gelu_erf, tanh };
+
+// NCHW input (N, C, H, W), weights (K, C, R, S), output (N, K, P, Q).
+struct Conv2dShape {
+  int64_t N, C, H, W;
+  int64_t K, R, S;
+  int64_t stride_h, stride_w, pad_h, pad_w;
+  int64_t P, Q;
+};
+
+// NCHW input (N, C, H, W) -> (N, C, P, Q), window R x S. Average pooling counts padding
+// (PyTorch's default count_include_pad=true).
+struct Pool2dShape {
+  int64_t N, C, H, W;
+  int64_t R, S;
+  int64_t stride_h, stride_w, pad_h, pad_w;
+  int64_t P, Q;
+};
+
+// PyTorch SGD semantics: g = grad + wd*p; buf = momentum*buf + (1-dampening)*g (buf = g on the
+// first step); g = nesterov ? g + momentum*buf : buf; p -= lr*g.
+struct SgdParams {
+  float lr = 0.01f, momentum = 0.f, dampening = 0.f, weight_decay = 0.f;
+  bool nesterov = false;
+  bool first_step = true;  // momentum buffer is initialised from g instead of accumulated
+};
+
+// PyTorch AdamW semantics: p *= 1 - lr*wd; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2;
+// p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps), t = step (1-based).
+struct AdamWParams {
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 1e-2f;
+  int64_t step = 1;
+};
+
+// Arithmetic of a device's GEMMs (and convolutions); weights, gradients and optimizer state stay
+// fp32 in every mode. Backends that compute only in fp32 refuse the others when opened.
+// Values match PtCudaPrecision (engine/cuda/plugin_abi.h).
+enum class Precision { fp32 = 0, tf32 = 1, bf16 = 2 };
+
+}  // namespace pt
