@@ -20,7 +20,6 @@ cd "$(dirname "$0")/.."
 
 # "file:included path    why it is still there", one a line.
 known_exceptions=(
-  "engine/devices.cpp:kernels/cpu/cpu_backend.h    being removed in another branch (issue 11); then delete this line"
 )
 
 allow_known=0
