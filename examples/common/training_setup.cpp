@@ -99,10 +99,10 @@ TrainingSetup make_training(const ParallelFlags& f, Model& model, const std::fun
   request.devices = f.stages;
   request.microbatches = f.microbatches;
   request.batch = batch / f.dp;  // the costs are for one replica's micro-batch
-  request.schedule = f.schedule;
-  request.partition = f.partition;
+  request.schedule = ScheduleChoice::parse(f.schedule);
+  request.partition = PartitionMethod::parse(f.partition);
   request.mem_cap_bytes = static_cast<int64_t>(f.mem_cap_mib * 1024 * 1024);
-  request.costs = f.costs;
+  request.costs = CostSource::parse(f.costs);
   request.optimizer_slots = optimizer_slots;
   request.data_parallel = f.dp > 1;
 
