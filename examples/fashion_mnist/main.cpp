@@ -29,7 +29,9 @@
 #include "engine/setup/training_run.h"
 #include "engine/trainer.h"
 #include "examples/common/parallel_flags.h"
+#ifdef PIPETRAIN_FAULT_INJECTION  // the test-only build, pipetrain-fashion-faults
 #include "examples/fashion_mnist/fault_injection.h"
+#endif
 #include "kernels/cpu/cpu_backend.h"
 #include "layers/zoo.h"
 
@@ -169,7 +171,11 @@ int run(const Flags& f, pt::Communicator* world) {
   cfg.lr = {schedule_kind, f.lr, f.warmup, pt::planned_steps(fit, train.size()), 0.f};
 
   pt::TrainingRun setup = pt::make_training(par, model, make_model, cfg, f.batch, world);
+#ifdef PIPETRAIN_FAULT_INJECTION
   auto trainer = pt::FaultInjection::wrap(std::move(setup.engine), world ? world->world_rank(world->rank()) : 0);
+#else
+  std::unique_ptr<pt::TrainingEngine> trainer = std::move(setup.engine);
+#endif
   fmt::print("pipetrain-fashion: {} ({} parameters) on {}, batch {}{} in {} micro-batch{}, {}, {} steps\n", f.model,
              model.param_count(), setup.description, f.batch, par.dp > 1 ? " (split between the replicas)" : "",
              par.microbatches, par.microbatches == 1 ? "" : "es", opt.str(), cfg.lr.total_steps);
