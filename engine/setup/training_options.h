@@ -2,7 +2,8 @@
 // What a training run is spread over: devices, stages S, data-parallel replicas R, micro-batches
 // M, and how the pipeline is planned (schedule, partition, costs, recomputation). Plain values:
 // a program fills them (the examples from their command-line flags, once, at the boundary) and
-// make_training (training_run.h) builds the engine from them.
+// make_training (training_run.h) builds the engine from them. Error messages name the options by
+// the examples' command-line flags (microbatches: --microbatches, bucket_mib: --bucket-mb, ...).
 #include <cstdint>
 #include <string>
 
