@@ -207,7 +207,7 @@ struct RunResult {
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
 // Plans, runs and reports one (schedule, M); std::nullopt when the schedule is not valid for M.
-std::optional<RunResult> run_pipeline(const Flags& f, const Batch& batch, Profiles& profiles,
+std::optional<RunResult> run_pipeline(const Flags& f, pt::CostSource cost_source, const Batch& batch, Profiles& profiles,
                                       const std::string& schedule, int M, const Baseline& base) {
   const int S = f.stages;
   pt::Model model = make_model(f.model);
@@ -215,9 +215,9 @@ std::optional<RunResult> run_pipeline(const Flags& f, const Batch& batch, Profil
   req.devices = S;
   req.microbatches = M;
   req.batch = f.batch;
-  req.schedule = schedule;
-  req.partition = "time";
-  req.costs = f.costs;
+  req.schedule = pt::ScheduleChoice::parse(schedule);
+  req.partition = {pt::PartitionMethod::Kind::time, {}};
+  req.costs = cost_source;
   req.optimizer_slots = 1;  // SGD with momentum
   std::optional<pt::PipelinePlan> planned;
   try {
@@ -366,6 +366,7 @@ int run(Flags f, const CLI::App& app) {
       throw pt::UsageError(fmt::format("--schedules '{}': {}", s, e.what()));
     }
   }
+  const pt::CostSource costs = pt::CostSource::parse(f.costs);
 
   Profiles profiles(f);
   const pt::Model shown = make_model(f.model);
@@ -390,7 +391,7 @@ int run(Flags f, const CLI::App& app) {
             {"samples_per_s", static_cast<double>(f.batch) / t->best_s}});
     // ---- the pipelines ----
     for (const std::string& s : f.schedules)
-      if (auto r = run_pipeline(f, batch, profiles, s, M, base)) runs.push_back(std::move(*r));
+      if (auto r = run_pipeline(f, costs, batch, profiles, s, M, base)) runs.push_back(std::move(*r));
   }
 
   // ---- memory at M = 8 (or the largest M run): activations held vs in-flight micro-batches ----

@@ -28,6 +28,11 @@ std::string OptimizerConfig::str() const {
                      dampening, nesterov, weight_decay);
 }
 
+int OptimizerConfig::state_slots() const {
+  if (kind == "sgd") return momentum > 0.f ? 1 : 0;
+  return 2;
+}
+
 Optimizer::Optimizer(const OptimizerConfig& config, Backend& backend, const SizeTable& layout)
     : config_(config), backend_(&backend) {
   config_.validate();

@@ -23,6 +23,9 @@ struct OptimizerConfig {
   // momentum, betas outside [0, 1), ...).
   void validate() const;
   std::string str() const;  // "sgd(momentum=0.9, nesterov=false, weight_decay=0)"
+  // State tensors per parameter (each the size of the parameters): SGD 0, SGD with momentum 1,
+  // AdamW 2. The partitioner's memory estimate counts them.
+  int state_slots() const;
 };
 
 struct OptimizerSlot {

@@ -24,3 +24,6 @@ else()
   list(FILTER comm_sources EXCLUDE REGEX "/mpi\\.cpp$")
 endif()
 list(APPEND sources ${comm_sources})
+# engine/setup: the library entry point (options -> devices -> plan -> training engine; main()).
+file(GLOB setup_sources CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/engine/setup/*.cpp")
+list(APPEND sources ${setup_sources})

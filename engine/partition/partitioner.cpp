@@ -1,7 +1,6 @@
 #include "engine/partition/partitioner.h"
 
 #include <algorithm>
-#include <charconv>
 #include <limits>
 
 #include <fmt/format.h>
@@ -15,9 +14,6 @@ namespace pt {
 
 namespace {
 
-constexpr std::string_view kMethods =
-    "uniform, params, time, memory, layout:a,b,... (e.g. layout:3,3,2)";
-constexpr std::string_view kLayoutPrefix = "layout:";
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 std::string mib(int64_t bytes) {
@@ -76,8 +72,8 @@ std::vector<int> uniform_counts(int L, int S) {
   return c;
 }
 
-std::vector<int> checked_layout(std::string_view text, int L, int S) {
-  const std::vector<int> counts = parse_layout(text);
+std::vector<int> checked_layout(const std::vector<int>& counts, int L, int S) {
+  const std::string text = fmt::format("{}", fmt::join(counts, ","));
   if (counts.size() != static_cast<size_t>(S))
     throw UsageError(
         fmt::format("layout '{}' has {} entries but there are {} stages: give one "
@@ -165,13 +161,13 @@ std::vector<int> memory_bounds(const std::vector<LayerProfile>& costs, const Par
 std::vector<int> searched_bounds(const std::vector<LayerProfile>& costs, const PartitionRequest& r,
                                  const std::vector<int>& inflight) {
   const int L = static_cast<int>(costs.size());
-  if (r.method == "params") {
+  if (r.method.kind == PartitionMethod::Kind::params) {
     const auto params = prefix(costs, &LayerProfile::param_bytes);
     return min_max_split(L, r.stages, [&](int, int i, int j) {
       return static_cast<double>(params[static_cast<size_t>(j)] - params[static_cast<size_t>(i)]);
     });
   }
-  if (r.method == "time") {
+  if (r.method.kind == PartitionMethod::Kind::time) {
     const auto time = time_table(costs);
     return min_max_split(L, r.stages, [&](int, int i, int j) {
       return time[static_cast<size_t>(i)][static_cast<size_t>(j - i)];
@@ -199,7 +195,7 @@ std::vector<int> Partition::layout() const {
 std::string Partition::table() const {
   std::string out = fmt::format(
       "partition '{}': {} stages, layers per stage {}, slowest stage {:.3f} ms per micro-batch\n",
-      method, stages.size(), fmt::join(layout(), ","), max_stage_time() * 1e3);
+      method.str(), stages.size(), fmt::join(layout(), ","), max_stage_time() * 1e3);
   out += fmt::format("{:>5}  {:<12} {:>12} {:>10} {:>12}\n", "stage", "layers", "params",
                      "time (ms)", "peak (MiB)");
   for (size_t s = 0; s < stages.size(); ++s) {
@@ -211,25 +207,6 @@ std::string Partition::table() const {
   return out;
 }
 
-std::vector<int> parse_layout(std::string_view text) {
-  std::vector<int> counts;
-  size_t at = 0;
-  while (true) {
-    const size_t comma = std::min(text.find(',', at), text.size());
-    const std::string_view item = text.substr(at, comma - at);
-    int v = 0;
-    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-    if (item.empty() || ec != std::errc() || end != item.data() + item.size())
-      throw UsageError(
-          fmt::format("layout '{}' is not a comma-separated list of layer counts: "
-                      "'{}' is not a number (e.g. layout:3,3,2)",
-                      text, item));
-    counts.push_back(v);
-    if (comma == text.size()) return counts;
-    at = comma + 1;
-  }
-}
-
 Partition partition(const Model& model, const std::vector<LayerProfile>& costs,
                     const PartitionRequest& request) {
   const int L = model.num_layers(), S = request.stages;
@@ -237,21 +214,19 @@ Partition partition(const Model& model, const std::vector<LayerProfile>& costs,
   std::vector<int> inflight = request.inflight_per_stage;
   if (inflight.empty()) inflight.assign(static_cast<size_t>(S), 1);
 
-  const std::string& m = request.method;
   std::vector<int> bounds;
-  if (m == "uniform") {
-    bounds = bounds_from_counts(uniform_counts(L, S));
-  } else if (m.starts_with(kLayoutPrefix)) {
-    bounds =
-        bounds_from_counts(checked_layout(std::string_view(m).substr(kLayoutPrefix.size()), L, S));
-  } else if (m == "params" || m == "time" || m == "memory") {
-    bounds = searched_bounds(costs, request, inflight);
-  } else {
-    throw UsageError(fmt::format("unknown partition method '{}': use one of {}", m, kMethods));
+  switch (request.method.kind) {
+    case PartitionMethod::Kind::uniform: bounds = bounds_from_counts(uniform_counts(L, S)); break;
+    case PartitionMethod::Kind::layout:
+      bounds = bounds_from_counts(checked_layout(request.method.layout, L, S));
+      break;
+    case PartitionMethod::Kind::params:
+    case PartitionMethod::Kind::time:
+    case PartitionMethod::Kind::memory: bounds = searched_bounds(costs, request, inflight); break;
   }
 
   Partition out;
-  out.method = m;
+  out.method = request.method;
   for (int s = 0; s < S; ++s) {
     StagePlan p;
     p.first_layer = bounds[static_cast<size_t>(s)];
@@ -267,7 +242,8 @@ Partition partition(const Model& model, const std::vector<LayerProfile>& costs,
       throw UsageError(fmt::format(
           "partition '{}' puts layers [{}, {}) on stage {}, which needs {}, over the memory cap "
           "of {}: use method 'memory' to search for a split that fits, or raise the cap",
-          m, p.first_layer, p.last_layer, s, mib(p.peak_memory_bytes), mib(request.mem_cap_bytes)));
+          request.method.str(), p.first_layer, p.last_layer, s, mib(p.peak_memory_bytes),
+          mib(request.mem_cap_bytes)));
     out.stages.push_back(p);
   }
   return out;

@@ -13,17 +13,17 @@
 // Ties go to the earliest cut, so the same inputs always give the same plan.
 #include <cstdint>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "engine/partition/layer_costs.h"
+#include "engine/partition/partition_method.h"
 #include "layers/model.h"
 
 namespace pt {
 
 struct PartitionRequest {
-  std::string method = "uniform";  // "uniform" | "params" | "time" | "memory" | "layout:3,3,2"
-  int stages = 1;                  // S
+  PartitionMethod method;  // uniform by default
+  int stages = 1;          // S
   // Predicted peak bytes allowed per stage; 0 = no cap. `memory` searches for a split under
   // it; every other method is checked against it, so a plan never promises what won't fit.
   int64_t mem_cap_bytes = 0;
@@ -42,7 +42,7 @@ struct StagePlan {
 
 struct Partition {
   std::vector<StagePlan> stages;
-  std::string method;
+  PartitionMethod method;
 
   double max_stage_time() const;
   // One row per stage: stage, layer range, params, predicted time (ms), peak memory (MiB).
@@ -51,12 +51,9 @@ struct Partition {
 };
 
 // Throws UsageError (with the numbers and the fix) for: stages < 1, more stages than layers,
-// an unknown method, a bad layout, a bad inflight list, `memory` without a cap, and a cap that
-// no split fits (naming the smallest cap that would).
+// a layout that does not fit the model and S, a bad inflight list, `memory` without a cap, and
+// a cap that no split fits (naming the smallest cap that would).
 Partition partition(const Model& model, const std::vector<LayerProfile>& costs,
                     const PartitionRequest& request);
-
-// "3,3,2" -> {3, 3, 2}; throws UsageError for anything that is not a list of integers.
-std::vector<int> parse_layout(std::string_view text);
 
 }  // namespace pt

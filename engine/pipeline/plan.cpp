@@ -18,31 +18,37 @@ namespace {
 sched::Schedule compute_schedule(const PlanRequest& r) {
   if (r.devices < 1) throw UsageError(fmt::format("--stages {} must be >= 1", r.devices));
   if (r.microbatches < 1) throw UsageError(fmt::format("--microbatches {} must be >= 1", r.microbatches));
-  if (r.schedule.starts_with("file:")) {
-    sched::Schedule s;
-    try {
-      s = sched::read_schedule_file(r.schedule.substr(5));
-    } catch (const std::invalid_argument& e) {
-      throw UsageError(e.what());
-    }
-    if (s.num_devices != r.devices || s.microbatches != r.microbatches)
-      throw UsageError(fmt::format("schedule file {} is for {} devices and {} micro-batches, but the flags say "
-                                   "--stages {} --microbatches {}: make them agree",
-                                   r.schedule.substr(5), s.num_devices, s.microbatches, r.devices, r.microbatches));
-    return s;
-  }
+  const int D = r.devices, M = r.microbatches;
   try {
-    return sched::generate(r.schedule, r.devices, r.microbatches);
+    switch (r.schedule.kind) {
+      case ScheduleChoice::Kind::gpipe: return sched::gpipe(D, M);
+      case ScheduleChoice::Kind::one_f_one_b: return sched::one_f_one_b(D, M);
+      case ScheduleChoice::Kind::interleaved: return sched::interleaved(D, M, r.schedule.chunks);
+      case ScheduleChoice::Kind::zb_h1: return sched::zb_h1(D, M);
+      case ScheduleChoice::Kind::file: break;
+    }
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
+  // A hand-written file: compute-only or already lowered (make_plan tells them apart).
+  sched::Schedule s;
+  try {
+    s = sched::read_schedule_file(r.schedule.path);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  if (s.num_devices != D || s.microbatches != M)
+    throw UsageError(fmt::format("schedule file {} is for {} devices and {} micro-batches, but the flags say "
+                                 "--stages {} --microbatches {}: make them agree",
+                                 r.schedule.path, s.num_devices, s.microbatches, D, M));
+  return s;
 }
 
 }  // namespace
 
 PipelinePlan make_plan(const Model& model, const PlanRequest& r, Backend* profile_on) {
   PipelinePlan plan;
-  plan.schedule_name = r.schedule;
+  plan.schedule_name = r.schedule.str();
   sched::Schedule compute = compute_schedule(r);
   if (compute.num_stages > model.num_layers())
     throw UsageError(fmt::format("cannot split {} layers into {} stages{}: use --stages <= {}", model.num_layers(),
@@ -62,20 +68,21 @@ PipelinePlan make_plan(const Model& model, const PlanRequest& r, Backend* profil
   });
   if (r.data_parallel && !has_reduce) plan.schedule = sched::add_grad_reduction(plan.schedule);
   const sched::Validation v = sched::validate(plan.schedule);
-  if (!v.ok()) throw UsageError(fmt::format("the schedule '{}' is not valid:\n{}", r.schedule, v.report));
+  if (!v.ok()) throw UsageError(fmt::format("the schedule '{}' is not valid:\n{}", plan.schedule_name, v.report));
 
   // Costs of one micro-batch (the largest, when M does not divide B).
   const int64_t mb = (r.batch + r.microbatches - 1) / r.microbatches;
   std::vector<LayerProfile> costs;
-  if (r.costs == "profile") {
-    if (!profile_on) throw UsageError("--costs profile needs a device to profile on");
-    costs = profile_costs(model, *profile_on, mb);
-    plan.costs = fmt::format("profiled on {}", profile_on->device().str());
-  } else if (r.costs == "estimate") {
-    costs = estimate_costs(model, mb);
-    plan.costs = "estimated from FLOPs and bytes";
-  } else {
-    throw UsageError(fmt::format("unknown --costs '{}': use estimate or profile", r.costs));
+  switch (r.costs.kind) {
+    case CostSource::Kind::profile:
+      if (!profile_on) throw UsageError("--costs profile needs a device to profile on");
+      costs = profile_costs(model, *profile_on, mb);
+      plan.costs = fmt::format("profiled on {}", profile_on->device().str());
+      break;
+    case CostSource::Kind::estimate:
+      costs = estimate_costs(model, mb);
+      plan.costs = "estimated from FLOPs and bytes";
+      break;
   }
 
   // Memory depends on how many micro-batches each stage holds at once: simulate with unit times.
@@ -108,7 +115,7 @@ PipelinePlan make_plan(const Model& model, const PlanRequest& r, Backend* profil
 }
 
 std::string PipelinePlan::report() const {
-  std::string out = fmt::format("partition ({}, costs {}):\n{}", partition.method, costs, partition.table());
+  std::string out = fmt::format("partition ({}, costs {}):\n{}", partition.method.str(), costs, partition.table());
   const sched::Schedule& s = schedule;
   size_t actions = 0;
   for (const auto& list : s.actions) actions += list.size();

@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <string>
 
+#include "engine/partition/cost_source.h"
 #include "engine/partition/partitioner.h"
+#include "engine/pipeline/schedule_choice.h"
 #include "schedule/schedule.h"
 #include "schedule/simulate.h"
 
@@ -17,10 +19,10 @@ struct PlanRequest {
   int devices = 1;                 // --stages: pipeline devices D
   int microbatches = 1;            // M
   int64_t batch = 1;               // B (sets the micro-batch size the costs are for)
-  std::string schedule = "1f1b";   // gpipe | 1f1b | interleaved:V | zb-h1 | file:PATH
-  std::string partition = "time";  // uniform | params | time | memory | layout:a,b,...
+  ScheduleChoice schedule;         // 1f1b by default
+  PartitionMethod partition{PartitionMethod::Kind::time, {}};
   int64_t mem_cap_bytes = 0;       // --mem-cap (per device)
-  std::string costs = "estimate";  // estimate | profile
+  CostSource costs;                // estimate by default
   int optimizer_slots = 1;         // SGD momentum 1, AdamW 2
   double transfer_bytes_per_second = 30e9;  // for the simulated SEND/RECV times
   bool data_parallel = false;      // --dp > 1: add REDUCE_GRAD after each stage's last backward
@@ -30,7 +32,7 @@ struct PipelinePlan {
   sched::Schedule schedule;   // lowered (SEND/RECV) and validated
   Partition partition;        // one StagePlan per (virtual) stage
   sched::SimResult simulated; // with the partition's per-stage costs (seconds)
-  std::string schedule_name;
+  std::string schedule_name;  // ScheduleChoice::str()
   std::string costs;          // "estimated" | "profiled on cpu:0"
 
   double predicted_step_s() const { return simulated.step_time; }
@@ -42,7 +44,7 @@ struct PipelinePlan {
 // Throws UsageError (bad flags: S > layers, M < 1, unknown schedule, a layout that does not sum
 // to the layer count, a memory cap nothing fits) or the validator's error (a schedule file with
 // a missing or extra action, or a deadlock), each with what would fix it.
-// `profile_on` is needed for costs == "profile".
+// `profile_on` is needed for CostSource::Kind::profile.
 PipelinePlan make_plan(const Model& model, const PlanRequest& request, Backend* profile_on = nullptr);
 
 }  // namespace pt

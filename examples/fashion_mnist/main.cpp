@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -24,9 +25,13 @@
 #include "engine/core/error.h"
 #include "engine/data/dataset.h"
 #include "engine/fit.h"
+#include "engine/setup/run_main.h"
+#include "engine/setup/training_run.h"
 #include "engine/trainer.h"
-#include "examples/common/training_setup.h"
+#include "examples/common/parallel_flags.h"
+#ifdef PIPETRAIN_FAULT_INJECTION  // the test-only build, pipetrain-fashion-faults
 #include "examples/fashion_mnist/fault_injection.h"
+#endif
 #include "kernels/cpu/cpu_backend.h"
 #include "layers/zoo.h"
 
@@ -57,18 +62,18 @@ struct Flags {
 // holds and the verdict is combined over `world`.
 constexpr double kParityTolerance = 1e-6;
 
-int parity_check(const Flags& f, const std::function<pt::Model()>& make_model, pt::TrainerConfig cfg,
-                 pt::FitOptions fit, const pt::Dataset& train, pt::TrainingEngine& pipelined, int threads,
-                 pt::Communicator* world) {
+int parity_check(const pt::TrainingOptions& par, const std::function<pt::Model()>& make_model,
+                 pt::TrainerConfig cfg, pt::FitOptions fit, const pt::Dataset& train, pt::TrainingEngine& pipelined,
+                 int threads, pt::Communicator* world) {
   fmt::print("parity check: training the single-device reference on the same batches...\n");
-  const bool exact = f.par.dp == 1 || (f.par.dp == 2 && cfg.microbatches == 1);
-  cfg.microbatches *= f.par.dp;
+  const bool exact = par.dp == 1 || (par.dp == 2 && cfg.microbatches == 1);
+  cfg.microbatches *= par.dp;
   fit.metrics.clear();
   fit.save.clear();
   fit.save_init.clear();
   fit.resume.clear();
   pt::Model reference_model = make_model();
-  auto backend = pt::make_cpu_backend(f.par.stages, threads);  // same threads: same GEMM arithmetic
+  auto backend = pt::make_cpu_backend(par.stages, threads);  // same threads: same GEMM arithmetic
   backend->bind_current_thread();
   pt::Trainer reference(reference_model, *backend, cfg);
   if (pipelined.step() != pt::planned_steps(fit, train.size()))
@@ -112,7 +117,7 @@ int parity_check(const Flags& f, const std::function<pt::Model()>& make_model, p
   }
   const bool ok = worst <= kParityTolerance;
   fmt::print(" ({} the tolerance {:g}: {} replicas add their {} micro-batch gradients in another grouping)\n",
-             ok ? "within" : "OVER", kParityTolerance, f.par.dp, cfg.microbatches / f.par.dp);
+             ok ? "within" : "OVER", kParityTolerance, par.dp, cfg.microbatches / par.dp);
   return ok ? 0 : 3;
 }
 
@@ -128,7 +133,9 @@ int run(const Flags& f, pt::Communicator* world) {
   if (f.model != "mlp" && f.model != "cnn")
     throw pt::UsageError(fmt::format("unknown --model '{}': use mlp or cnn", f.model));
   if (f.epochs < 1 && f.steps < 1) throw pt::UsageError("give --epochs >= 1 or --steps >= 1");
-  pt::examples::check_parallel_flags(f.par, f.batch);
+  pt::TrainingOptions par = pt::examples::training_options(f.par);
+  par.force_pipeline = f.parity_check;  // the pipeline runtime even for one stage: that is what is checked
+  par.check(f.batch);
   if (world && (!f.save.empty() || !f.resume.empty() || !f.save_init.empty()))
     throw pt::UsageError("checkpoints (--save, --resume, --save-init) are not supported under mpirun yet: each "
                          "process holds only its own stage; run without them, or in one process with --dp");
@@ -138,13 +145,12 @@ int run(const Flags& f, pt::Communicator* world) {
   if (f.summary) fmt::print("{}", model.summary());
 
   pt::TrainerConfig cfg;
-  cfg.microbatches = f.par.microbatches;
+  cfg.microbatches = par.microbatches;
   cfg.seed = f.seed;
   cfg.optimizer = opt;
   cfg.clip_norm = f.clip;
-  const int slots = f.optim == "adamw" ? 2 : (f.momentum > 0 ? 1 : 0);
-  if (f.par.plan_only) {  // before loading any data
-    pt::examples::make_training(f.par, model, make_model, cfg, f.batch, slots, world, f.parity_check);
+  if (par.plan_only) {  // before loading any data
+    pt::make_training(par, model, make_model, cfg, f.batch, world);
     return 0;
   }
 
@@ -157,27 +163,30 @@ int run(const Flags& f, pt::Communicator* world) {
   fit.shuffle = !f.no_shuffle;
   fit.log_every = f.log_every;
   fit.save_every = f.save_every;
-  fit.metrics = pt::examples::speaks(world) ? f.metrics : "";
+  fit.metrics = pt::speaks(world) ? f.metrics : "";
   fit.save = f.save;
   fit.save_init = f.save_init;
   fit.resume = f.resume;
   fit.settings = {{"model", f.model}, {"optim", f.optim}};
   cfg.lr = {schedule_kind, f.lr, f.warmup, pt::planned_steps(fit, train.size()), 0.f};
 
-  pt::examples::TrainingSetup setup =
-      pt::examples::make_training(f.par, model, make_model, cfg, f.batch, slots, world, f.parity_check);
+  pt::TrainingRun setup = pt::make_training(par, model, make_model, cfg, f.batch, world);
+#ifdef PIPETRAIN_FAULT_INJECTION
   auto trainer = pt::FaultInjection::wrap(std::move(setup.engine), world ? world->world_rank(world->rank()) : 0);
+#else
+  std::unique_ptr<pt::TrainingEngine> trainer = std::move(setup.engine);
+#endif
   fmt::print("pipetrain-fashion: {} ({} parameters) on {}, batch {}{} in {} micro-batch{}, {}, {} steps\n", f.model,
-             model.param_count(), setup.description, f.batch, f.par.dp > 1 ? " (split between the replicas)" : "",
-             f.par.microbatches, f.par.microbatches == 1 ? "" : "es", opt.str(), cfg.lr.total_steps);
+             model.param_count(), setup.description, f.batch, par.dp > 1 ? " (split between the replicas)" : "",
+             par.microbatches, par.microbatches == 1 ? "" : "es", opt.str(), cfg.lr.total_steps);
   const pt::FitResult r = pt::fit(*trainer, train, &test, fit);
   fmt::print("trained {} steps in {:.1f} s ({:.0f} samples/s); final train loss {:.4f}\n", r.steps,
              r.seconds, r.samples_per_second, r.last_loss);
   fmt::print("test accuracy: {:.2f}% (test loss {:.4f}, {} samples)\n", 100.0 * r.test.accuracy,
              r.test.loss, r.test.samples);
-  pt::examples::report_pipeline(f.par, setup, world);
+  pt::report_pipeline(par, setup, world);
   if (f.parity_check)
-    return parity_check(f, make_model, cfg, fit, train, *trainer, setup.backends[0]->num_threads(), world);
+    return parity_check(par, make_model, cfg, fit, train, *trainer, setup.backends[0]->num_threads(), world);
   return 0;
 }
 
@@ -211,5 +220,5 @@ int main(int argc, char** argv) {
   app.add_option("--log-every", f.log_every, "progress line interval when not on a terminal");
   app.add_flag("--summary", f.summary, "print the model summary table");
   CLI11_PARSE(app, argc, argv);
-  return pt::examples::run_main(f.par.timeout, [&](pt::Communicator* world) { return run(f, world); });
+  return pt::run_main(f.par.timeout, [&](pt::Communicator* world) { return run(f, world); });
 }

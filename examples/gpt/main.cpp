@@ -2,9 +2,10 @@
 // (Debian's bible-kjv) or any text file, reports the validation loss in nats per byte, and
 // samples text from a prompt.
 //
-// What it shows: gpt() (layers/zoo.h) trained with any of the scheduler set-ups the examples
-// share (examples/common/training_setup.h): one device, a pipeline over S devices with any
-// schedule, R data-parallel replicas, or one process per device under mpirun; a training loop
+// What it shows: gpt() (layers/zoo.h) trained with any of the set-ups of the library's entry
+// point (engine/setup/training_run.h; flags in examples/common/parallel_flags.h): one device, a
+// pipeline over S devices with any schedule, R data-parallel replicas, or one process per device
+// under mpirun; a training loop
 // over random text windows that are a pure function of (seed, step); validation over fixed
 // windows of a held-out tail; sampling (temperature, top-k) from the trained parameters copied
 // onto one device. What it leaves out: checkpoints, GPUs, weight tying, dropout.
@@ -28,8 +29,10 @@
 #include "engine/generate.h"
 #include "engine/metrics.h"
 #include "engine/progress.h"
+#include "engine/setup/run_main.h"
+#include "engine/setup/training_run.h"
 #include "engine/trainer.h"
-#include "examples/common/training_setup.h"
+#include "examples/common/parallel_flags.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "layers/zoo.h"
 
@@ -98,7 +101,8 @@ int run(const Flags& f, pt::Communicator* world) {
   if (f.sample_bytes > 0 && f.prompt.empty())
     throw pt::UsageError("--prompt is empty; give at least one character to start the sample from "
                          "(or --sample-bytes 0 to skip sampling)");
-  pt::examples::check_parallel_flags(f.par, f.batch);
+  const pt::TrainingOptions par = pt::examples::training_options(f.par);
+  par.check(f.batch);
   const auto schedule_kind = pt::LrSchedule::parse_kind(f.lr_schedule);
   const auto make_model = [&] {
     return pt::gpt(pt::TextCorpus::kVocab, f.context, f.d_model, f.layers, f.heads, !f.untied);
@@ -107,14 +111,13 @@ int run(const Flags& f, pt::Communicator* world) {
   if (f.summary) fmt::print("{}", model.summary());
 
   pt::TrainerConfig cfg;
-  cfg.microbatches = f.par.microbatches;
+  cfg.microbatches = par.microbatches;
   cfg.seed = f.seed;
   cfg.optimizer = opt;
   cfg.clip_norm = f.clip;
   cfg.lr = {schedule_kind, f.lr, f.warmup, f.steps, f.min_lr};
-  constexpr int kAdamSlots = 2;
-  if (f.par.plan_only) {  // before reading any text
-    pt::examples::make_training(f.par, model, make_model, cfg, f.batch, kAdamSlots, world);
+  if (par.plan_only) {  // before reading any text
+    pt::make_training(par, model, make_model, cfg, f.batch, world);
     return 0;
   }
 
@@ -127,18 +130,17 @@ int run(const Flags& f, pt::Communicator* world) {
              corpus.source(), corpus.size(), parts.train.size(), parts.validation.size(),
              probe.windows(), f.context);
 
-  pt::examples::TrainingSetup setup =
-      pt::examples::make_training(f.par, model, make_model, cfg, f.batch, kAdamSlots, world);
+  pt::TrainingRun setup = pt::make_training(par, model, make_model, cfg, f.batch, world);
   pt::TrainingEngine& engine = *setup.engine;
   const int64_t tokens_per_step = f.batch * f.context;
   fmt::print("pipetrain-gpt: gpt(context {}, d_model {}, {} layers, {} heads; {} parameters) on {}, "
              "batch {} x {} bytes in {} micro-batch{}, {}, lr {} ({}{}), {} steps\n",
              f.context, f.d_model, f.layers, f.heads, model.param_count(), setup.description, f.batch,
-             f.context, f.par.microbatches, f.par.microbatches == 1 ? "" : "es", opt.str(), f.lr,
+             f.context, par.microbatches, par.microbatches == 1 ? "" : "es", opt.str(), f.lr,
              f.lr_schedule, f.warmup > 0 ? fmt::format(", {} warm-up steps", f.warmup) : "", f.steps);
 
   // ---- training ----
-  pt::MetricsWriter metrics = f.metrics.empty() || !pt::examples::speaks(world)
+  pt::MetricsWriter metrics = f.metrics.empty() || !pt::speaks(world)
                                   ? pt::MetricsWriter()
                                   : pt::MetricsWriter(f.metrics);
   pt::Progress progress("train", f.steps, f.log_every);
@@ -182,7 +184,7 @@ int run(const Flags& f, pt::Communicator* world) {
              f.steps, train_seconds, tokens_per_s, eval_seconds, val_loss);
   metrics.write({{"event", std::string("done")}, {"steps", f.steps}, {"train_seconds", train_seconds},
                  {"tokens_per_s", tokens_per_s}, {"val_loss", val_loss}});
-  pt::examples::report_pipeline(f.par, setup, world);
+  pt::report_pipeline(par, setup, world);
 
   // ---- sampling: the trained parameters copied onto one device ----
   if (f.sample_bytes > 0) {
@@ -233,5 +235,5 @@ int main(int argc, char** argv) {
   app.add_flag("--summary", f.summary, "print the model summary table");
   app.add_flag("--untied", f.untied, "give lm_head its own weight instead of sharing tok_emb's (GPT-2 ties them)");
   CLI11_PARSE(app, argc, argv);
-  return pt::examples::run_main(f.par.timeout, [&](pt::Communicator* world) { return run(f, world); });
+  return pt::run_main(f.par.timeout, [&](pt::Communicator* world) { return run(f, world); });
 }

@@ -19,6 +19,9 @@ expect_error() {  # expect_error "what it must say" args...
   fi
 }
 
+# Fault injection (PIPETRAIN_FAULT) is only in the test-only build, pipetrain-fashion-faults.
+if grep -q PIPETRAIN_FAULT "$exe"; then echo "FAIL: $exe has fault injection compiled in"; fails=$((fails+1)); fi
+
 expect_error "unknown --model 'rnn'" --model rnn --steps 1
 expect_error "--microbatches 300 is more than the --batch of 256" --microbatches 300 --steps 1
 expect_error "The following argument was not expected: --bogus" --bogus

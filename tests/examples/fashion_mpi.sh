@@ -6,11 +6,15 @@
 #    every process;
 #  - bad launches (process count that does not match --stages x --dp) are refused clearly;
 #  - a rank that dies (SIGKILL) or stalls mid-run never leaves the others hanging: the job ends
-#    within --timeout plus start-up, and the output names the missing rank.
+#    within --timeout plus start-up, and the output names the missing rank (these run
+#    pipetrain-fashion-faults, the test-only build with PIPETRAIN_FAULT compiled in).
+#
+#   fashion_mpi.sh <pipetrain-fashion> <pipetrain-fashion-faults> [data dir]
 # Needs the Fashion-MNIST files (Debian's dataset-fashion-mnist); exits 77 (skip) without them.
 set -uo pipefail
 exe=$1
-data=${2:-/usr/share/datasets/fashion-mnist}
+faults_exe=$2
+data=${3:-/usr/share/datasets/fashion-mnist}
 [ -f "$data/train-images-idx3-ubyte.gz" ] || [ -f "$data/train-images-idx3-ubyte" ] || { echo "no data in $data"; exit 77; }
 command -v mpirun >/dev/null || { echo "mpirun not found"; exit 77; }
 fails=0
@@ -49,6 +53,7 @@ expect_fail 60 "start mpirun -np 6" 4 --stages 3 --dp 2 --steps 1
 expect_fail 60 "not supported under mpirun" 2 --dp 2 --steps 1 --save /tmp/never.safetensors
 
 # Rank 2 (replica 1, stage 0) dies / stalls at the start of step 1, while the others are in it.
+exe=$faults_exe
 PIPETRAIN_FAULT=kill:2:1 expect_fail 60 "rank 2" 4 --stages 2 --dp 2 --steps 4 --timeout 5
 PIPETRAIN_FAULT=stall:2:1 expect_fail 60 "rank 2" 4 --stages 2 --dp 2 --steps 4 --timeout 5
 # The stalled rank's pipeline peer names the transfer it was waiting for.

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Install/export test: install a built tree into a fresh prefix, build tests/install/consumer
-# against it with find_package(pipetrain), run the program and check what it prints.
+# against it with find_package(pipetrain), run the program and check what it prints: the version,
+# a shape, the CUDA status, and a 2-stage pipeline trained through the library's entry point
+# (the loss after training must be finite and below the first step's).
 #
 #   run.sh <build dir> <consumer source dir> <cmake> <c++ compiler> <with-cuda-plugin|no-cuda-plugin>
 #
@@ -29,6 +31,15 @@ config=$(find "$prefix" -name pipetrainConfig.cmake -print -quit)
 if find "$prefix/include" -path '*/cuda/*' | grep -q .; then
   fail "CUDA headers were installed: $(find "$prefix/include" -path '*/cuda/*' | head -3)"
 fi
+# The library's entry point is installed, and no installed header needs CLI11 (only the examples do).
+[[ -f $prefix/include/pipetrain/engine/setup/training_run.h ]] || fail "engine/setup headers not installed"
+if grep -rl 'CLI/CLI.hpp' "$prefix/include"; then fail "installed headers include CLI11"; fi
+# The test-only build with fault injection is never installed.
+[[ ! -e $prefix/bin/pipetrain-fashion-faults ]] || fail "pipetrain-fashion-faults (test-only) was installed"
+# Every project header an installed header includes is installed too.
+missing=$(cd "$prefix/include/pipetrain" && grep -rho '#include "[^"]*"' . | sed 's/#include "\(.*\)"/\1/' |
+  sort -u | while read -r h; do [[ -f $h ]] || echo "$h"; done)
+[[ -z $missing ]] || fail "installed headers include headers that were not installed: $missing"
 
 plugin=$(find "$prefix" -name libpipetrain_cuda.so -print -quit)
 if [[ $cuda_plugin == with-cuda-plugin ]]; then
@@ -74,6 +85,17 @@ if grep -q 'cannot load' <<<"$cuda_line"; then fail "the installed plugin did no
 if [[ $cuda_plugin == no-cuda-plugin ]]; then
   grep -q 'built without the CUDA plugin' <<<"$cuda_line" || fail "unexpected: $cuda_line"
 fi
+number='-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?'  # finite: no nan or inf
+train_line=$(grep -E "^\{\"stages\": [0-9]+, \"loss\": $number\}$" <<<"$output") ||
+  fail "no {\"stages\": N, \"loss\": X} line with a finite loss"
+first_line=$(grep -E "^\{\"first_loss\": $number, \"steps\": [0-9]+\}$" <<<"$output") ||
+  fail "no {\"first_loss\": X, \"steps\": N} line with a finite loss"
+stages=$(sed -E 's/.*"stages": ([0-9]+).*/\1/' <<<"$train_line")
+loss=$(sed -E 's/.*"loss": ([^}]*)\}/\1/' <<<"$train_line")
+first=$(sed -E 's/.*"first_loss": ([^,]*),.*/\1/' <<<"$first_line")
+[[ $stages == 2 ]] || fail "trained $stages stages, not 2"
+awk -v l="$loss" -v f="$first" 'BEGIN { exit !(l > 0 && l < f) }' ||
+  fail "training did not lower the loss: first step $first, after training $loss"
 
 if [[ -n $plugin ]]; then
   echo "== run the consumer from $prefix/bin: the loader finds the plugin in the prefix by itself"

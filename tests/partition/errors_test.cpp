@@ -16,7 +16,7 @@ namespace {
 
 Partition run(const Model& m, const std::string& method, int stages, int64_t cap = 0) {
   PartitionRequest r;
-  r.method = method;
+  r.method = PartitionMethod::parse(method);
   r.stages = stages;
   r.mem_cap_bytes = cap;
   return partition(m, estimate_costs(m, 4), r);
@@ -34,7 +34,8 @@ TEST_CASE("layout: explicit layer counts") {
   CHECK(p.layout() == std::vector<int>{3, 3, 2});
   CHECK(p.stages[1].first_layer == 3);
   CHECK(p.stages[1].last_layer == 6);
-  CHECK(p.method == "layout:3,3,2");
+  CHECK(p.method.str() == "layout:3,3,2");
+  CHECK(p.method == PartitionMethod{PartitionMethod::Kind::layout, {3, 3, 2}});
 
   CHECK_USAGE(run(m, "layout:3,3,3", 3), "covers 9 layers but the model has 8");
   CHECK_USAGE(run(m, "layout:3,3,1", 3), "add up to 8");
@@ -59,7 +60,7 @@ TEST_CASE("bad requests say what is wrong, with the numbers, and the fix") {
   CHECK_USAGE(run(m, "uniform", 2, -5), "the memory cap is -5 bytes");
 
   PartitionRequest r;
-  r.method = "uniform";
+  r.method = PartitionMethod::parse("uniform");
   r.stages = 3;
   r.inflight_per_stage = {1, 2};
   CHECK_USAGE(partition(m, estimate_costs(m, 4), r), "2 in-flight counts given for 3 stages");
@@ -77,7 +78,7 @@ TEST_CASE("memory caps: none fits names the smallest cap; other methods are chec
   const Model m = deep_mlp(2, 8);
   const auto c = estimate_costs(m, 4);
   PartitionRequest r;
-  r.method = "memory";
+  r.method = PartitionMethod::parse("memory");
   r.stages = 2;
   r.mem_cap_bytes = 100;
   // Parameters alone: 784*8+8 = 6,280 (layer 1), 8*8+8 = 72 (layer 3), 8*10+10 = 90 (layer 5).
@@ -87,13 +88,13 @@ TEST_CASE("memory caps: none fits names the smallest cap; other methods are chec
   CHECK_USAGE(partition(m, c, r), "the smallest cap any split fits is");
   CHECK_USAGE(partition(m, c, r), "raise the cap");
 
-  r.method = "uniform";
+  r.method = PartitionMethod::parse("uniform");
   r.mem_cap_bytes = 100;
   CHECK_USAGE(partition(m, c, r), "over the memory cap of 0.0 MiB (100 bytes)");
   CHECK_USAGE(partition(m, c, r), "use method 'memory'");
   r.mem_cap_bytes = int64_t{1} << 40;  // plenty: every method passes
   for (const char* method : {"uniform", "params", "time", "memory", "layout:1,5"}) {
-    r.method = method;
+    r.method = PartitionMethod::parse(method);
     CHECK_NOTHROW(partition(m, c, r));
   }
 }

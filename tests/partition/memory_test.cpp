@@ -26,7 +26,7 @@ TEST_CASE("peak memory of a stage, by hand") {
   CHECK(c[1].activation_bytes == 40);
   CHECK(c[2].activation_bytes == 40);
   PartitionRequest r;
-  r.method = "uniform";
+  r.method = PartitionMethod::parse("uniform");
   r.stages = 1;
   r.optimizer_slots = 2;
   r.inflight_per_stage = {3};
@@ -53,7 +53,7 @@ TEST_CASE("micro-batches in flight: GPipe M versus 1F1B S - s") {
   const auto c = estimate_costs(m, 16);
   const int S = 4, M = 8;
   PartitionRequest gpipe, one_f_one_b;
-  gpipe.method = one_f_one_b.method = "uniform";
+  gpipe.method = one_f_one_b.method = PartitionMethod::parse("uniform");
   gpipe.stages = one_f_one_b.stages = S;
   gpipe.inflight_per_stage.assign(S, M);
   for (int s = 0; s < S; ++s) one_f_one_b.inflight_per_stage.push_back(S - s);
@@ -82,7 +82,7 @@ TEST_CASE("micro-batches in flight: GPipe M versus 1F1B S - s") {
   };
   const int64_t cap = min_cap(one_f_one_b.inflight_per_stage);
   REQUIRE(min_cap(gpipe.inflight_per_stage) > cap);
-  gpipe.method = one_f_one_b.method = "memory";
+  gpipe.method = one_f_one_b.method = PartitionMethod::parse("memory");
   gpipe.mem_cap_bytes = one_f_one_b.mem_cap_bytes = cap;
   const Partition fit = partition(m, c, one_f_one_b);
   for (const StagePlan& s : fit.stages) CHECK(s.peak_memory_bytes <= cap);

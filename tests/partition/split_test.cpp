@@ -21,7 +21,7 @@ namespace {
 Partition run(const Model& m, const std::vector<LayerProfile>& c, const std::string& method,
               int stages) {
   PartitionRequest r;
-  r.method = method;
+  r.method = PartitionMethod::parse(method);
   r.stages = stages;
   return partition(m, c, r);
 }
@@ -111,7 +111,7 @@ TEST_CASE("memory: the capped DP finds the brute-force optimum, or names the sma
       const auto c = test::random_costs(L, rng);
       for (int S = 1; S <= std::min(4, L); ++S) {
         PartitionRequest r;
-        r.method = "memory";
+        r.method = PartitionMethod::parse("memory");
         r.stages = S;
         r.optimizer_slots = static_cast<int>(rng.next_below(3));
         for (int s = 0; s < S; ++s)

@@ -1,0 +1,23 @@
+#pragma once
+// Which schedule a pipeline run uses, parsed once from its text form:
+//   gpipe | 1f1b | interleaved:V | zb-h1 | file:PATH
+// The plan (plan.h) turns it into action lists: a generator of schedule/generators.h, or the
+// hand-written file.
+#include <string>
+#include <string_view>
+
+namespace pt {
+
+struct ScheduleChoice {
+  enum class Kind { gpipe, one_f_one_b, interleaved, zb_h1, file };
+  Kind kind = Kind::one_f_one_b;
+  int chunks = 1;    // V model chunks per device, for Kind::interleaved (>= 1)
+  std::string path;  // for Kind::file
+
+  // Throws UsageError naming the valid forms.
+  static ScheduleChoice parse(std::string_view text);
+  std::string str() const;  // the text parse() reads back: "1f1b", "interleaved:2", "file:s.txt"
+  bool operator==(const ScheduleChoice&) const = default;
+};
+
+}  // namespace pt

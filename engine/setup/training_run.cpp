@@ -1,0 +1,151 @@
+#include "engine/setup/training_run.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "engine/core/error.h"
+#include "engine/cuda_plugin.h"
+#include "engine/parallel/data_parallel_trainer.h"
+#include "engine/pipeline/step_trace.h"
+#include "engine/trace/bubble.h"
+#include "engine/trace/chrome_trace.h"
+#include "engine/trace/timeline_svg.h"
+
+namespace pt {
+
+namespace {
+
+// Under mpirun each process opens one device. "auto" there means this node's GPU number
+// local rank mod GPUs (Open MPI and Slurm export the local rank), so the ranks of a node spread
+// over its GPUs; without GPUs, CPU devices as usual.
+std::string process_devices(const std::string& devices, Communicator* world) {
+  if (!world || devices != "auto" || !cuda_status().available) return devices;
+  int local_rank = world->rank();
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID"})
+    if (const char* v = std::getenv(name); v != nullptr && v[0] != '\0') {
+      local_rank = std::atoi(v);
+      break;
+    }
+  return fmt::format("cuda:{}", local_rank % static_cast<int>(cuda_status().devices.size()));
+}
+
+// Threads per process under mpirun: the cores this process may use, shared with the other
+// processes of the job on this node (Open MPI and Slurm say how many there are).
+int mpi_threads(int requested) {
+  if (requested > 0) return requested;
+  int local = 1;
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", "MPI_LOCALNRANKS"})
+    if (const char* v = std::getenv(var); v && std::atoi(v) > 0) {
+      local = std::atoi(v);
+      break;
+    }
+  // Open MPI binds each of up to 2 processes to its own core: then the affinity already says 1.
+  const int cores = available_cores();
+  return std::max(1, cores >= local ? cores / local : 1);
+}
+
+}  // namespace
+
+TrainingRun make_training(const TrainingOptions& opt, Model& model, const std::function<Model()>& make_model,
+                          const TrainerConfig& config, int64_t batch, Communicator* world) {
+  opt.check(batch);
+  if (config.microbatches != 1 && config.microbatches != opt.microbatches)
+    throw UsageError(fmt::format("the trainer's config says {} micro-batches but the training options say {}: set "
+                                 "TrainingOptions::microbatches only",
+                                 config.microbatches, opt.microbatches));
+  TrainerConfig trainer_config = config;
+  trainer_config.microbatches = opt.microbatches;
+  const bool pipelined = opt.pipelined() || world;
+  PlanRequest request;
+  request.devices = opt.stages;
+  request.microbatches = opt.microbatches;
+  request.batch = batch / opt.dp;  // the costs are for one replica's micro-batch
+  request.schedule = opt.schedule;
+  request.partition = opt.partition;
+  request.mem_cap_bytes = static_cast<int64_t>(opt.mem_cap_mib * 1024 * 1024);
+  request.costs = opt.costs;
+  request.optimizer_slots = config.optimizer.state_slots();
+  request.data_parallel = opt.dp > 1;
+
+  TrainingRun s;
+  // In one process: one device per stage and replica. Under mpirun: one device per process.
+  const int wanted = world ? 1 : opt.stages * opt.dp;
+  s.devices = open_devices(process_devices(opt.devices, world), wanted, world ? mpi_threads(opt.threads) : opt.threads,
+                           opt.precision);
+  if (opt.print && !s.devices.note.empty()) fmt::print("{}\n", s.devices.note);
+  if (static_cast<int>(s.devices.backends.size()) != wanted)
+    throw UsageError(fmt::format("--devices {} lists {} device{} but {} needs {}{}", opt.devices,
+                                 s.devices.backends.size(), s.devices.backends.size() == 1 ? "" : "s",
+                                 world ? "each process under mpirun"
+                                       : fmt::format("--stages {} x --dp {}", opt.stages, opt.dp),
+                                 wanted, world ? "" : ": give one device per stage and replica (e.g. cpu:0..N-1)"));
+  for (auto& b : s.devices.backends) s.backends.push_back(b.get());
+  s.description = fmt::format("{}{}{}{}", s.backends[0]->describe(),
+                              world ? fmt::format(" in each of {} processes", world->size()) : "",
+                              opt.stages > 1 ? fmt::format(", {} stages, schedule {}, recompute {}", opt.stages,
+                                                           opt.schedule.str(), opt.recompute.str())
+                                             : "",
+                              opt.dp > 1 ? fmt::format(", {} data-parallel replicas (gradient buckets of {} MiB)",
+                                                       opt.dp, opt.bucket_mib)
+                                         : "");
+  if (!pipelined) {
+    s.engine = std::make_unique<Trainer>(model, *s.backends[0], trainer_config);
+    return s;
+  }
+  s.plan = make_plan(model, request, s.backends[0]);
+  if (opt.print) fmt::print("{}", s.plan->report());
+  if (opt.plan_only) return s;
+
+  PipelineConfig pc;
+  pc.trainer = trainer_config;
+  pc.schedule = s.plan->schedule;
+  pc.layers_per_stage = s.plan->partition.layout();
+  pc.recompute = opt.recompute;
+  pc.timeout_s = opt.timeout_s;
+  pc.record_trace = true;  // a clock read per action: cheap, and the bubble is worth printing
+  pc.parallel.bucket_bytes = static_cast<size_t>(opt.bucket_mib * 1024 * 1024);
+  if (world) {
+    auto dp = make_process_data_parallel(make_model, *s.backends[0], pc, *world, opt.dp);
+    s.pipeline = &dp->replica(0);
+    s.engine = std::move(dp);
+  } else if (opt.dp > 1) {
+    auto dp = make_local_data_parallel(make_model, s.backends, pc, opt.dp);
+    s.pipeline = &dp->replica(0);
+    s.engine = std::move(dp);
+  } else {
+    auto p = std::make_unique<PipelineTrainer>(model, s.backends, pc);
+    s.pipeline = p.get();
+    s.engine = std::move(p);
+  }
+  return s;
+}
+
+void report_pipeline(const TrainingOptions& opt, const TrainingRun& s, Communicator* world) {
+  if (!s.pipeline || s.pipeline->step() == 0) return;
+  for (const ReductionStats& rs : s.pipeline->last_reduction_stats())
+    fmt::print("gradient all-reduce in the last step: {} bucket(s), {:.2f} ms, {:.0f}% hidden behind backward\n",
+               rs.buckets, rs.reduce_s * 1e3, 100 * rs.hidden_fraction());
+  if (world) return;  // the other devices' traces are in other processes
+  const int step = static_cast<int>(s.pipeline->step() - 1);
+  // Replica 0's devices come first.
+  const std::vector<Backend*> replica0(s.backends.begin(), s.backends.begin() + s.plan->schedule.num_devices);
+  const Trace trace = step_trace(s.pipeline->last_trace(), replica0, step);
+  const BubbleStats bubble = measure_bubble(trace, step);
+  fmt::print("last step: {:.2f} ms measured vs {:.2f} ms predicted; bubble per device measured / predicted:",
+             bubble.step_span_us / 1e3, s.plan->predicted_step_s() * 1e3);
+  for (size_t d = 0; d < bubble.bubble_fraction.size(); ++d)
+    fmt::print(" {:.1f}% / {:.1f}%", 100 * bubble.bubble_fraction[d], 100 * s.plan->simulated.bubble_fraction[d]);
+  fmt::print("\n");
+  if (!opt.trace.empty()) {
+    write_chrome_trace(opt.trace, trace);
+    fmt::print("wrote the trace of the last step to {} (open in https://ui.perfetto.dev)\n", opt.trace);
+  }
+  if (!opt.timeline.empty()) {
+    write_timeline_svg(opt.timeline, trace, step);
+    fmt::print("wrote the timeline of the last step to {}\n", opt.timeline);
+  }
+}
+
+}  // namespace pt

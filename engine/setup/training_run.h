@@ -1,0 +1,51 @@
+#pragma once
+// The composition root: TrainingOptions plus a model -> devices -> plan -> a TrainingEngine: one
+// device (Trainer, the reference), a pipeline over S devices, R pipeline replicas in this
+// process, or one process per device under mpirun/srun (when `world` is given; see run_main.h).
+//
+//   pt::TrainingOptions opt;
+//   opt.devices = "cpu:0,cpu:1";
+//   opt.stages = 2;
+//   opt.microbatches = 4;
+//   pt::TrainingRun run = pt::make_training(opt, model, make_model, trainer_config, batch);
+//   run.engine->train_step(x, y);
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/comm/communicator.h"
+#include "engine/devices.h"
+#include "engine/pipeline/pipeline_trainer.h"
+#include "engine/pipeline/plan.h"
+#include "engine/setup/training_options.h"
+#include "engine/trainer.h"
+#include "engine/training_engine.h"
+
+namespace pt {
+
+struct TrainingRun {
+  DeviceSet devices;                       // opened here (one per process under mpirun)
+  std::vector<Backend*> backends;          // replica 0's S devices first
+  std::optional<PipelinePlan> plan;        // when pipelined
+  std::unique_ptr<TrainingEngine> engine;  // null with plan_only
+  PipelineTrainer* pipeline = nullptr;     // replica 0 of this process (trace, bubble, reduction)
+  std::string description;                 // "cpu:0 (1 thread, ...), 2 stages, schedule 1f1b, ..."
+};
+
+// `model` serves the plan and a single device or single pipeline; make_model() builds one more
+// per replica (it may be empty when opt.dp == 1 and world is null). `config` is the trainer's;
+// its micro-batch count must be 1 (the default) or opt.microbatches, which wins. `batch` is the
+// global batch B of every step. `world`: all processes of an mpirun job (one device each), or
+// null for one process. Checks opt (TrainingOptions::check), opens the devices, plans (printing
+// the device note and the plan unless !opt.print) and builds the engine; with opt.plan_only
+// returns without one. Throws UsageError naming the fix.
+TrainingRun make_training(const TrainingOptions& opt, Model& model, const std::function<Model()>& make_model,
+                          const TrainerConfig& config, int64_t batch, Communicator* world = nullptr);
+
+// After training: the gradient reduction of the last step, its measured vs predicted bubble,
+// and opt.trace / opt.timeline files (single process only). Nothing for one device.
+void report_pipeline(const TrainingOptions& opt, const TrainingRun& run, Communicator* world = nullptr);
+
+}  // namespace pt

@@ -1,0 +1,33 @@
+#pragma once
+// The scheduler flags every example shares (devices, threads, stages, micro-batches, schedule,
+// partition, recomputation, data parallelism, timeout, plan/trace output), registered with
+// CLI11 as text and converted once, at the boundary, into the library's typed
+// pt::TrainingOptions (engine/setup/training_options.h). The library itself knows no CLI11.
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "engine/setup/training_options.h"
+
+namespace pt::examples {
+
+struct ParallelFlags {
+  std::string devices = "auto";
+  std::string precision = "fp32";  // GEMM arithmetic on CUDA devices: fp32 | tf32 | bf16
+  int threads = 0;  // per device; 0: the cores divided between devices (or processes)
+  int stages = 1, dp = 1, microbatches = 1;
+  std::string schedule = "1f1b", partition = "time", recompute = "never", costs = "estimate";
+  double mem_cap_mib = 0, timeout = 60, bucket_mb = 25;
+  bool plan_only = false;
+  std::string trace, timeline;
+};
+
+// Registers --devices --precision --threads --stages --dp --microbatches --schedule --partition --costs
+// --mem-cap --recompute --timeout --bucket-mb --plan-only --trace --timeline.
+void add_parallel_flags(CLI::App& app, ParallelFlags& f);
+
+// Parses the texts (schedule, partition, costs, recompute, precision); throws UsageError naming
+// the valid forms of the first bad one.
+TrainingOptions training_options(const ParallelFlags& f);
+
+}  // namespace pt::examples
