@@ -18,7 +18,8 @@ using namespace pt::sched;
 
 namespace {
 
-const std::filesystem::path kGoldenDir = std::filesystem::path(__FILE__).parent_path() / "golden";
+// From the build (not __FILE__, which a compiler cache may rewrite relative to another folder).
+const std::filesystem::path kGoldenDir = std::filesystem::path(PIPETRAIN_SCHEDULE_GOLDEN_DIR);
 
 std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
