@@ -139,13 +139,16 @@ int main(int argc, char** argv) {
   double max_mb = 256;
   bool quick = false;
   double timeout_s = 300;
-  app.add_option("--max-mb", max_mb, "largest all-reduce, MiB (sizes are 1 KiB * 4^k)")->check(CLI::PositiveNumber);
+  app.add_option("--max-mb", max_mb, "largest all-reduce, MiB (sizes are 1 KiB * 4^k)")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--quick", quick, "sizes up to 1 MiB, 3 timed calls each (a smoke run)");
-  app.add_option("--timeout", timeout_s, "communicator timeout, seconds")->check(CLI::PositiveNumber);
+  app.add_option("--timeout", timeout_s, "communicator timeout, seconds")
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
 
-  const size_t max_bytes = quick ? std::min<size_t>(size_t{1} << 20, static_cast<size_t>(max_mb * (1 << 20)))
-                                 : static_cast<size_t>(max_mb * (1 << 20));
+  const size_t max_bytes =
+      quick ? std::min<size_t>(size_t{1} << 20, static_cast<size_t>(max_mb * (1 << 20)))
+            : static_cast<size_t>(max_mb * (1 << 20));
   std::vector<size_t> sizes;
   for (size_t b = 1024; b <= max_bytes; b *= 4) sizes.push_back(b);
 
@@ -164,7 +167,8 @@ int main(int argc, char** argv) {
     }
     // Rank 0 alone from here; the other ranks wait (sleeping between polls) in the barrier.
     if (printer) {
-      const size_t copy_bytes = std::max<size_t>(sizes.empty() ? 1024 : sizes.back(), size_t{1} << 20);
+      const size_t copy_bytes =
+          std::max<size_t>(sizes.empty() ? 1024 : sizes.back(), size_t{1} << 20);
       emit({{"bench", std::string("memcpy")},
             {"bytes", static_cast<int64_t>(copy_bytes)},
             {"gbps", memcpy_gbps(copy_bytes)}});

@@ -8,7 +8,8 @@
 //      of --bucket-mb, overlapped with backward.
 //
 // Prints JSON lines (rank 0 only):
-//   {"bench":"dp_config", "model", "impl":"mpi"|"in_process", "replicas":R, "batch_per_replica", ...}
+//   {"bench":"dp_config", "model", "impl":"mpi"|"in_process", "replicas":R, "batch_per_replica",
+//   ...}
 //   {"bench":"dp_baseline", "step_ms", "samples_per_s"}
 //   {"bench":"dp", "bucket_mb", "buckets", "step_ms", "samples_per_s", "speedup" (= DP samples/s /
 //    baseline samples/s), "efficiency" (= speedup / R), "allreduce_ms" (per step, on rank 0's
@@ -29,13 +30,13 @@
 #include <fmt/format.h>
 
 #include "bench/json_line.h"
+#include "bench/synthetic_batch.h"
 #include "engine/comm/mpi.h"
 #include "engine/core/error.h"
 #include "engine/core/random.h"
 #include "engine/parallel/data_parallel_trainer.h"
 #include "engine/pipeline/plan.h"
 #include "engine/trainer.h"
-#include "bench/synthetic_batch.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "layers/zoo.h"
 #include "schedule/generators.h"
@@ -50,7 +51,7 @@ struct Flags {
   std::string model = "mlp";
   int64_t batch = 128;  // per replica
   int microbatches = 1;
-  int replicas = 2;     // without mpirun (under mpirun: the world size)
+  int replicas = 2;                      // without mpirun (under mpirun: the world size)
   std::vector<double> bucket_mb{4, 25};  // several buckets (overlap with backward) and one
   int steps = 10, warmup = 3;
   double timeout = 120;
@@ -84,11 +85,16 @@ void emit(bool speak, const Fields& fields) {
 int run(const Flags& f, pt::Communicator* world) {
   const int R = world ? world->size() : f.replicas;
   const bool speak = !world || world->rank() == 0;
-  if (R < 1 || f.batch < f.microbatches) throw pt::UsageError("need >= 1 replica and --batch >= --microbatches");
-  emit(speak, {{"bench", std::string("dp_config")}, {"model", f.model}, {"impl", std::string(world ? "mpi" : "in_process")},
-               {"replicas", static_cast<int64_t>(R)}, {"batch_per_replica", f.batch},
+  if (R < 1 || f.batch < f.microbatches)
+    throw pt::UsageError("need >= 1 replica and --batch >= --microbatches");
+  emit(speak, {{"bench", std::string("dp_config")},
+               {"model", f.model},
+               {"impl", std::string(world ? "mpi" : "in_process")},
+               {"replicas", static_cast<int64_t>(R)},
+               {"batch_per_replica", f.batch},
                {"microbatches", static_cast<int64_t>(f.microbatches)},
-               {"threads_per_replica", int64_t{1}}, {"steps", static_cast<int64_t>(f.steps)}});
+               {"threads_per_replica", int64_t{1}},
+               {"steps", static_cast<int64_t>(f.steps)}});
 
   // 1. baseline: one replica on one core, alone on the machine.
   double base_s = 0;
@@ -99,7 +105,8 @@ int run(const Flags& f, pt::Communicator* world) {
     pt::Trainer t(m, *backend, pt::bench::sgd_config(f.microbatches));
     const Batch b(f.batch);
     base_s = best_step_s(f, [&] { t.train_step(b.hx, b.hy); });
-    emit(speak, {{"bench", std::string("dp_baseline")}, {"step_ms", base_s * 1e3},
+    emit(speak, {{"bench", std::string("dp_baseline")},
+                 {"step_ms", base_s * 1e3},
                  {"samples_per_s", static_cast<double>(f.batch) / base_s}});
   }
   if (world) world->barrier("the end of the baseline");
@@ -118,7 +125,8 @@ int run(const Flags& f, pt::Communicator* world) {
   for (double bucket_mb : f.bucket_mb) {
     pt::PipelineConfig pc;
     pc.trainer = pt::bench::sgd_config(f.microbatches);
-    pc.schedule = pt::sched::add_grad_reduction(pt::sched::add_communication(pt::sched::generate("1f1b", 1, f.microbatches)));
+    pc.schedule = pt::sched::add_grad_reduction(
+        pt::sched::add_communication(pt::sched::generate("1f1b", 1, f.microbatches)));
     pc.layers_per_stage = {shape.num_layers()};
     pc.timeout_s = f.timeout;
     pc.parallel.bucket_bytes = static_cast<size_t>(bucket_mb * 1024 * 1024);
@@ -140,14 +148,22 @@ int run(const Flags& f, pt::Communicator* world) {
     const double dp_rate = static_cast<double>(f.batch * R) / dp_s;
     const double speedup = dp_rate / base_rate;
     best_speedup = std::max(best_speedup, speedup);
-    emit(speak, {{"bench", std::string("dp")}, {"bucket_mb", bucket_mb}, {"buckets", static_cast<int64_t>(buckets)},
-                 {"step_ms", dp_s * 1e3}, {"samples_per_s", dp_rate}, {"speedup", speedup}, {"efficiency", speedup / R},
+    emit(speak, {{"bench", std::string("dp")},
+                 {"bucket_mb", bucket_mb},
+                 {"buckets", static_cast<int64_t>(buckets)},
+                 {"step_ms", dp_s * 1e3},
+                 {"samples_per_s", dp_rate},
+                 {"speedup", speedup},
+                 {"efficiency", speedup / R},
                  {"allreduce_ms", measured ? reduce_ms / measured : 0.0},
                  {"hidden_fraction", measured ? hidden / measured : 0.0}});
   }
   const double target = 1.85 * R / 2;  // the target for R = 2, scaled
-  emit(speak, {{"bench", std::string("dp_summary")}, {"replicas", static_cast<int64_t>(R)}, {"speedup", best_speedup},
-               {"target", target}, {"met", best_speedup >= target}});
+  emit(speak, {{"bench", std::string("dp_summary")},
+               {"replicas", static_cast<int64_t>(R)},
+               {"speedup", best_speedup},
+               {"target", target},
+               {"met", best_speedup >= target}});
   return 0;
 }
 
@@ -158,9 +174,13 @@ int main(int argc, char** argv) {
   Flags f;
   app.add_option("--model", f.model, "mlp or cnn")->capture_default_str();
   app.add_option("--batch", f.batch, "samples per replica per step")->capture_default_str();
-  app.add_option("--microbatches", f.microbatches, "micro-batches per replica")->capture_default_str();
-  app.add_option("--replicas", f.replicas, "replicas when not under mpirun (threads)")->capture_default_str();
-  app.add_option("--bucket-mb", f.bucket_mb, "gradient bucket sizes to measure, e.g. 4,25")->delimiter(',')->capture_default_str();
+  app.add_option("--microbatches", f.microbatches, "micro-batches per replica")
+      ->capture_default_str();
+  app.add_option("--replicas", f.replicas, "replicas when not under mpirun (threads)")
+      ->capture_default_str();
+  app.add_option("--bucket-mb", f.bucket_mb, "gradient bucket sizes to measure, e.g. 4,25")
+      ->delimiter(',')
+      ->capture_default_str();
   app.add_option("--steps", f.steps, "timed steps (best is reported)")->capture_default_str();
   app.add_option("--warmup", f.warmup, "untimed steps first")->capture_default_str();
   CLI11_PARSE(app, argc, argv);

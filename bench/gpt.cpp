@@ -32,7 +32,8 @@ constexpr int kLayers = 4, kHeads = 4;
 pt::Model model() { return pt::gpt(kVocab, kContext, kDModel, kLayers, kHeads); }
 
 double flops_per_token(const pt::Model& m) {
-  const double n = static_cast<double>(m.param_count() - kVocab * kDModel /*lm_head copy*/ - kContext * kDModel);
+  const double n =
+      static_cast<double>(m.param_count() - kVocab * kDModel /*lm_head copy*/ - kContext * kDModel);
   return 6.0 * n + 12.0 * kLayers * kDModel * kContext;
 }
 
@@ -49,16 +50,22 @@ double sgemm_gflops(pt::Backend& b, int64_t n) {
   pt::Tensor A = b.empty({n, n}), B = b.empty({n, n}), C = b.zeros({n, n});
   b.fill(A.f32(), 0.5f, n * n);
   b.fill(B.f32(), 0.25f, n * n);
-  const double s = best_seconds(1, 5, [&] { b.gemm(false, false, n, n, n, 1.f, A.f32(), n, B.f32(), n, 0.f, C.f32(), n); });
+  const double s = best_seconds(
+      1, 5, [&] { b.gemm(false, false, n, n, n, 1.f, A.f32(), n, B.f32(), n, 0.f, C.f32(), n); });
   return 2.0 * static_cast<double>(n * n * n) / s / 1e9;
 }
 
 void report(const std::string& setup, int cores, double step_s, double flops_token, double limit) {
   const double tokens = static_cast<double>(kBatch * kContext) / step_s;
   const double gflops = tokens * flops_token / 1e9;
-  pt::bench::emit({{"bench", std::string("gpt_step")}, {"setup", setup}, {"cores", int64_t{cores}},
-                   {"step_ms", step_s * 1e3}, {"tokens_per_s", tokens}, {"model_gflops", gflops},
-                   {"sgemm_gflops", limit}, {"ratio_to_sgemm", gflops / limit}});
+  pt::bench::emit({{"bench", std::string("gpt_step")},
+                   {"setup", setup},
+                   {"cores", int64_t{cores}},
+                   {"step_ms", step_s * 1e3},
+                   {"tokens_per_s", tokens},
+                   {"model_gflops", gflops},
+                   {"sgemm_gflops", limit},
+                   {"ratio_to_sgemm", gflops / limit}});
 }
 
 }  // namespace
@@ -66,7 +73,8 @@ void report(const std::string& setup, int cores, double step_s, double flops_tok
 int main(int argc, char** argv) {
   CLI::App app{"bench/gpt: GPT training tokens/s and model FLOP/s vs the sgemm limit (JSON lines)"};
   int steps = 4;
-  app.add_option("--steps", steps, "timed steps per measurement (best is reported)")->capture_default_str();
+  app.add_option("--steps", steps, "timed steps per measurement (best is reported)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   std::vector<int32_t> x(static_cast<size_t>(kBatch * kContext)), y(x.size());
@@ -104,7 +112,7 @@ int main(int argc, char** argv) {
   pc.schedule = pt::sched::add_communication(pt::sched::generate("1f1b", 2, 4));
   pc.layers_per_stage = {4, 4};  // tok_emb pos_emb block0 block1 | block2 block3 ln_f lm_head
   pt::PipelineTrainer pipeline(m, devices, pc);
-  report("2 stages x 1 thread (1f1b, M=4)", 2, best_seconds(1, steps, [&] { pipeline.train_step(hx, hy); }), fpt,
-         limit2);
+  report("2 stages x 1 thread (1f1b, M=4)", 2,
+         best_seconds(1, steps, [&] { pipeline.train_step(hx, hy); }), fpt, limit2);
   return 0;
 }

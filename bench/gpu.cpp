@@ -5,12 +5,14 @@
 //       datasheet's dense figure for the GPU when we know it (H100/H200 SXM), else null
 //   {"bench":"gpu_copy", "kind", "mib", "gb_per_s"}
 //       same-device copy_within, slot-to-slot copy_to_peer (two backends on one GPU, the path two
-//       stages sharing a GPU take), cuda:0 -> cuda:1 peer copy when there are two GPUs, host->device
-//       and device->host (pageable host memory, as the engine's inputs are)
-//   {"bench":"gpu_train", "model", "precision", "batch", "step_ms", "samples_per_s" | "tokens_per_s",
+//       stages sharing a GPU take), cuda:0 -> cuda:1 peer copy when there are two GPUs,
+//       host->device and device->host (pageable host memory, as the engine's inputs are)
+//   {"bench":"gpu_train", "model", "precision", "batch", "step_ms", "samples_per_s" |
+//   "tokens_per_s",
 //    "model_tflops", "mfu"}
-//       an MLP (784-2048x8-10, batch 4096) and a GPT (d 768, 12 layers, context 512) training on cuda:0, AdamW; model FLOPs
-//       as bench/gpt counts them (6 N per sample/token, plus 12 L d T for attention)
+//       an MLP (784-2048x8-10, batch 4096) and a GPT (d 768, 12 layers, context 512) training on
+//       cuda:0, AdamW; model FLOPs as bench/gpt counts them (6 N per sample/token, plus 12 L d T
+//       for attention)
 //   {"bench":"gpu_pipeline", "schedule", "stages", "microbatches", "step_ms", "single_ms",
 //    "predicted_ms", "predicted_over_measured"}
 //       the GPT pipelined over two backends (slots of cuda:0, or two GPUs); the prediction is the
@@ -41,8 +43,8 @@
 
 namespace {
 
-using pt::bench::best_seconds;
 using pt::CudaPrecision;
+using pt::bench::best_seconds;
 
 using pt::bench::emit;
 using pt::bench::Fields;
@@ -50,7 +52,8 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();  // written as
 
 // Dense datasheet peaks (TFLOP/s) of the GPUs we know; nullopt otherwise.
 std::optional<double> peak_tflops(const std::string& gpu, CudaPrecision p) {
-  const bool hopper_sxm = gpu.find("H200") != std::string::npos || gpu.find("H100 80GB HBM3") != std::string::npos;
+  const bool hopper_sxm =
+      gpu.find("H200") != std::string::npos || gpu.find("H100 80GB HBM3") != std::string::npos;
   if (!hopper_sxm) return std::nullopt;
   switch (p) {
     case CudaPrecision::fp32: return 67.0;
@@ -75,9 +78,13 @@ void bench_gemm(const std::string& gpu, int reps) {
       });
       const double tflops = 2.0 * static_cast<double>(n * n * n) / s / 1e12;
       const auto peak = peak_tflops(gpu, p);
-      emit({{"bench", std::string("gpu_gemm")}, {"precision", std::string(pt::precision_name(p))}, {"n", n},
-            {"tflops", tflops}, {"peak_tflops", or_null(peak)},
-            {"ratio_to_peak", or_null(peak ? std::optional<double>(tflops / *peak) : std::nullopt)}});
+      emit({{"bench", std::string("gpu_gemm")},
+            {"precision", std::string(pt::precision_name(p))},
+            {"n", n},
+            {"tflops", tflops},
+            {"peak_tflops", or_null(peak)},
+            {"ratio_to_peak",
+             or_null(peak ? std::optional<double>(tflops / *peak) : std::nullopt)}});
     }
   }
 }
@@ -87,34 +94,50 @@ void bench_copies(int reps) {
   const size_t bytes = size_t{kMiB} << 20;
   auto a = pt::make_cuda_backend(0, 0, CudaPrecision::fp32);
   auto slot = pt::make_cuda_backend(0, 1, CudaPrecision::fp32);
-  pt::Tensor src = a->zeros({static_cast<int64_t>(bytes / 4)}), dst = a->empty({static_cast<int64_t>(bytes / 4)});
+  pt::Tensor src = a->zeros({static_cast<int64_t>(bytes / 4)}),
+             dst = a->empty({static_cast<int64_t>(bytes / 4)});
   pt::Tensor far = slot->empty({static_cast<int64_t>(bytes / 4)});
   const auto report = [&](const char* kind, double s, double factor) {
-    emit({{"bench", std::string("gpu_copy")}, {"kind", std::string(kind)}, {"mib", int64_t{kMiB}},
+    emit({{"bench", std::string("gpu_copy")},
+          {"kind", std::string(kind)},
+          {"mib", int64_t{kMiB}},
           {"gb_per_s", factor * static_cast<double>(bytes) / s / 1e9}});
   };
   // A device-to-device copy reads and writes every byte: 2x the bytes cross memory.
-  report("same_device_read_plus_write", best_seconds(1, reps, [&] {
-           a->copy_within(dst.data(), src.data(), bytes);
-           a->synchronize();
-         }), 2.0);
-  report("slot_to_slot", best_seconds(1, reps, [&] {
-           a->copy_to(*slot, far.data(), src.data(), bytes);  // the peer copy (slot to slot)
-           a->synchronize();
-           slot->synchronize();
-         }), 1.0);
+  report("same_device_read_plus_write",
+         best_seconds(1, reps,
+                      [&] {
+                        a->copy_within(dst.data(), src.data(), bytes);
+                        a->synchronize();
+                      }),
+         2.0);
+  report("slot_to_slot",
+         best_seconds(1, reps,
+                      [&] {
+                        a->copy_to(*slot, far.data(), src.data(),
+                                   bytes);  // the peer copy (slot to slot)
+                        a->synchronize();
+                        slot->synchronize();
+                      }),
+         1.0);
   if (pt::cuda_status().devices.size() >= 2) {
     auto other = pt::make_cuda_backend(1, 0, CudaPrecision::fp32);
     pt::Tensor remote = other->empty({static_cast<int64_t>(bytes / 4)});
-    report("peer_cuda0_to_cuda1", best_seconds(1, reps, [&] {
-             a->copy_to(*other, remote.data(), src.data(), bytes);  // through the host without peer access
-             a->synchronize();
-             other->synchronize();
-           }), 1.0);
+    report("peer_cuda0_to_cuda1",
+           best_seconds(1, reps,
+                        [&] {
+                          a->copy_to(*other, remote.data(), src.data(),
+                                     bytes);  // through the host without peer access
+                          a->synchronize();
+                          other->synchronize();
+                        }),
+           1.0);
   }
   std::vector<float> host(bytes / 4, 1.f);
-  report("host_to_device", best_seconds(1, reps, [&] { a->copy_from_host(dst.data(), host.data(), bytes); }), 1.0);
-  report("device_to_host", best_seconds(1, reps, [&] { a->copy_to_host(host.data(), src.data(), bytes); }), 1.0);
+  report("host_to_device",
+         best_seconds(1, reps, [&] { a->copy_from_host(dst.data(), host.data(), bytes); }), 1.0);
+  report("device_to_host",
+         best_seconds(1, reps, [&] { a->copy_to_host(host.data(), src.data(), bytes); }), 1.0);
 }
 
 pt::TrainerConfig adamw(int M) {
@@ -167,10 +190,15 @@ double bench_train(const std::string& gpu, int reps) {
         t.train_step(hx, hy);
         b->synchronize();
       });
-      const double tflops = 6.0 * static_cast<double>(m.param_count()) * static_cast<double>(B) / s / 1e12;
-      emit({{"bench", std::string("gpu_train")}, {"model", std::string("deep_mlp")},
-            {"precision", std::string(pt::precision_name(p))}, {"batch", B}, {"step_ms", s * 1e3},
-            {"samples_per_s", static_cast<double>(B) / s}, {"model_tflops", tflops},
+      const double tflops =
+          6.0 * static_cast<double>(m.param_count()) * static_cast<double>(B) / s / 1e12;
+      emit({{"bench", std::string("gpu_train")},
+            {"model", std::string("deep_mlp")},
+            {"precision", std::string(pt::precision_name(p))},
+            {"batch", B},
+            {"step_ms", s * 1e3},
+            {"samples_per_s", static_cast<double>(B) / s},
+            {"model_tflops", tflops},
             {"mfu", or_null(peak ? std::optional<double>(tflops / *peak) : std::nullopt)}});
     }
     {  // GPT
@@ -184,9 +212,13 @@ double bench_train(const std::string& gpu, int reps) {
       if (p == CudaPrecision::fp32) gpt_single_s = s;
       const double tokens = static_cast<double>(kBatch * kContext) / s;
       const double tflops = tokens * gpt_flops_per_token(m) / 1e12;
-      emit({{"bench", std::string("gpu_train")}, {"model", std::string("gpt_d768_l12_t512")},
-            {"precision", std::string(pt::precision_name(p))}, {"batch", kBatch}, {"step_ms", s * 1e3},
-            {"tokens_per_s", tokens}, {"model_tflops", tflops},
+      emit({{"bench", std::string("gpu_train")},
+            {"model", std::string("gpt_d768_l12_t512")},
+            {"precision", std::string(pt::precision_name(p))},
+            {"batch", kBatch},
+            {"step_ms", s * 1e3},
+            {"tokens_per_s", tokens},
+            {"model_tflops", tflops},
             {"mfu", or_null(peak ? std::optional<double>(tflops / *peak) : std::nullopt)}});
     }
   }
@@ -224,9 +256,15 @@ void bench_pipeline(double single_s, int reps) {
     st.w = schedule == "zb-h1" ? unit : 0;
     sim.stages = {st};
     const double predicted = pt::sched::simulate(pc.schedule, sim).step_time;
-    emit({{"bench", std::string("gpu_pipeline")}, {"schedule", schedule}, {"stages", int64_t{S}},
-          {"gpus", int64_t{two_gpus ? 2 : 1}}, {"microbatches", int64_t{M}}, {"step_ms", s * 1e3},
-          {"single_ms", single_s * 1e3}, {"predicted_ms", predicted * 1e3}, {"predicted_over_measured", predicted / s}});
+    emit({{"bench", std::string("gpu_pipeline")},
+          {"schedule", schedule},
+          {"stages", int64_t{S}},
+          {"gpus", int64_t{two_gpus ? 2 : 1}},
+          {"microbatches", int64_t{M}},
+          {"step_ms", s * 1e3},
+          {"single_ms", single_s * 1e3},
+          {"predicted_ms", predicted * 1e3},
+          {"predicted_over_measured", predicted / s}});
   }
 }
 
@@ -235,7 +273,8 @@ void bench_pipeline(double single_s, int reps) {
 int main(int argc, char** argv) {
   CLI::App app{"bench/gpu: GEMM, copies, training throughput and pipelines on a GPU (JSON lines)"};
   int reps = 5;
-  app.add_option("--reps", reps, "timed repetitions per measurement (best is reported)")->capture_default_str();
+  app.add_option("--reps", reps, "timed repetitions per measurement (best is reported)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   const pt::CudaStatus& cuda = pt::cuda_status();
   if (!cuda.available) {
@@ -243,7 +282,9 @@ int main(int argc, char** argv) {
     return 77;
   }
   const std::string gpu = cuda.devices[0].name;
-  emit({{"bench", std::string("gpu_device")}, {"device", cuda.devices[0].str()}, {"runtime", cuda.message}});
+  emit({{"bench", std::string("gpu_device")},
+        {"device", cuda.devices[0].str()},
+        {"runtime", cuda.message}});
   bench_gemm(gpu, reps);
   bench_copies(reps);
   const double single_s = bench_train(gpu, reps);

@@ -47,16 +47,16 @@
 #include <fmt/format.h>
 
 #include "bench/json_line.h"
+#include "bench/synthetic_batch.h"
 #include "engine/core/error.h"
 #include "engine/core/random.h"
 #include "engine/partition/layer_costs.h"
 #include "engine/pipeline/pipeline_trainer.h"
-#include "engine/pipeline/step_trace.h"
 #include "engine/pipeline/plan.h"
+#include "engine/pipeline/step_trace.h"
 #include "engine/trace/bubble.h"
 #include "engine/trace/trace.h"
 #include "engine/trainer.h"
-#include "bench/synthetic_batch.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "layers/zoo.h"
 #include "schedule/simulate.h"
@@ -85,7 +85,7 @@ struct Flags {
 };
 
 pt::Model make_model(const std::string& name) {
-  if (name == "mlp") return pt::fashion_mlp();     // 784-1024x4-10: 10 layers
+  if (name == "mlp") return pt::fashion_mlp();      // 784-1024x4-10: 10 layers
   if (name == "deep") return pt::deep_mlp(8, 512);  // 784-512x8-10: 18 layers
   throw pt::UsageError(fmt::format("unknown --model '{}': use mlp or deep", name));
 }
@@ -123,7 +123,8 @@ Timed time_single_device(const Flags& f, const Batch& batch, int M, int threads)
   backend->bind_current_thread();
   pt::Model model = make_model(f.model);
   pt::Trainer trainer(model, *backend, pt::bench::sgd_config(M));
-  return time_steps(f.warmup, f.steps, [&] { return trainer.train_step(batch.hx, batch.hy); }, [](bool) {});
+  return time_steps(
+      f.warmup, f.steps, [&] { return trainer.train_step(batch.hx, batch.hy); }, [](bool) {});
 }
 
 // ---- profiled costs ----------------------------------------------------------------------------
@@ -151,7 +152,8 @@ class Profiles {
 };
 
 // Each (virtual) stage's F, I, W: the sum over its layers.
-std::vector<pt::sched::StageTimes> stage_times(const pt::Partition& p, const std::vector<pt::LayerProfile>& costs) {
+std::vector<pt::sched::StageTimes> stage_times(const pt::Partition& p,
+                                               const std::vector<pt::LayerProfile>& costs) {
   std::vector<pt::sched::StageTimes> out;
   for (const pt::StagePlan& st : p.stages) {
     pt::sched::StageTimes t;
@@ -168,7 +170,8 @@ std::vector<pt::sched::StageTimes> stage_times(const pt::Partition& p, const std
 
 // Mean seconds of the SEND actions across each stage boundary k (stage k <-> k + 1): a send is
 // the copy into the receiver's memory plus the post to its mailbox.
-std::vector<double> measured_transfers(const std::vector<std::vector<pt::ExecutedAction>>& trace, int stages) {
+std::vector<double> measured_transfers(const std::vector<std::vector<pt::ExecutedAction>>& trace,
+                                       int stages) {
   const auto boundaries = static_cast<size_t>(std::max(stages - 1, 0));
   std::vector<double> sum(boundaries, 0.0);
   std::vector<int> count(boundaries, 0);
@@ -207,7 +210,8 @@ struct RunResult {
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
 // Plans, runs and reports one (schedule, M); std::nullopt when the schedule is not valid for M.
-std::optional<RunResult> run_pipeline(const Flags& f, pt::CostSource cost_source, const Batch& batch, Profiles& profiles,
+std::optional<RunResult> run_pipeline(const Flags& f, pt::CostSource cost_source,
+                                      const Batch& batch, Profiles& profiles,
                                       const std::string& schedule, int M, const Baseline& base) {
   const int S = f.stages;
   pt::Model model = make_model(f.model);
@@ -223,7 +227,9 @@ std::optional<RunResult> run_pipeline(const Flags& f, pt::CostSource cost_source
   try {
     planned = pt::make_plan(model, req, &profiles.backend());
   } catch (const pt::UsageError& e) {
-    emit({{"bench", std::string("pipeline")}, {"schedule", schedule}, {"microbatches", int64_t{M}},
+    emit({{"bench", std::string("pipeline")},
+          {"schedule", schedule},
+          {"microbatches", int64_t{M}},
           {"skipped", std::string(e.what())}});
     return std::nullopt;
   }
@@ -290,7 +296,8 @@ std::optional<RunResult> run_pipeline(const Flags& f, pt::CostSource cost_source
   r.speedup_over_ideal = speedup / ideal;
   r.peak_bytes = peak;
   r.inflight = equal.peak_inflight;
-  for (const pt::StagePlan& st : plan.partition.stages) r.predicted_peak_bytes.push_back(st.peak_memory_bytes);
+  for (const pt::StagePlan& st : plan.partition.stages)
+    r.predicted_peak_bytes.push_back(st.peak_memory_bytes);
 
   std::string layout;
   for (int k : plan.partition.layout()) layout += (layout.empty() ? "" : ",") + std::to_string(k);
@@ -331,7 +338,8 @@ std::optional<RunResult> run_pipeline(const Flags& f, pt::CostSource cost_source
   }
   for (size_t k = 0; k < sim.transfer.size(); ++k)
     out.emplace_back(fmt::format("transfer_us_b{}", k), sim.transfer[k] * 1e6);
-  for (size_t d = 0; d < peak.size(); ++d) out.emplace_back(fmt::format("peak_mib_d{}", d), mib(static_cast<double>(peak[d])));
+  for (size_t d = 0; d < peak.size(); ++d)
+    out.emplace_back(fmt::format("peak_mib_d{}", d), mib(static_cast<double>(peak[d])));
   for (size_t k = 0; k < r.inflight.size(); ++k)
     out.emplace_back(fmt::format("inflight_s{}", k), int64_t{r.inflight[k]});
   out.emplace_back("steps_checked", static_cast<int64_t>(n));
@@ -371,10 +379,17 @@ int run(Flags f, const CLI::App& app) {
   Profiles profiles(f);
   const pt::Model shown = make_model(f.model);
   const Batch batch(f.batch);
-  emit({{"bench", std::string("pipeline_config")}, {"model", f.model},
-        {"layers", int64_t{shown.num_layers()}}, {"params", shown.param_count()}, {"batch", f.batch},
-        {"devices", int64_t{f.stages}}, {"threads_per_device", int64_t{1}}, {"steps", int64_t{f.steps}},
-        {"warmup", int64_t{f.warmup}}, {"partition", std::string("time")}, {"costs", f.costs}});
+  emit({{"bench", std::string("pipeline_config")},
+        {"model", f.model},
+        {"layers", int64_t{shown.num_layers()}},
+        {"params", shown.param_count()},
+        {"batch", f.batch},
+        {"devices", int64_t{f.stages}},
+        {"threads_per_device", int64_t{1}},
+        {"steps", int64_t{f.steps}},
+        {"warmup", int64_t{f.warmup}},
+        {"partition", std::string("time")},
+        {"costs", f.costs}});
 
   std::vector<RunResult> runs;
   for (int M : f.microbatches) {
@@ -386,12 +401,16 @@ int run(Flags f, const CLI::App& app) {
     base.threads_s = many.best_s;
     base.losses = one.losses;
     for (const auto& [threads, t] : {std::pair{1, &one}, std::pair{f.stages, &many}})
-      emit({{"bench", std::string("baseline")}, {"devices", int64_t{1}}, {"threads", int64_t{threads}},
-            {"microbatches", int64_t{M}}, {"step_ms", t->best_s * 1e3},
+      emit({{"bench", std::string("baseline")},
+            {"devices", int64_t{1}},
+            {"threads", int64_t{threads}},
+            {"microbatches", int64_t{M}},
+            {"step_ms", t->best_s * 1e3},
             {"samples_per_s", static_cast<double>(f.batch) / t->best_s}});
     // ---- the pipelines ----
     for (const std::string& s : f.schedules)
-      if (auto r = run_pipeline(f, costs, batch, profiles, s, M, base)) runs.push_back(std::move(*r));
+      if (auto r = run_pipeline(f, costs, batch, profiles, s, M, base))
+        runs.push_back(std::move(*r));
   }
 
   // ---- memory at M = 8 (or the largest M run): activations held vs in-flight micro-batches ----
@@ -402,17 +421,21 @@ int run(Flags f, const CLI::App& app) {
   for (const std::string s : {"gpipe", "1f1b", "zb-h1"}) {
     const RunResult* r = find(runs, s, mem_m);
     if (!r) continue;
-    Fields out{{"bench", std::string("pipeline_memory")}, {"schedule", s}, {"microbatches", int64_t{mem_m}}};
+    Fields out{{"bench", std::string("pipeline_memory")},
+               {"schedule", s},
+               {"microbatches", int64_t{mem_m}}};
     for (size_t d = 0; d < r->peak_bytes.size(); ++d) {
       out.emplace_back(fmt::format("peak_mib_d{}", d), mib(static_cast<double>(r->peak_bytes[d])));
       if (ref_1f1b && d < ref_1f1b->peak_bytes.size())
-        out.emplace_back(fmt::format("peak_over_1f1b_d{}", d), static_cast<double>(r->peak_bytes[d]) /
-                                                                    static_cast<double>(ref_1f1b->peak_bytes[d]));
+        out.emplace_back(
+            fmt::format("peak_over_1f1b_d{}", d),
+            static_cast<double>(r->peak_bytes[d]) / static_cast<double>(ref_1f1b->peak_bytes[d]));
     }
     for (size_t k = 0; k < r->inflight.size(); ++k)
       out.emplace_back(fmt::format("inflight_s{}", k), int64_t{r->inflight[k]});
     for (size_t k = 0; k < r->predicted_peak_bytes.size(); ++k)
-      out.emplace_back(fmt::format("planned_peak_mib_s{}", k), mib(static_cast<double>(r->predicted_peak_bytes[k])));
+      out.emplace_back(fmt::format("planned_peak_mib_s{}", k),
+                       mib(static_cast<double>(r->predicted_peak_bytes[k])));
     emit(out);
   }
 
@@ -421,23 +444,29 @@ int run(Flags f, const CLI::App& app) {
     const RunResult* zb = find(runs, "zb-h1", M);
     const RunResult* ob = find(runs, "1f1b", M);
     if (!zb || !ob) continue;
-    emit({{"bench", std::string("zb_vs_1f1b")}, {"microbatches", int64_t{M}},
+    emit({{"bench", std::string("zb_vs_1f1b")},
+          {"microbatches", int64_t{M}},
           {"sim_equal_ratio", zb->sim_equal_s / ob->sim_equal_s},
           {"sim_profiled_ratio", zb->sim_profiled_s / ob->sim_profiled_s},
           {"measured_ratio", zb->step_s / ob->step_s}});
   }
 
   // ---- summary ----
-  double bubble_max = 0, bubble_max_1f1b = kNaN, bubble_vs_sim_max = 0, pred_min = kNaN, pred_max = kNaN;
+  double bubble_max = 0, bubble_max_1f1b = kNaN, bubble_vs_sim_max = 0, pred_min = kNaN,
+         pred_max = kNaN;
   int wrong = 0;
   for (const RunResult& r : runs) {
     bubble_max = std::max(bubble_max, r.bubble_err_pp_max);
     bubble_vs_sim_max = std::max(bubble_vs_sim_max, r.bubble_err_vs_sim_pp_max);
     if (r.schedule == "1f1b")
-      bubble_max_1f1b = std::isnan(bubble_max_1f1b) ? r.bubble_err_pp_max : std::max(bubble_max_1f1b, r.bubble_err_pp_max);
+      bubble_max_1f1b = std::isnan(bubble_max_1f1b)
+                            ? r.bubble_err_pp_max
+                            : std::max(bubble_max_1f1b, r.bubble_err_pp_max);
     if (std::isfinite(r.predicted_over_measured)) {
-      pred_min = std::isnan(pred_min) ? r.predicted_over_measured : std::min(pred_min, r.predicted_over_measured);
-      pred_max = std::isnan(pred_max) ? r.predicted_over_measured : std::max(pred_max, r.predicted_over_measured);
+      pred_min = std::isnan(pred_min) ? r.predicted_over_measured
+                                      : std::min(pred_min, r.predicted_over_measured);
+      pred_max = std::isnan(pred_max) ? r.predicted_over_measured
+                                      : std::max(pred_max, r.predicted_over_measured);
     }
     wrong += r.wrong;
   }
@@ -446,7 +475,9 @@ int run(Flags f, const CLI::App& app) {
   const double ob8_ratio = ob8 ? ob8->speedup_over_ideal : kNaN;
   const double zb_measured = ob8 && zb8 ? zb8->step_s / ob8->step_s : kNaN;
   const double zb_sim = ob8 && zb8 ? zb8->sim_equal_s / ob8->sim_equal_s : kNaN;
-  auto meets = [](bool ok, bool known) { return known ? int64_t{ok} : int64_t{-1}; };  // -1: not measured
+  auto meets = [](bool ok, bool known) {
+    return known ? int64_t{ok} : int64_t{-1};
+  };  // -1: not measured
   emit({{"bench", std::string("pipeline_summary")},
         {"model", f.model},
         {"runs", static_cast<int64_t>(runs.size())},
@@ -465,7 +496,9 @@ int run(Flags f, const CLI::App& app) {
         {"zb_h1_over_1f1b_sim_equal_m8", zb_sim},
         {"wrong", int64_t{wrong}}});
   if (wrong) {
-    fmt::print(stderr, "error: {} step losses of pipelined runs differ from the single-device reference\n", wrong);
+    fmt::print(stderr,
+               "error: {} step losses of pipelined runs differ from the single-device reference\n",
+               wrong);
     return 3;
   }
   return 0;
@@ -474,17 +507,26 @@ int run(Flags f, const CLI::App& app) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"bench/pipeline: pipeline speedup, bubble, prediction and memory vs the ideal (JSON lines)"};
+  CLI::App app{
+      "bench/pipeline: pipeline speedup, bubble, prediction and memory vs the ideal (JSON lines)"};
   Flags f;
-  app.add_option("--model", f.model, "mlp (784-1024x4-10) or deep (784-512x8-10)")->capture_default_str();
+  app.add_option("--model", f.model, "mlp (784-1024x4-10) or deep (784-512x8-10)")
+      ->capture_default_str();
   app.add_option("--batch", f.batch, "global batch size B")->capture_default_str();
   app.add_option("--stages", f.stages, "pipeline devices S, one core each")->capture_default_str();
-  app.add_option("--steps", f.steps, "timed steps per measurement (best is reported)")->capture_default_str();
+  app.add_option("--steps", f.steps, "timed steps per measurement (best is reported)")
+      ->capture_default_str();
   app.add_option("--warmup", f.warmup, "untimed steps before timing")->capture_default_str();
-  app.add_option("--microbatches", f.microbatches, "micro-batch counts M")->delimiter(',')->capture_default_str();
-  app.add_option("--schedules", f.schedules, "gpipe,1f1b,zb-h1,interleaved:V")->delimiter(',')->capture_default_str();
-  app.add_option("--costs", f.costs, "layer costs for the partition: estimate | profile")->capture_default_str();
-  app.add_option("--profile-repeats", f.profile_repeats, "runs per layer when profiling (median)")->capture_default_str();
+  app.add_option("--microbatches", f.microbatches, "micro-batch counts M")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--schedules", f.schedules, "gpipe,1f1b,zb-h1,interleaved:V")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--costs", f.costs, "layer costs for the partition: estimate | profile")
+      ->capture_default_str();
+  app.add_option("--profile-repeats", f.profile_repeats, "runs per layer when profiling (median)")
+      ->capture_default_str();
   app.add_flag("--quick", f.quick, "smoke run: M in {1,4,8}, 3 steps, 1 warm-up (unless given)");
   CLI11_PARSE(app, argc, argv);
   try {

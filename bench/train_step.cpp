@@ -89,8 +89,8 @@ int main(int argc, char** argv) {
     auto backend = pt::make_cpu_backend(0, t);
     backend->bind_current_thread();
     const double limit = sgemm_gflops(*backend, n, 5);
-    pt::bench::emit({{"bench", std::string("sgemm")}, {"threads", int64_t{t}}, {"n", n},
-                     {"gflops", limit}});
+    pt::bench::emit(
+        {{"bench", std::string("sgemm")}, {"threads", int64_t{t}}, {"n", n}, {"gflops", limit}});
 
     pt::Model model = pt::fashion_mlp();
     pt::TrainerConfig cfg;
@@ -108,10 +108,14 @@ int main(int argc, char** argv) {
     }
     const double sps = static_cast<double>(batch) / best;
     const double gflops = sps * mlp_gemm_flops_per_sample(model) / 1e9;
-    pt::bench::emit({{"bench", std::string("mlp_step")}, {"threads", int64_t{t}},
-                     {"batch", batch}, {"microbatches", int64_t{microbatches}},
-                     {"step_ms", best * 1e3}, {"samples_per_s", sps},
-                     {"model_gflops", gflops}, {"sgemm_gflops", limit},
+    pt::bench::emit({{"bench", std::string("mlp_step")},
+                     {"threads", int64_t{t}},
+                     {"batch", batch},
+                     {"microbatches", int64_t{microbatches}},
+                     {"step_ms", best * 1e3},
+                     {"samples_per_s", sps},
+                     {"model_gflops", gflops},
+                     {"sgemm_gflops", limit},
                      {"ratio_to_sgemm", gflops / limit}});
   }
   return 0;

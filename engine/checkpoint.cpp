@@ -18,16 +18,19 @@ std::string optimizer_name(const std::string& param, const std::string& slot) {
   return fmt::format("optimizer.{}.{}", param, slot);
 }
 
-int64_t parse_int(const SafetensorsFile& f, const std::string& key, const std::filesystem::path& path) {
+int64_t parse_int(const SafetensorsFile& f, const std::string& key,
+                  const std::filesystem::path& path) {
   auto it = f.metadata.find(key);
   if (it == f.metadata.end())
-    throw FileError(fmt::format("checkpoint {} has no '{}' in its metadata: it is not a complete "
-                                "pipetrain checkpoint", path.string(), key));
+    throw FileError(
+        fmt::format("checkpoint {} has no '{}' in its metadata: it is not a complete "
+                    "pipetrain checkpoint",
+                    path.string(), key));
   int64_t v = 0;
   auto [p, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
   if (ec != std::errc() || p != it->second.data() + it->second.size())
-    throw FileError(fmt::format("checkpoint {}: metadata '{}' = '{}' is not an integer", path.string(),
-                                key, it->second));
+    throw FileError(fmt::format("checkpoint {}: metadata '{}' = '{}' is not an integer",
+                                path.string(), key, it->second));
   return v;
 }
 
@@ -41,7 +44,8 @@ std::string first_difference(const std::string& theirs, const std::string& ours)
     if (!ga && !gb) return "(no difference)";
     if (!ga) la = "(nothing)";
     if (!gb) lb = "(nothing)";
-    if (la != lb || !ga || !gb) return fmt::format("checkpoint has '{}', this model has '{}'", la, lb);
+    if (la != lb || !ga || !gb)
+      return fmt::format("checkpoint has '{}', this model has '{}'", la, lb);
   }
 }
 
@@ -101,17 +105,19 @@ TrainingState load_checkpoint(const std::filesystem::path& path, const Model& mo
     return it == file.metadata.end() ? std::string() : it->second;
   };
   if (meta("format") != kFormat)
-    throw FileError(fmt::format("{} is not a pipetrain checkpoint (metadata format is '{}', expected "
-                                "'{}')", path.string(), meta("format"), kFormat));
+    throw FileError(
+        fmt::format("{} is not a pipetrain checkpoint (metadata format is '{}', expected "
+                    "'{}')",
+                    path.string(), meta("format"), kFormat));
   if (meta("model_signature") != model.signature())
-    throw FileError(fmt::format("checkpoint {} was written for a different model: {}. Build the same "
-                                "model (flags --model etc.) as the run that saved it",
-                                path.string(), first_difference(meta("model_signature"), model.signature())));
+    throw FileError(
+        fmt::format("checkpoint {} was written for a different model: {}. Build the same "
+                    "model (flags --model etc.) as the run that saved it",
+                    path.string(), first_difference(meta("model_signature"), model.signature())));
 
   auto load = [&](const std::string& name, const Tensor& t, Backend& backend) {
     const HostTensor* h = file.find(name);
-    if (!h)
-      throw FileError(fmt::format("checkpoint {} has no tensor '{}'", path.string(), name));
+    if (!h) throw FileError(fmt::format("checkpoint {} has no tensor '{}'", path.string(), name));
     check_matches(*h, t, path);
     if (t.bytes()) backend.copy_from_host(t.data(), h->data.data(), t.bytes());
   };
@@ -124,12 +130,15 @@ TrainingState load_checkpoint(const std::filesystem::path& path, const Model& mo
     if (!s.optimizer) continue;
     Optimizer& opt = *s.optimizer;
     if (meta("optimizer").empty())
-      throw FileError(fmt::format("checkpoint {} holds weights only (no optimizer state; e.g. written "
-                                  "by --save-init): it cannot be resumed from", path.string()));
+      throw FileError(
+          fmt::format("checkpoint {} holds weights only (no optimizer state; e.g. written "
+                      "by --save-init): it cannot be resumed from",
+                      path.string()));
     if (meta("optimizer") != opt.config().kind)
-      throw FileError(fmt::format("checkpoint {} was trained with optimizer '{}' but this run uses "
-                                  "'{}': pass --optim {}", path.string(), meta("optimizer"),
-                                  opt.config().kind, meta("optimizer")));
+      throw FileError(
+          fmt::format("checkpoint {} was trained with optimizer '{}' but this run uses "
+                      "'{}': pass --optim {}",
+                      path.string(), meta("optimizer"), opt.config().kind, meta("optimizer")));
     for (OptimizerSlot& slot : opt.slots())
       for (size_t i = 0; i < s.params->entries().size(); ++i)
         load(optimizer_name(s.params->entries()[i].name, slot.name),

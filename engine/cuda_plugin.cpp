@@ -103,15 +103,19 @@ const PtCudaPluginApi* load_plugin(const std::string& path, std::string& reason)
     return nullptr;
   }
   // From ABI 2 the plugin hands out C++ objects: only safe from the same sources and compiler.
-  const size_t with_objects = offsetof(PtCudaPluginApi, create_backend) + sizeof(api->create_backend);
-  if (api->struct_size < with_objects || api->build_id == nullptr || api->create_backend == nullptr) {
-    reason = fmt::format("{} has no create_backend entry ({} bytes, need {}): rebuild and reinstall pipetrain",
-                         path, api->struct_size, with_objects);
+  const size_t with_objects =
+      offsetof(PtCudaPluginApi, create_backend) + sizeof(api->create_backend);
+  if (api->struct_size < with_objects || api->build_id == nullptr ||
+      api->create_backend == nullptr) {
+    reason = fmt::format(
+        "{} has no create_backend entry ({} bytes, need {}): rebuild and reinstall pipetrain", path,
+        api->struct_size, with_objects);
     return nullptr;
   }
   if (std::string_view(api->build_id) != PIPETRAIN_BUILD_ID) {
     reason = fmt::format(
-        "{} was built from other sources or by another compiler (plugin build {}, engine build {}): "
+        "{} was built from other sources or by another compiler (plugin build {}, engine build "
+        "{}): "
         "rebuild and reinstall pipetrain so that the engine and its plugin match",
         path, api->build_id, PIPETRAIN_BUILD_ID);
     return nullptr;
@@ -249,15 +253,16 @@ std::unique_ptr<Backend> make_cuda_backend(int device, int slot, CudaPrecision p
   const std::string name = fmt::format("cuda:{}", device);
   if (!cuda.available) throw UsageError(fmt::format("cannot open {}: {}", name, cuda.message));
   if (device < 0 || device >= static_cast<int>(cuda.devices.size()))
-    throw UsageError(fmt::format("cannot open {}: this machine has {} GPU{} (cuda:0..cuda:{})", name,
-                                 cuda.devices.size(), cuda.devices.size() == 1 ? "" : "s",
+    throw UsageError(fmt::format("cannot open {}: this machine has {} GPU{} (cuda:0..cuda:{})",
+                                 name, cuda.devices.size(), cuda.devices.size() == 1 ? "" : "s",
                                  static_cast<int>(cuda.devices.size()) - 1));
   PtCudaBackendOptions options{device, slot, static_cast<int>(precision)};
   void* out = nullptr;
   char message[kMessageSize] = {};
   const int rc = cuda.api->create_backend(&options, &out, message, sizeof(message));
   if (rc != PT_CUDA_OK || out == nullptr)
-    throw UsageError(fmt::format("cannot open {}: {}", name, message[0] != '\0' ? message : "the plugin failed"));
+    throw UsageError(fmt::format("cannot open {}: {}", name,
+                                 message[0] != '\0' ? message : "the plugin failed"));
   return std::unique_ptr<Backend>(static_cast<Backend*>(out));
 }
 
@@ -270,23 +275,25 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, Ba
   char message[kMessageSize] = {};
   if (bootstrap.rank() == 0) {
     if (!cuda.available || cuda.api->nccl_unique_id == nullptr)
-      std::snprintf(message, sizeof(message), "%s", cuda.available ? "the plugin has no NCCL" : cuda.message.c_str());
+      std::snprintf(message, sizeof(message), "%s",
+                    cuda.available ? "the plugin has no NCCL" : cuda.message.c_str());
     else if (cuda.api->nccl_unique_id(id.data() + 1, message, sizeof(message)) == PT_CUDA_OK)
       id[0] = 1;
   }
   bootstrap.broadcast(id.data(), id.size(), 0, fmt::format("the NCCL unique id of '{}'", name));
   if (id[0] != 1)
-    throw UsageError(fmt::format("cannot create NCCL communicator '{}': {}", name,
-                                 bootstrap.rank() == 0 ? message : "rank 0 could not draw an NCCL unique id"));
+    throw UsageError(
+        fmt::format("cannot create NCCL communicator '{}': {}", name,
+                    bootstrap.rank() == 0 ? message : "rank 0 could not draw an NCCL unique id"));
   if (!cuda.available || cuda.api->create_nccl_communicator == nullptr)
     throw UsageError(fmt::format("cannot create NCCL communicator '{}': {}", name,
                                  cuda.available ? "the plugin has no NCCL" : cuda.message));
   std::vector<int> world_ranks;
   for (int r = 0; r < bootstrap.size(); ++r) world_ranks.push_back(bootstrap.world_rank(r));
   void* out = nullptr;
-  const int rc = cuda.api->create_nccl_communicator(id.data() + 1, bootstrap.size(), bootstrap.rank(),
-                                                    world_ranks.data(), name.c_str(), &backend,
-                                                    bootstrap.timeout_s(), &out, message, sizeof(message));
+  const int rc = cuda.api->create_nccl_communicator(
+      id.data() + 1, bootstrap.size(), bootstrap.rank(), world_ranks.data(), name.c_str(), &backend,
+      bootstrap.timeout_s(), &out, message, sizeof(message));
   if (rc != PT_CUDA_OK || out == nullptr)
     throw UsageError(fmt::format("cannot create NCCL communicator '{}': {}", name, message));
   return std::unique_ptr<Communicator>(static_cast<Communicator*>(out));
@@ -298,22 +305,28 @@ bool nccl_usable(Communicator& group, Backend& backend) {
   // host and PCI bus id: with CUDA_VISIBLE_DEVICES set per rank, every rank's GPU is "cuda:0".
   struct Place {
     char host[64] = {};
-    char gpu[32] = {};  // PCI bus id, or "#<index>" when unknown; empty: no CUDA device (or no NCCL)
+    char gpu[32] =
+        {};  // PCI bus id, or "#<index>" when unknown; empty: no CUDA device (or no NCCL)
   } mine;
   gethostname(mine.host, sizeof(mine.host) - 1);
   const int index = backend.device().index;
-  if (cuda.available && cuda.api->create_nccl_communicator != nullptr && backend.device().kind == DeviceKind::cuda &&
-      index >= 0 && index < static_cast<int>(cuda.devices.size())) {
+  if (cuda.available && cuda.api->create_nccl_communicator != nullptr &&
+      backend.device().kind == DeviceKind::cuda && index >= 0 &&
+      index < static_cast<int>(cuda.devices.size())) {
     const std::string& bus = cuda.devices[static_cast<size_t>(index)].pci_bus_id;
-    std::snprintf(mine.gpu, sizeof(mine.gpu), "%s", bus.empty() ? fmt::format("#{}", index).c_str() : bus.c_str());
+    std::snprintf(mine.gpu, sizeof(mine.gpu), "%s",
+                  bus.empty() ? fmt::format("#{}", index).c_str() : bus.c_str());
   }
   std::vector<Place> all(static_cast<size_t>(group.size()));
   group.all_gather(&mine, all.data(), sizeof(Place), "where each rank's GPU is (for NCCL)");
-  const auto same = [](const char* a, const char* b, size_t n) { return std::strncmp(a, b, n) == 0; };
+  const auto same = [](const char* a, const char* b, size_t n) {
+    return std::strncmp(a, b, n) == 0;
+  };
   for (size_t i = 0; i < all.size(); ++i) {
     if (all[i].gpu[0] == '\0') return false;
     for (size_t j = 0; j < i; ++j)
-      if (same(all[i].gpu, all[j].gpu, sizeof(Place::gpu)) && same(all[i].host, all[j].host, sizeof(Place::host)))
+      if (same(all[i].gpu, all[j].gpu, sizeof(Place::gpu)) &&
+          same(all[i].host, all[j].host, sizeof(Place::host)))
         return false;
   }
   return true;

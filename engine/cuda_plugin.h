@@ -34,7 +34,7 @@ struct CudaDeviceInfo {
   int cc_major = 0;         // compute capability major.minor
   int cc_minor = 0;
   int multiprocessors = 0;
-  std::string pci_bus_id;   // "0000:3b:00.0"; empty if the driver did not say
+  std::string pci_bus_id;  // "0000:3b:00.0"; empty if the driver did not say
 
   // "cuda:0 NVIDIA H200 (139.8 GiB, sm_90, 132 SMs)".
   std::string str() const;
@@ -49,8 +49,8 @@ struct CudaStatus {
   //   "... cudaGetDeviceCount failed with cudaErrorInsufficientDriver (35): no NVIDIA driver is
   //    loaded on this machine"
   std::string message;
-  std::vector<CudaDeviceInfo> devices;  // empty unless available
-  std::string plugin_path;              // the file loaded or tried last; empty if none was
+  std::vector<CudaDeviceInfo> devices;   // empty unless available
+  std::string plugin_path;               // the file loaded or tried last; empty if none was
   const PtCudaPluginApi* api = nullptr;  // the plugin's table when available (for the backend)
 };
 
@@ -78,9 +78,9 @@ const char* precision_name(CudaPrecision p);
 CudaPrecision parse_precision(std::string_view text);
 
 // A Backend for GPU `device` from the plugin. The engine opens GPUs through the backend registry
-// (kind "cuda", registered by cuda_plugin.cpp), which calls this. `slot` > 0 opens another backend on the same GPU
-// (its own streams and accounting: several stages on one GPU). Throws UsageError with the
-// plugin's reason ("cannot open cuda:1: ...") when CUDA is unavailable or the GPU fails.
+// (kind "cuda", registered by cuda_plugin.cpp), which calls this. `slot` > 0 opens another backend
+// on the same GPU (its own streams and accounting: several stages on one GPU). Throws UsageError
+// with the plugin's reason ("cannot open cuda:1: ...") when CUDA is unavailable or the GPU fails.
 // `status` is the process's (tests pass another).
 std::unique_ptr<Backend> make_cuda_backend(int device, int slot, CudaPrecision precision,
                                            const CudaStatus& status = cuda_status());

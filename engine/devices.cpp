@@ -38,8 +38,8 @@ std::vector<DeviceId> resolve(std::string_view spec, int count, std::string& not
   const int gpus = static_cast<int>(cuda.devices.size());
   for (int i = 0; i < wanted; ++i) ids.push_back({DeviceKind::cuda, i % gpus});
   if (wanted > gpus)
-    note = fmt::format("{} devices on {} GPU{}: stages share a GPU, each with its own streams", wanted, gpus,
-                       gpus == 1 ? "" : "s");
+    note = fmt::format("{} devices on {} GPU{}: stages share a GPU, each with its own streams",
+                       wanted, gpus, gpus == 1 ? "" : "s");
   return ids;
 }
 
@@ -51,20 +51,24 @@ DeviceSet open_devices(std::string_view spec, int count, int threads, CudaPrecis
   const auto is_cuda = [](const DeviceId& d) { return d.kind == DeviceKind::cuda; };
   const size_t cuda_devices = static_cast<size_t>(std::count_if(ids.begin(), ids.end(), is_cuda));
   if (cuda_devices != 0 && cuda_devices != ids.size())
-    throw UsageError(fmt::format("--devices {} mixes CPU and CUDA devices: use only cpu:N or only cuda:N", spec));
+    throw UsageError(fmt::format(
+        "--devices {} mixes CPU and CUDA devices: use only cpu:N or only cuda:N", spec));
   if (cuda_devices == 0 && precision != CudaPrecision::fp32)
-    throw UsageError(fmt::format("--precision {} needs CUDA devices (the CPU backend computes in fp32): use "
-                                 "--precision fp32 or --devices cuda:N",
-                                 precision_name(precision)));
+    throw UsageError(
+        fmt::format("--precision {} needs CUDA devices (the CPU backend computes in fp32): use "
+                    "--precision fp32 or --devices cuda:N",
+                    precision_name(precision)));
   // A GPU may be listed more than once (stages sharing it); a CPU device may not, because its
   // threads are its cores.
   for (size_t i = 0; i < ids.size(); ++i)
     for (size_t j = 0; j < i; ++j)
       if (ids[i] == ids[j] && !is_cuda(ids[i]))
-        throw UsageError(fmt::format("device {} is listed twice in --devices {}", ids[i].str(), spec));
+        throw UsageError(
+            fmt::format("device {} is listed twice in --devices {}", ids[i].str(), spec));
 
   const int cpu_devices = static_cast<int>(ids.size() - cuda_devices);
-  const int per_device = threads > 0 ? threads : std::max(1, available_cores() / std::max(1, cpu_devices));
+  const int per_device =
+      threads > 0 ? threads : std::max(1, available_cores() / std::max(1, cpu_devices));
   // Each backend through the registry (engine/core/backend_registry.h): the engine names no
   // backend class. threads matter to the CPU backend, slots to devices listed more than once.
   std::map<std::pair<DeviceKind, int>, int> slots;  // device -> backends opened on it so far

@@ -17,11 +17,13 @@ namespace {
 EvalStats evaluate_dataset(TrainingEngine& trainer, const Dataset& data) {
   Shape in = data.sample_shape.with_batch(data.size());
   const Tensor x = Tensor::borrow(const_cast<float*>(data.inputs.data()), in);
-  const Tensor y = Tensor::borrow(const_cast<int32_t*>(data.labels.data()), Shape{data.size()}, DType::i32);
+  const Tensor y =
+      Tensor::borrow(const_cast<int32_t*>(data.labels.data()), Shape{data.size()}, DType::i32);
   return trainer.evaluate(x, y);
 }
 
-TrainingState state_of(const TrainingEngine& trainer, const BatchIterator& it, const FitOptions& options) {
+TrainingState state_of(const TrainingEngine& trainer, const BatchIterator& it,
+                       const FitOptions& options) {
   TrainingState s;
   s.step = trainer.step();
   s.epoch = it.position().epoch;
@@ -48,7 +50,8 @@ int64_t planned_steps(const FitOptions& options, int64_t n) {
   return options.epochs * ((n + options.batch - 1) / options.batch);
 }
 
-FitResult fit(TrainingEngine& trainer, const Dataset& train, const Dataset* test, const FitOptions& options) {
+FitResult fit(TrainingEngine& trainer, const Dataset& train, const Dataset* test,
+              const FitOptions& options) {
   if (options.batch < 1 || options.batch > train.size())
     throw UsageError(fmt::format("--batch {} must be between 1 and the training set size {}",
                                  options.batch, train.size()));
@@ -56,19 +59,24 @@ FitResult fit(TrainingEngine& trainer, const Dataset& train, const Dataset* test
   const int64_t total = planned_steps(options, train.size());
 
   if (!options.resume.empty()) {
-    const TrainingState s = load_checkpoint(options.resume, trainer.model(), trainer.stage_states());
+    const TrainingState s =
+        load_checkpoint(options.resume, trainer.model(), trainer.stage_states());
     for (const auto& [key, value] : options.settings) {
       auto it = s.extra.find(key);
       if (it != s.extra.end() && it->second != value)
-        throw UsageError(fmt::format("checkpoint {} was saved with {} = {} but this run has {}: resume "
-                                     "with the same settings", options.resume.string(), key, it->second, value));
+        throw UsageError(
+            fmt::format("checkpoint {} was saved with {} = {} but this run has {}: resume "
+                        "with the same settings",
+                        options.resume.string(), key, it->second, value));
     }
     if (s.extra.count("batch") && s.extra.at("batch") != std::to_string(options.batch))
-      throw UsageError(fmt::format("checkpoint {} was saved with --batch {} but this run has --batch {}",
-                                   options.resume.string(), s.extra.at("batch"), options.batch));
+      throw UsageError(
+          fmt::format("checkpoint {} was saved with --batch {} but this run has --batch {}",
+                      options.resume.string(), s.extra.at("batch"), options.batch));
     if (s.seed != trainer.seed())
-      throw UsageError(fmt::format("checkpoint {} was saved with --seed {} but this run has --seed {}",
-                                   options.resume.string(), s.seed, trainer.seed()));
+      throw UsageError(
+          fmt::format("checkpoint {} was saved with --seed {} but this run has --seed {}",
+                      options.resume.string(), s.seed, trainer.seed()));
     trainer.set_step(s.step);
     batches.set_position({s.epoch, s.batch_in_epoch * options.batch});
     fmt::print("resumed from {} at step {} (epoch {}, batch {})\n", options.resume.string(), s.step,
@@ -79,7 +87,8 @@ FitResult fit(TrainingEngine& trainer, const Dataset& train, const Dataset* test
     fmt::print("wrote the initial weights to {}\n", options.save_init.string());
   }
 
-  MetricsWriter metrics = options.metrics.empty() ? MetricsWriter() : MetricsWriter(options.metrics);
+  MetricsWriter metrics =
+      options.metrics.empty() ? MetricsWriter() : MetricsWriter(options.metrics);
   FitResult result;
   Progress progress("train", total, options.log_every);
   double loss_sum = 0;
@@ -99,21 +108,31 @@ FitResult fit(TrainingEngine& trainer, const Dataset& train, const Dataset* test
     loss_sum += st.loss;
     ++loss_count;
     if (st.skipped)
-      fmt::print(stderr, "\nstep {}: gradients are not finite (norm {}): step skipped, parameters unchanged\n",
-                 trainer.step() - 1, st.grad_norm);
-    metrics.write({{"step", trainer.step()}, {"epoch", epoch + 1}, {"loss", st.loss},
-                   {"lr", static_cast<double>(st.lr)}, {"grad_norm", st.grad_norm},
+      fmt::print(
+          stderr,
+          "\nstep {}: gradients are not finite (norm {}): step skipped, parameters unchanged\n",
+          trainer.step() - 1, st.grad_norm);
+    metrics.write({{"step", trainer.step()},
+                   {"epoch", epoch + 1},
+                   {"loss", st.loss},
+                   {"lr", static_cast<double>(st.lr)},
+                   {"grad_norm", st.grad_norm},
                    {"samples_per_s", static_cast<double>(st.samples) / dt}});
-    progress.update(trainer.step(), fmt::format("epoch {} loss {:.4f}", epoch + 1, loss_sum / static_cast<double>(loss_count)));
+    progress.update(trainer.step(), fmt::format("epoch {} loss {:.4f}", epoch + 1,
+                                                loss_sum / static_cast<double>(loss_count)));
 
     const bool epoch_done = batches.position().epoch != epoch;
     if (epoch_done && test && trainer.step() < total) {
       progress.finish();
       const EvalStats ev = evaluate_dataset(trainer, *test);
-      fmt::print("epoch {}: train loss {:.4f}, test loss {:.4f}, test accuracy {:.2f}%\n", epoch + 1,
-                 loss_sum / static_cast<double>(loss_count), ev.loss, 100.0 * ev.accuracy);
-      metrics.write({{"event", std::string("eval")}, {"step", trainer.step()}, {"epoch", epoch + 1},
-                     {"test_loss", ev.loss}, {"test_accuracy", ev.accuracy}});
+      fmt::print("epoch {}: train loss {:.4f}, test loss {:.4f}, test accuracy {:.2f}%\n",
+                 epoch + 1, loss_sum / static_cast<double>(loss_count), ev.loss,
+                 100.0 * ev.accuracy);
+      metrics.write({{"event", std::string("eval")},
+                     {"step", trainer.step()},
+                     {"epoch", epoch + 1},
+                     {"test_loss", ev.loss},
+                     {"test_accuracy", ev.accuracy}});
       loss_sum = 0;
       loss_count = 0;
     }
@@ -129,8 +148,10 @@ FitResult fit(TrainingEngine& trainer, const Dataset& train, const Dataset* test
   }
   if (test) {
     result.test = evaluate_dataset(trainer, *test);
-    metrics.write({{"event", std::string("eval")}, {"step", trainer.step()},
-                   {"test_loss", result.test.loss}, {"test_accuracy", result.test.accuracy}});
+    metrics.write({{"event", std::string("eval")},
+                   {"step", trainer.step()},
+                   {"test_loss", result.test.loss},
+                   {"test_accuracy", result.test.accuracy}});
   }
   return result;
 }

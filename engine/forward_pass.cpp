@@ -6,14 +6,15 @@ MicrobatchContexts::MicrobatchContexts(Backend& backend, const StepInfo& info, i
                                        int last_layer, bool with_loss)
     : info_(info), first_layer_(first_layer) {
   contexts_.reserve(static_cast<size_t>(last_layer - first_layer) + 1);
-  for (int l = first_layer; l < last_layer; ++l) contexts_.emplace_back(backend, info_, static_cast<uint64_t>(l));
+  for (int l = first_layer; l < last_layer; ++l)
+    contexts_.emplace_back(backend, info_, static_cast<uint64_t>(l));
   // The loss's key is the model's layer count, which is last_layer for the last stage.
   if (with_loss) contexts_.emplace_back(backend, info_, static_cast<uint64_t>(last_layer));
   for (LayerContext& c : contexts_) c.set_skips(&skips_);
 }
 
-Tensor forward_layers(const Model& model, int first, int last, Tensor x, MicrobatchContexts& contexts,
-                      const AfterLayer& after_layer) {
+Tensor forward_layers(const Model& model, int first, int last, Tensor x,
+                      MicrobatchContexts& contexts, const AfterLayer& after_layer) {
   for (int l = first; l < last; ++l) {
     LayerContext& ctx = contexts.layer(l);
     Tensor y = model.layer(l).forward(x, ctx);

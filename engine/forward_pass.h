@@ -38,7 +38,7 @@ class MicrobatchContexts {
 using AfterLayer = std::function<void(int l, const Tensor& x, const Tensor& y, LayerContext& ctx)>;
 
 // y = layers [first, last) of `model` applied to x in order, each with its context in `contexts`.
-Tensor forward_layers(const Model& model, int first, int last, Tensor x, MicrobatchContexts& contexts,
-                      const AfterLayer& after_layer = {});
+Tensor forward_layers(const Model& model, int first, int last, Tensor x,
+                      MicrobatchContexts& contexts, const AfterLayer& after_layer = {});
 
 }  // namespace pt

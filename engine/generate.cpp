@@ -32,7 +32,8 @@ std::vector<float> last_logits(const Model& model, Backend& device, std::span<co
   const auto T = static_cast<int64_t>(window.size());
   Tensor x = device.empty(Shape{1, T}, DType::i32);
   device.copy_from_host(x.data(), window.data(), x.bytes());
-  MicrobatchContexts ctx(device, StepInfo{0, 0, 0, /*training=*/false}, 0, model.num_layers(), false);
+  MicrobatchContexts ctx(device, StepInfo{0, 0, 0, /*training=*/false}, 0, model.num_layers(),
+                         false);
   x = forward_layers(model, 0, model.num_layers(), x, ctx);
   std::vector<float> logits(static_cast<size_t>(vocab));
   device.copy_to_host(logits.data(), x.f32() + (T - 1) * vocab, logits.size() * sizeof(float));
@@ -77,24 +78,27 @@ int32_t draw(const std::vector<float>& logits, float temperature, int64_t top_k,
 
 void require_prompt(size_t tokens) {
   if (tokens == 0)
-    throw UsageError("the prompt is empty; give at least one token to start from (for text: one "
-                     "byte, e.g. a newline)");
+    throw UsageError(
+        "the prompt is empty; give at least one token to start from (for text: one "
+        "byte, e.g. a newline)");
 }
 
 }  // namespace
 
 void SamplingOptions::validate() const {
   if (!(temperature >= 0.f) || !std::isfinite(temperature))
-    throw UsageError(fmt::format("temperature must be >= 0 (0: always the most likely token) but "
-                                 "got {}",
-                                 temperature));
+    throw UsageError(
+        fmt::format("temperature must be >= 0 (0: always the most likely token) but "
+                    "got {}",
+                    temperature));
   if (top_k < 0)
-    throw UsageError(fmt::format("top-k must be >= 0 (0: no limit, 1: always the most likely "
-                                 "token) but got {}",
-                                 top_k));
+    throw UsageError(
+        fmt::format("top-k must be >= 0 (0: no limit, 1: always the most likely "
+                    "token) but got {}",
+                    top_k));
   if (max_new_tokens < 0)
-    throw UsageError(fmt::format("the number of tokens to sample must be >= 0 but got {}",
-                                 max_new_tokens));
+    throw UsageError(
+        fmt::format("the number of tokens to sample must be >= 0 but got {}", max_new_tokens));
 }
 
 // ---- parameters ----------------------------------------------------------------------------
@@ -113,9 +117,10 @@ void copy_trained_parameters(std::span<const StageState> trained, StageParameter
     if (it == sources.end()) continue;
     const Tensor want = into.param(i), have = it->second.stage->param(it->second.index);
     if (want.shape() != have.shape())
-      throw UsageError(fmt::format("cannot copy the trained parameter '{}': it is {} but the model "
-                                   "to sample from has {}; build both with the same settings",
-                                   entries[i].name, have.shape().str(), want.shape().str()));
+      throw UsageError(
+          fmt::format("cannot copy the trained parameter '{}': it is {} but the model "
+                      "to sample from has {}; build both with the same settings",
+                      entries[i].name, have.shape().str(), want.shape().str()));
     held[i] = 1;
   }
   // Who supplies each parameter: this process, or (MPI) the lowest rank holding it.
@@ -132,10 +137,10 @@ void copy_trained_parameters(std::span<const StageState> trained, StageParameter
       if (all_held[static_cast<size_t>(r) * n + i]) owner[i] = r;
   for (size_t i = 0; i < n; ++i)
     if (owner[i] < 0)
-      throw UsageError(fmt::format("no trained stage holds the parameter '{}'; pass the states "
-                                   "of every stage (TrainingEngine::stage_states()){}",
-                                   entries[i].name,
-                                   world ? "" : ", or the world communicator under MPI"));
+      throw UsageError(
+          fmt::format("no trained stage holds the parameter '{}'; pass the states "
+                      "of every stage (TrainingEngine::stage_states()){}",
+                      entries[i].name, world ? "" : ", or the world communicator under MPI"));
 
   if (!world) {
     std::vector<float> buf;
@@ -164,27 +169,31 @@ void copy_trained_parameters(std::span<const StageState> trained, StageParameter
 
 // ---- sampling ------------------------------------------------------------------------------
 std::vector<int32_t> sample_tokens(const Model& model, Backend& device,
-                                   std::span<const int32_t> prompt, const SamplingOptions& options) {
+                                   std::span<const int32_t> prompt,
+                                   const SamplingOptions& options) {
   options.validate();
   const Shape& in = model.input_shape();
   const Shape& out = model.output_shape();
   if (model.input_dtype() != DType::i32 || in.rank() != 1 || out.rank() != 2 || out[0] != in[0])
-    throw UsageError(fmt::format("sampling needs a language model from token ids (T) int32 to "
-                                 "logits (T, vocab), but this one maps {} {} to {}",
-                                 dtype_name(model.input_dtype()), in.str(), out.str()));
+    throw UsageError(
+        fmt::format("sampling needs a language model from token ids (T) int32 to "
+                    "logits (T, vocab), but this one maps {} {} to {}",
+                    dtype_name(model.input_dtype()), in.str(), out.str()));
   const int64_t T = in[0], vocab = out[1];
   require_prompt(prompt.size());
   for (int32_t id : prompt)
     if (id < 0 || id >= vocab)
-      throw UsageError(fmt::format("the prompt holds the token id {}, outside the model's "
-                                   "vocabulary [0, {})",
-                                   id, vocab));
+      throw UsageError(
+          fmt::format("the prompt holds the token id {}, outside the model's "
+                      "vocabulary [0, {})",
+                      id, vocab));
 
   std::vector<int32_t> tokens(prompt.begin(), prompt.end());
   const bool greedy = options.temperature == 0.f || options.top_k == 1;
   for (int64_t i = 0; i < options.max_new_tokens; ++i) {
     // The model sees at most its context: the last T tokens.
-    const size_t from = tokens.size() > static_cast<size_t>(T) ? tokens.size() - static_cast<size_t>(T) : 0;
+    const size_t from =
+        tokens.size() > static_cast<size_t>(T) ? tokens.size() - static_cast<size_t>(T) : 0;
     const std::vector<float> logits =
         last_logits(model, device, std::span(tokens).subspan(from), vocab);
     const uint64_t position = tokens.size() - prompt.size();  // counter of this draw

@@ -21,8 +21,10 @@ std::string escape(const std::string& s) {
       case '\n': out += "\\n"; break;
       case '\t': out += "\\t"; break;
       default:
-        if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\u{:04x}", static_cast<int>(c));
-        else out += c;
+        if (static_cast<unsigned char>(c) < 0x20)
+          out += fmt::format("\\u{:04x}", static_cast<int>(c));
+        else
+          out += c;
     }
   }
   return out;
@@ -51,7 +53,8 @@ std::string json_line(const std::vector<std::pair<std::string, MetricValue>>& fi
 MetricsWriter::MetricsWriter(const std::filesystem::path& path) {
   file_ = std::fopen(path.c_str(), "w");
   if (!file_)
-    throw FileError(fmt::format("cannot open metrics file {}: {}", path.string(), std::strerror(errno)));
+    throw FileError(
+        fmt::format("cannot open metrics file {}: {}", path.string(), std::strerror(errno)));
 }
 
 MetricsWriter::~MetricsWriter() {

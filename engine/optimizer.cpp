@@ -14,7 +14,8 @@ void OptimizerConfig::validate() const {
     throw UsageError(fmt::format("momentum {} must be in [0, 1)", momentum));
   if (nesterov && (momentum <= 0.f || dampening != 0.f))
     throw UsageError("Nesterov momentum requires momentum > 0 and dampening = 0");
-  if (weight_decay < 0.f) throw UsageError(fmt::format("weight decay {} must be >= 0", weight_decay));
+  if (weight_decay < 0.f)
+    throw UsageError(fmt::format("weight decay {} must be >= 0", weight_decay));
   if (beta1 < 0.f || beta1 >= 1.f || beta2 < 0.f || beta2 >= 1.f)
     throw UsageError(fmt::format("AdamW betas ({}, {}) must be in [0, 1)", beta1, beta2));
   if (!(eps > 0.f)) throw UsageError(fmt::format("AdamW eps {} must be > 0", eps));
@@ -22,10 +23,10 @@ void OptimizerConfig::validate() const {
 
 std::string OptimizerConfig::str() const {
   if (kind == "adamw")
-    return fmt::format("adamw(lr={}, betas=({}, {}), eps={}, weight_decay={})", lr, beta1, beta2, eps,
-                       weight_decay);
-  return fmt::format("sgd(lr={}, momentum={}, dampening={}, nesterov={}, weight_decay={})", lr, momentum,
-                     dampening, nesterov, weight_decay);
+    return fmt::format("adamw(lr={}, betas=({}, {}), eps={}, weight_decay={})", lr, beta1, beta2,
+                       eps, weight_decay);
+  return fmt::format("sgd(lr={}, momentum={}, dampening={}, nesterov={}, weight_decay={})", lr,
+                     momentum, dampening, nesterov, weight_decay);
 }
 
 int OptimizerConfig::state_slots() const {

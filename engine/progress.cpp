@@ -29,7 +29,8 @@ double Progress::elapsed_seconds() const {
 
 void Progress::update(int64_t done, const std::string& status) {
   const double elapsed = elapsed_seconds();
-  const double eta = done > 0 ? elapsed / static_cast<double>(done) * static_cast<double>(total_ - done) : 0.0;
+  const double eta =
+      done > 0 ? elapsed / static_cast<double>(done) * static_cast<double>(total_ - done) : 0.0;
   if (terminal_) {
     // Redraw at most ~10 times a second, and always at the end.
     const auto now = std::chrono::steady_clock::now();

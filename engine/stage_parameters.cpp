@@ -68,7 +68,8 @@ StageParameters::StageParameters(const Model& model, int first_layer, int last_l
       // A tied copy starts as its owner does: same init, same key, same values.
       const ParameterTie* tie = model.tie_of({l, p});
       const ParamRef from = tie ? tie->members[0] : ParamRef{l, p};
-      const ParamInit init = tie ? model.layer(from.layer).param_specs()[from.param].init : specs[p].init;
+      const ParamInit init =
+          tie ? model.layer(from.layer).param_specs()[from.param].init : specs[p].init;
       initial_values(init, seed, from.layer, from.param, host.data(), t.numel());
       backend.copy_from_host(t.data(), host.data(), t.bytes());
       params.push_back(t);
@@ -84,7 +85,8 @@ StageParameters::~StageParameters() {
     Layer& layer = model_->layer(l);
     const size_t n = layer.param_specs().size();
     // Someone may have bound the layer elsewhere since (e.g. a profiler): leave that alone.
-    if (n > 0 && !layer.params().empty() && layer.params()[0].data() == param(e).data()) layer.unbind();
+    if (n > 0 && !layer.params().empty() && layer.params()[0].data() == param(e).data())
+      layer.unbind();
     e += n;
   }
 }

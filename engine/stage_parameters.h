@@ -13,11 +13,11 @@
 namespace pt {
 
 struct ParameterEntry {
-  int layer = 0;          // global layer index
-  std::string name;       // "{layer}.{layer_name}.{param}" (checkpoint name)
-  size_t table_index = 0; // entry in the arenas' size table
-  size_t param_index = 0; // index in the layer's param_specs()
-  bool tied_copy = false; // a tied parameter's copy other than the owner's (Model::ties)
+  int layer = 0;           // global layer index
+  std::string name;        // "{layer}.{layer_name}.{param}" (checkpoint name)
+  size_t table_index = 0;  // entry in the arenas' size table
+  size_t param_index = 0;  // index in the layer's param_specs()
+  bool tied_copy = false;  // a tied parameter's copy other than the owner's (Model::ties)
 };
 
 class StageParameters {

@@ -15,7 +15,8 @@ namespace pt {
 // `stages`: the stage parameters this process holds. `group` (nullable when every copy is held
 // here): the pipeline communicator, rank = schedule device; `device_of_layer(l)` names the
 // device holding layer l (needed with `group`).
-void sum_tied_gradients(const Model& model, const std::vector<StageParameters*>& stages, Communicator* group = nullptr,
+void sum_tied_gradients(const Model& model, const std::vector<StageParameters*>& stages,
+                        Communicator* group = nullptr,
                         const std::function<int(int layer)>& device_of_layer = {});
 
 }  // namespace pt

@@ -25,7 +25,8 @@ Trainer::Trainer(Model& model, Backend& backend, const TrainerConfig& config)
 StepStats Trainer::train_step(const Tensor& inputs, const Tensor& targets) {
   const int64_t batch = inputs.shape()[0];
   if (targets.shape()[0] != batch)
-    throw UsageError(fmt::format("a batch has {} inputs but {} targets", batch, targets.shape()[0]));
+    throw UsageError(
+        fmt::format("a batch has {} inputs but {} targets", batch, targets.shape()[0]));
   const auto sizes = split_sizes(batch, config_.microbatches);
   const int L = model_->num_layers();
 
@@ -34,11 +35,13 @@ StepStats Trainer::train_step(const Tensor& inputs, const Tensor& targets) {
   params_->zero_grads();
   int64_t first = 0;
   for (size_t m = 0; m < sizes.size(); ++m) {
-    MicrobatchContexts ctx(*backend_, StepInfo{config_.seed, step_, static_cast<int>(m), true}, 0, L,
+    MicrobatchContexts ctx(*backend_, StepInfo{config_.seed, step_, static_cast<int>(m), true}, 0,
+                           L,
                            /*with_loss=*/true);
 
     // ---- forward ----
-    const Tensor x = forward_layers(*model_, 0, L, upload_rows(*backend_, inputs, first, sizes[m]), ctx);
+    const Tensor x =
+        forward_layers(*model_, 0, L, upload_rows(*backend_, inputs, first, sizes[m]), ctx);
     const Tensor target = upload_rows(*backend_, targets, first, sizes[m]);
     stats.loss += model_->loss().forward(x, target, batch, ctx.loss());
     const int64_t correct = model_->loss().count_correct(x, target, *backend_);
@@ -76,8 +79,10 @@ EvalStats Trainer::evaluate(const Tensor& inputs, const Tensor& targets, int64_t
   int64_t correct = 0;
   for (int64_t first = 0; first < n; first += chunk) {
     const int64_t count = std::min(chunk, n - first);
-    MicrobatchContexts ctx(*backend_, StepInfo{config_.seed, step_, 0, false}, 0, L, /*with_loss=*/true);
-    const Tensor x = forward_layers(*model_, 0, L, upload_rows(*backend_, inputs, first, count), ctx);
+    MicrobatchContexts ctx(*backend_, StepInfo{config_.seed, step_, 0, false}, 0, L,
+                           /*with_loss=*/true);
+    const Tensor x =
+        forward_layers(*model_, 0, L, upload_rows(*backend_, inputs, first, count), ctx);
     const Tensor target = upload_rows(*backend_, targets, first, count);
     out.loss += model_->loss().forward(x, target, n, ctx.loss());
     const int64_t c = model_->loss().count_correct(x, target, *backend_);

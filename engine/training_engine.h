@@ -11,16 +11,16 @@
 namespace pt {
 
 struct StepStats {
-  double loss = 0;         // mean over the global batch
-  int64_t correct = 0;     // classification only (-1 otherwise)
+  double loss = 0;      // mean over the global batch
+  int64_t correct = 0;  // classification only (-1 otherwise)
   int64_t samples = 0;
-  double grad_norm = 0;    // global L2 norm before clipping
+  double grad_norm = 0;  // global L2 norm before clipping
   float lr = 0;
-  bool skipped = false;    // non-finite gradients: the step was not applied
+  bool skipped = false;  // non-finite gradients: the step was not applied
 };
 
 struct EvalStats {
-  double loss = 0;   // mean over the data set
+  double loss = 0;  // mean over the data set
   double accuracy = -1;
   int64_t samples = 0;
 };
@@ -48,6 +48,7 @@ double global_grad_norm(const std::vector<const StageParameters*>& stages);
 // The same over a pipeline whose stages are spread over the processes of `group` (nullable:
 // all stages are in `stages`): each process computes its tensors' sums of squares, they are
 // exchanged, and every process adds all of them in global order — the same bits everywhere.
-double global_grad_norm(const std::vector<const StageParameters*>& stages, const Model& model, Communicator* group);
+double global_grad_norm(const std::vector<const StageParameters*>& stages, const Model& model,
+                        Communicator* group);
 
 }  // namespace pt

@@ -28,12 +28,13 @@ CausalSelfAttention::CausalSelfAttention(int64_t d_model, int64_t n_heads, int64
   require_positive(kKind, "d_model", d_model);
   require_positive(kKind, "n_heads", n_heads);
   if (d_model % n_heads != 0)
-    throw ShapeError(fmt::format("{}: d_model {} is not divisible by n_heads {}; choose n_heads "
-                                 "dividing d_model (each head gets d_model / n_heads channels)",
-                                 kKind, d_model, n_heads));
+    throw ShapeError(
+        fmt::format("{}: d_model {} is not divisible by n_heads {}; choose n_heads "
+                    "dividing d_model (each head gets d_model / n_heads channels)",
+                    kKind, d_model, n_heads));
   if (!(proj_init_std > 0.f))
-    throw ShapeError(fmt::format("{}: proj_init_std must be positive but got {}", kKind,
-                                 proj_init_std));
+    throw ShapeError(
+        fmt::format("{}: proj_init_std must be positive but got {}", kKind, proj_init_std));
   output_shape_ = input_shape_;
 }
 
@@ -67,8 +68,8 @@ Tensor CausalSelfAttention::forward(const Tensor& x, LayerContext& ctx) {
   const int64_t rows = B * T, Dh = head_dim();
   // qkv (rows, 3d) = x (rows, d) Wqkv^T (d, 3d) + bqkv
   Tensor qkv = ctx.alloc(Shape{B, T, 3 * d_});
-  be.gemm_bias(false, true, rows, 3 * d_, d_, x.f32(), d_, params_[0].f32(), d_, params_[1].f32(), qkv.f32(),
-               3 * d_);
+  be.gemm_bias(false, true, rows, 3 * d_, d_, x.f32(), d_, params_[0].f32(), d_, params_[1].f32(),
+               qkv.f32(), 3 * d_);
   // a (B, T, H, Dh), lse (B, H, T)
   Tensor att = ctx.alloc(Shape{B, T, d_});
   Tensor lse = ctx.alloc(Shape{B, H_, T});
@@ -76,7 +77,8 @@ Tensor CausalSelfAttention::forward(const Tensor& x, LayerContext& ctx) {
                        1.f / std::sqrt(static_cast<float>(Dh)));
   // y (rows, d) = a (rows, d) Wproj^T (d, d) + bproj
   Tensor y = ctx.alloc(Shape{B, T, d_});
-  be.gemm_bias(false, true, rows, d_, d_, att.f32(), d_, params_[2].f32(), d_, params_[3].f32(), y.f32(), d_);
+  be.gemm_bias(false, true, rows, d_, d_, att.f32(), d_, params_[2].f32(), d_, params_[3].f32(),
+               y.f32(), d_);
   if (ctx.info().training) {
     ctx.save(x);
     ctx.save(qkv);
@@ -99,8 +101,7 @@ Tensor CausalSelfAttention::backward_input(const Tensor& dy, LayerContext& ctx) 
   const int64_t rows = B * T, Dh = head_dim();
   // da (rows, d) = dy (rows, d) Wproj (d, d)
   Tensor datt = ctx.alloc(Shape{B, T, d_});
-  be.gemm(false, false, rows, d_, d_, 1.f, dy.f32(), d_, params_[2].f32(), d_, 0.f, datt.f32(),
-          d_);
+  be.gemm(false, false, rows, d_, d_, 1.f, dy.f32(), d_, params_[2].f32(), d_, 0.f, datt.f32(), d_);
   // dqkv (B, T, 3, H, Dh)
   Tensor dqkv = ctx.alloc(Shape{B, T, 3 * d_});
   be.attention_backward(ctx.saved(kQkv).f32(), ctx.saved(kAtt).f32(), datt.f32(),
@@ -120,9 +121,10 @@ void CausalSelfAttention::backward_weight(const Tensor& dy, LayerContext& ctx) {
   const Tensor& x = saved_or_throw(*this, ctx, kX);
   require_same_dims(*this, dy.shape(), x.shape());
   if (ctx.saved_count() != kForwardSaves + 1)
-    throw UsageError(fmt::format("{}: backward_weight needs backward_input to run first on this "
-                                 "context",
-                                 layer_label(*this)));
+    throw UsageError(
+        fmt::format("{}: backward_weight needs backward_input to run first on this "
+                    "context",
+                    layer_label(*this)));
   Backend& be = ctx.backend();
   const int64_t rows = B * T;
   const Tensor& dqkv = ctx.saved(kDqkv);
@@ -131,8 +133,8 @@ void CausalSelfAttention::backward_weight(const Tensor& dy, LayerContext& ctx) {
           grads_[2].f32(), d_);
   be.sum_rows_accumulate(dy.f32(), grads_[3].f32(), rows, d_);
   // dWqkv (3d, d) += dqkv^T (3d, rows) x (rows, d);  dbqkv += sum over rows of dqkv
-  be.gemm(true, false, 3 * d_, d_, rows, 1.f, dqkv.f32(), 3 * d_, x.f32(), d_, 1.f,
-          grads_[0].f32(), d_);
+  be.gemm(true, false, 3 * d_, d_, rows, 1.f, dqkv.f32(), 3 * d_, x.f32(), d_, 1.f, grads_[0].f32(),
+          d_);
   be.sum_rows_accumulate(dqkv.f32(), grads_[1].f32(), rows, 3 * d_);
 }
 

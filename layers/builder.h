@@ -71,7 +71,7 @@ class ModelBuilder {
   DType dtype_;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::unique_ptr<Loss> loss_;
-  int index_offset_ = 0;  // position of this builder's first layer in the whole model
+  int index_offset_ = 0;                // position of this builder's first layer in the whole model
   std::map<std::string, Shape> saved_;  // skips saved so far, with their shapes
 };
 

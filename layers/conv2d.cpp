@@ -11,7 +11,11 @@ namespace pt {
 
 Conv2d::Conv2d(Shape in, int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding,
                bool bias)
-    : Layer(std::string(kKind), in), K_(out_channels), k_(kernel), stride_(stride), pad_(padding),
+    : Layer(std::string(kKind), in),
+      K_(out_channels),
+      k_(kernel),
+      stride_(stride),
+      pad_(padding),
       bias_(bias) {
   require_rank(kKind, in, 3, "(C, H, W)");
   require_positive(kKind, "input size", in.numel());
@@ -23,14 +27,14 @@ Conv2d::Conv2d(Shape in, int64_t out_channels, int64_t kernel, int64_t stride, i
     throw ShapeError(fmt::format(
         "conv2d: kernel {} is larger than the padded input {} (H, W = {}, {} with padding {})", k_,
         in.str(), in[1] + 2 * pad_, in[2] + 2 * pad_, pad_));
-  output_shape_ = Shape{K_, (in[1] + 2 * pad_ - k_) / stride_ + 1, (in[2] + 2 * pad_ - k_) / stride_ + 1};
+  output_shape_ =
+      Shape{K_, (in[1] + 2 * pad_ - k_) / stride_ + 1, (in[2] + 2 * pad_ - k_) / stride_ + 1};
 }
 
 Conv2dShape Conv2d::op_shape(int64_t B) const {
-  return Conv2dShape{B,       input_shape_[0], input_shape_[1], input_shape_[2],
-                     K_,      k_,              k_,              stride_,
-                     stride_, pad_,            pad_,            output_shape_[1],
-                     output_shape_[2]};
+  return Conv2dShape{
+      B,    input_shape_[0],  input_shape_[1], input_shape_[2], K_, k_, k_, stride_, stride_, pad_,
+      pad_, output_shape_[1], output_shape_[2]};
 }
 
 std::vector<ParamSpec> Conv2d::param_specs() const {

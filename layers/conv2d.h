@@ -2,7 +2,8 @@
 // Conv2d (PyTorch nn.Conv2d, square kernel, groups = 1), NCHW:
 //   x (B, C, H, W) -> y (B, K, P, Q),  W (K, C, k, k), b (K),
 //   P = (H + 2 pad - k) / stride + 1,  Q = (W + 2 pad - k) / stride + 1,
-//   y[n, o, p, q] = b[o] + sum_{c, r, s} W[o, c, r, s] x[n, c, p*stride + r - pad, q*stride + s - pad].
+//   y[n, o, p, q] = b[o] + sum_{c, r, s} W[o, c, r, s] x[n, c, p*stride + r - pad, q*stride + s -
+//   pad].
 // Backward: dx = transposed convolution of dy with W; dW += correlation of dy with x;
 // db += sum of dy over (n, p, q). Init: W and b uniform in [-1/sqrt(C k k), 1/sqrt(C k k)).
 #include <cstdint>

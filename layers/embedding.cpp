@@ -31,16 +31,16 @@ std::vector<ParamSpec> Embedding::param_specs() const {
 LayerCost Embedding::cost() const {
   const double n = static_cast<double>(input_shape_.numel());
   LayerCost c;
-  c.forward_flops = 0;                                              // a gather
-  c.backward_input_flops = 0;                                       // nothing flows into ids
-  c.backward_weight_flops = n * static_cast<double>(dim_);          // scatter-add
-  c.activation_bytes = input_shape_.numel() * 4;                    // the ids
+  c.forward_flops = 0;                                      // a gather
+  c.backward_input_flops = 0;                               // nothing flows into ids
+  c.backward_weight_flops = n * static_cast<double>(dim_);  // scatter-add
+  c.activation_bytes = input_shape_.numel() * 4;            // the ids
   return c;
 }
 
 Tensor Embedding::forward(const Tensor& ids, LayerContext& ctx) {
-  const Shape is = check_batched_sequence(*this, "input", ids, input_shape_, kSequenceRank,
-                                          DType::i32);
+  const Shape is =
+      check_batched_sequence(*this, "input", ids, input_shape_, kSequenceRank, DType::i32);
   require_bound(*this);
   Shape ys = is;
   ys.push_back(dim_);
@@ -62,9 +62,10 @@ void Embedding::backward_weight(const Tensor& dy, LayerContext& ctx) {
   require_bound(*this);
   const Tensor& ids = saved_or_throw(*this, ctx, 0);
   if (dys.rows() != ids.numel())  // dy (n, dim) belongs to ids (n)
-    throw ShapeError(fmt::format("{}: the gradient is {} but forward ran on ids {}; backward "
-                                 "needs the gradient of that same forward",
-                                 layer_label(*this), dys.str(), ids.shape().str()));
+    throw ShapeError(
+        fmt::format("{}: the gradient is {} but forward ran on ids {}; backward "
+                    "needs the gradient of that same forward",
+                    layer_label(*this), dys.str(), ids.shape().str()));
   // dW[ids[i]] += dy (i), i < n
   ctx.backend().embedding_backward_weight(ids.i32(), dy.f32(), grads_[0].f32(), ids.numel(), dim_);
 }

@@ -26,8 +26,9 @@ LayerContext& LayerContext::child(size_t i) {
 
 SkipBoard& LayerContext::skips() const {
   if (!skips_)
-    throw std::logic_error("a skip layer (save / add_saved) ran without a skip board: run it inside a Model "
-                           "through a trainer, which gives every micro-batch one");
+    throw std::logic_error(
+        "a skip layer (save / add_saved) ran without a skip board: run it inside a Model "
+        "through a trainer, which gives every micro-batch one");
   return *skips_;
 }
 
@@ -46,8 +47,9 @@ int64_t Layer::param_count() const {
 void Layer::bind(std::span<const Tensor> params, std::span<const Tensor> grads) {
   const auto specs = param_specs();
   if (params.size() != specs.size() || grads.size() != specs.size())
-    throw ShapeError(fmt::format("layer '{}' has {} parameters but was bound to {} tensors and {} gradients",
-                                 name_, specs.size(), params.size(), grads.size()));
+    throw ShapeError(
+        fmt::format("layer '{}' has {} parameters but was bound to {} tensors and {} gradients",
+                    name_, specs.size(), params.size(), grads.size()));
   for (size_t i = 0; i < specs.size(); ++i)
     if (params[i].shape() != specs[i].shape || grads[i].shape() != specs[i].shape)
       throw ShapeError(fmt::format("layer '{}' parameter '{}' is {} but was bound to {}", name_,

@@ -96,16 +96,15 @@ struct ParamSpec {
 
 // Per-sample costs, used by the model summary and the partitioner.
 struct LayerCost {
-  double forward_flops = 0;          // multiply-add = 2 FLOPs
+  double forward_flops = 0;  // multiply-add = 2 FLOPs
   double backward_input_flops = 0;
   double backward_weight_flops = 0;
-  int64_t activation_bytes = 0;      // bytes forward saves for backward, per sample
+  int64_t activation_bytes = 0;  // bytes forward saves for backward, per sample
 };
 
 class Layer {
  public:
-  Layer(std::string name, Shape input_shape)
-      : name_(std::move(name)), input_shape_(input_shape) {}
+  Layer(std::string name, Shape input_shape) : name_(std::move(name)), input_shape_(input_shape) {}
   virtual ~Layer() = default;
   Layer(const Layer&) = delete;
   Layer& operator=(const Layer&) = delete;
@@ -164,7 +163,8 @@ class Loss {
   // d(loss share)/d(prediction), same shape as the prediction.
   virtual Tensor backward(LayerContext& ctx) = 0;
   // Number of correctly classified samples (classification losses; others return -1).
-  virtual int64_t count_correct(const Tensor& prediction, const Tensor& target, Backend& backend) const {
+  virtual int64_t count_correct(const Tensor& prediction, const Tensor& target,
+                                Backend& backend) const {
     (void)prediction;
     (void)target;
     (void)backend;

@@ -57,9 +57,10 @@ Shape check_batched_sequence(const Layer& layer, std::string_view what, const Te
   if (s.rank() != per_sample.rank() + 1 || rest != want_rest || s[1] < 1 || s[1] > T) {
     std::string want = "(B, T'";
     for (int64_t d : want_rest) want += fmt::format(", {}", d);
-    throw ShapeError(fmt::format("{}: expects {} {}) with 1 <= T' <= {} (the sequence length it was "
-                                 "built for) but got {}",
-                                 layer_label(layer), what, want, T, s.str()));
+    throw ShapeError(
+        fmt::format("{}: expects {} {}) with 1 <= T' <= {} (the sequence length it was "
+                    "built for) but got {}",
+                    layer_label(layer), what, want, T, s.str()));
   }
   if (x.dtype() != dtype)
     throw ShapeError(fmt::format("{}: expects {} of type {} but got {}", layer_label(layer), what,
@@ -69,9 +70,10 @@ Shape check_batched_sequence(const Layer& layer, std::string_view what, const Te
 
 void require_same_rows(const Layer& layer, const Shape& gradient, const Shape& forward_input) {
   if (gradient.rows() != forward_input.rows())
-    throw ShapeError(fmt::format("{}: the gradient is {} but forward ran on {}; backward needs the "
-                                 "gradient of that same forward",
-                                 layer_label(layer), gradient.str(), forward_input.str()));
+    throw ShapeError(
+        fmt::format("{}: the gradient is {} but forward ran on {}; backward needs the "
+                    "gradient of that same forward",
+                    layer_label(layer), gradient.str(), forward_input.str()));
 }
 
 void require_bound(const Layer& layer) {

@@ -32,8 +32,7 @@ int64_t check_batched(const Layer& layer, std::string_view what, const Tensor& x
 // as in check_batched (same messages). Returns x's shape, so callers size their output and rows
 // from what came rather than from what the layer was built for.
 Shape check_batched_sequence(const Layer& layer, std::string_view what, const Tensor& x,
-                             const Shape& per_sample, int sequence_rank,
-                             DType dtype = DType::f32);
+                             const Shape& per_sample, int sequence_rank, DType dtype = DType::f32);
 
 // Throws ShapeError when backward's gradient and forward's saved input differ in the number of
 // rows (B times T'): backward needs the gradient of that same forward.

@@ -17,7 +17,8 @@ LayerNorm::LayerNorm(Shape in, float eps) : Layer(std::string(kKind), in), eps_(
     throw ShapeError(fmt::format("layernorm: expects input (..., C) but got {}", in.str()));
   C_ = in.back();
   require_positive(kKind, "input size", in.numel());
-  if (!(eps > 0.f)) throw ShapeError(fmt::format("layernorm: eps must be positive but got {}", eps));
+  if (!(eps > 0.f))
+    throw ShapeError(fmt::format("layernorm: eps must be positive but got {}", eps));
   output_shape_ = in;
 }
 
@@ -28,9 +29,9 @@ std::vector<ParamSpec> LayerNorm::param_specs() const {
 LayerCost LayerNorm::cost() const {
   const double n = static_cast<double>(input_shape_.numel());
   LayerCost c;
-  c.forward_flops = 8.0 * n;           // mean, variance, normalise, scale and shift
-  c.backward_input_flops = 10.0 * n;   // two row reductions and the combination
-  c.backward_weight_flops = 4.0 * n;   // dgamma, dbeta
+  c.forward_flops = 8.0 * n;          // mean, variance, normalise, scale and shift
+  c.backward_input_flops = 10.0 * n;  // two row reductions and the combination
+  c.backward_weight_flops = 4.0 * n;  // dgamma, dbeta
   c.activation_bytes = (input_shape_.numel() + 2 * input_shape_.rows()) * 4;  // x, mean, rstd
   return c;
 }
@@ -74,9 +75,8 @@ void LayerNorm::backward_weight(const Tensor& dy, LayerContext& ctx) {
   const Tensor& x = saved_or_throw(*this, ctx, 0);
   require_same_rows(*this, dys, x.shape());
   const int64_t rows = dys.rows();
-  ctx.backend().layernorm_backward_weight(dy.f32(), x.f32(), ctx.saved(1).f32(),
-                                          ctx.saved(2).f32(), grads_[0].f32(), grads_[1].f32(),
-                                          rows, C_);
+  ctx.backend().layernorm_backward_weight(dy.f32(), x.f32(), ctx.saved(1).f32(), ctx.saved(2).f32(),
+                                          grads_[0].f32(), grads_[1].f32(), rows, C_);
 }
 
 }  // namespace pt

@@ -30,8 +30,8 @@ void Linear::check_in_features(const Shape& in, int64_t in_features) {
   if (in.rank() > 0 && in.back() == in_features) return;
   std::string hint;
   if (in.rank() >= 2 && in.numel() == in_features) hint = "; add .flatten() before it";
-  throw ShapeError(fmt::format("linear: expects input (..., {}) but got {}{}", in_features,
-                               in.str(), hint));
+  throw ShapeError(
+      fmt::format("linear: expects input (..., {}) but got {}{}", in_features, in.str(), hint));
 }
 
 std::vector<ParamSpec> Linear::param_specs() const {
@@ -44,9 +44,9 @@ std::vector<ParamSpec> Linear::param_specs() const {
 LayerCost Linear::cost() const {
   const double gemm = 2.0 * static_cast<double>(input_shape_.rows() * in_ * out_);
   LayerCost c;
-  c.forward_flops = gemm;          // x W^T (the bias add is not counted)
-  c.backward_input_flops = gemm;   // dy W
-  c.backward_weight_flops = gemm;  // dy^T x (the bias row sum is not counted)
+  c.forward_flops = gemm;                         // x W^T (the bias add is not counted)
+  c.backward_input_flops = gemm;                  // dy W
+  c.backward_weight_flops = gemm;                 // dy^T x (the bias row sum is not counted)
   c.activation_bytes = input_shape_.numel() * 4;  // x
   return c;
 }
@@ -64,9 +64,11 @@ Tensor Linear::forward(const Tensor& x, LayerContext& ctx) {
   Tensor y = ctx.alloc(ys);
   // y (rows, out) = x (rows, in) W^T (in, out)
   if (bias_)
-    be.gemm_bias(false, true, rows, out_, in_, x.f32(), in_, params_[0].f32(), in_, params_[1].f32(), y.f32(), out_);
+    be.gemm_bias(false, true, rows, out_, in_, x.f32(), in_, params_[0].f32(), in_,
+                 params_[1].f32(), y.f32(), out_);
   else
-    be.gemm(false, true, rows, out_, in_, 1.f, x.f32(), in_, params_[0].f32(), in_, 0.f, y.f32(), out_);
+    be.gemm(false, true, rows, out_, in_, 1.f, x.f32(), in_, params_[0].f32(), in_, 0.f, y.f32(),
+            out_);
   if (ctx.info().training) ctx.save(x);
   return y;
 }

@@ -23,16 +23,18 @@ int64_t check_loss_tensor(std::string_view kind, std::string_view what, const Te
 
 void check_global_batch(std::string_view kind, int64_t batch, int64_t global_batch) {
   if (global_batch <= 0 || batch > global_batch)
-    throw UsageError(fmt::format("{}: global batch {} must be positive and at least the "
-                                 "micro-batch size {}",
-                                 kind, global_batch, batch));
+    throw UsageError(
+        fmt::format("{}: global batch {} must be positive and at least the "
+                    "micro-batch size {}",
+                    kind, global_batch, batch));
 }
 
 const Tensor& saved_or_throw(std::string_view kind, const LayerContext& ctx, size_t i) {
   if (i >= ctx.saved_count())
-    throw UsageError(fmt::format("{}: backward found nothing saved; run forward (in training "
-                                 "mode) on this context first",
-                                 kind));
+    throw UsageError(
+        fmt::format("{}: backward found nothing saved; run forward (in training "
+                    "mode) on this context first",
+                    kind));
   return ctx.saved(i);
 }
 
@@ -63,17 +65,17 @@ void SoftmaxCrossEntropy::check_batch(const Tensor& prediction, const Tensor& ta
   if (in_.rank() == 1) {
     const int64_t B = check_loss_tensor(kKind, "predictions", prediction, in_, DType::f32);
     const int64_t Bt = check_loss_tensor(kKind, "targets", target, target_shape(), DType::i32);
-    if (B != Bt)
-      throw ShapeError(fmt::format("{}: {} predictions but {} targets", kKind, B, Bt));
+    if (B != Bt) throw ShapeError(fmt::format("{}: {} predictions but {} targets", kKind, B, Bt));
     return;
   }
   const Shape& p = prediction.shape();
   const Shape& t = target.shape();
   const int64_t T = in_[0];
   if (p.rank() != 3 || p[2] != classes() || p[1] < 1 || p[1] > T)
-    throw ShapeError(fmt::format("{}: expects predictions (B, T', {}) with 1 <= T' <= {} (the "
-                                 "sequence length it was built for) but got {}",
-                                 kKind, classes(), T, p.str()));
+    throw ShapeError(
+        fmt::format("{}: expects predictions (B, T', {}) with 1 <= T' <= {} (the "
+                    "sequence length it was built for) but got {}",
+                    kKind, classes(), T, p.str()));
   if (t.rank() != 2 || t[0] != p[0] || t[1] != p[1])
     throw ShapeError(fmt::format("{}: predictions {} need targets ({}, {}) but got {}", kKind,
                                  p.str(), p[0], p[1], t.str()));
@@ -98,8 +100,8 @@ double SoftmaxCrossEntropy::forward(const Tensor& prediction, const Tensor& targ
   check_global_batch(kKind, prediction.shape()[0], global_batch);
   const int64_t rows = prediction.numel() / classes();
   Tensor probs = ctx.alloc(prediction.shape());
-  const double sum = ctx.backend().softmax_xent_forward(prediction.f32(), target.i32(),
-                                                        probs.f32(), rows, classes());
+  const double sum = ctx.backend().softmax_xent_forward(prediction.f32(), target.i32(), probs.f32(),
+                                                        rows, classes());
   global_batch_ = global_batch;
   if (ctx.info().training) {
     ctx.save(probs);

@@ -14,10 +14,12 @@ Model::Model(Shape input_shape, DType input_dtype, std::vector<std::unique_ptr<L
       layers_(std::move(layers)),
       loss_(std::move(loss)) {
   if (layers_.empty()) throw ShapeError("a model needs at least one layer");
-  if (!loss_) throw ShapeError("a model needs a loss: end the builder with .cross_entropy() or .mse()");
+  if (!loss_)
+    throw ShapeError("a model needs a loss: end the builder with .cross_entropy() or .mse()");
   loss_->check_input(output_shape());
   for (int l = 0; l < num_layers(); ++l)
-    if (const auto* save = dynamic_cast<const SaveActivation*>(layers_[static_cast<size_t>(l)].get()))
+    if (const auto* save =
+            dynamic_cast<const SaveActivation*>(layers_[static_cast<size_t>(l)].get()))
       for (int k = l + 1; k < num_layers(); ++k)
         if (const auto* add = dynamic_cast<const AddSaved*>(layers_[static_cast<size_t>(k)].get());
             add && add->skip_name() == save->skip_name()) {
@@ -61,10 +63,11 @@ std::string Model::summary() const {
                        l.output_shape().str(), l.param_count(), human(c.forward_flops),
                        human(static_cast<double>(c.activation_bytes)));
   }
-  out += fmt::format("total: {} layers, {} parameters ({} bytes as f32), {} forward FLOPs and {} "
-                     "activation bytes per sample; loss: {}\n",
-                     layers_.size(), param_count(), param_count() * 4, human(flops),
-                     human(static_cast<double>(act)), loss_->kind());
+  out += fmt::format(
+      "total: {} layers, {} parameters ({} bytes as f32), {} forward FLOPs and {} "
+      "activation bytes per sample; loss: {}\n",
+      layers_.size(), param_count(), param_count() * 4, human(flops),
+      human(static_cast<double>(act)), loss_->kind());
   return out;
 }
 
@@ -72,7 +75,8 @@ std::string Model::signature() const {
   std::string out = fmt::format("input {} {}\n", input_shape_.str(), dtype_name(input_dtype_));
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = *layers_[i];
-    out += fmt::format("{} {} {} -> {}", i, l.kind(), l.input_shape().str(), l.output_shape().str());
+    out +=
+        fmt::format("{} {} {} -> {}", i, l.kind(), l.input_shape().str(), l.output_shape().str());
     for (const ParamSpec& p : l.param_specs()) out += fmt::format(" {}{}", p.name, p.shape.str());
     out += '\n';
   }
@@ -87,19 +91,23 @@ std::string Model::signature() const {
 void Model::tie(int a, const std::string& a_param, int b, const std::string& b_param) {
   const auto find = [&](int layer, const std::string& name) {
     if (layer < 0 || layer >= num_layers())
-      throw ShapeError(fmt::format("tie: layer {} does not exist (the model has {} layers)", layer, num_layers()));
+      throw ShapeError(fmt::format("tie: layer {} does not exist (the model has {} layers)", layer,
+                                   num_layers()));
     const auto specs = this->layer(layer).param_specs();
     for (size_t i = 0; i < specs.size(); ++i)
       if (specs[i].name == name) return std::pair{ParamRef{layer, i}, specs[i].shape};
-    throw ShapeError(fmt::format("tie: layer {} ({}) has no parameter '{}'", layer, this->layer(layer).name(), name));
+    throw ShapeError(fmt::format("tie: layer {} ({}) has no parameter '{}'", layer,
+                                 this->layer(layer).name(), name));
   };
   auto [ra, sa] = find(a, a_param);
   auto [rb, sb] = find(b, b_param);
   if (ra == rb) throw ShapeError(fmt::format("tie: {}.{} cannot be tied to itself", a, a_param));
   if (sa != sb)
-    throw ShapeError(fmt::format("tie: {}.{} has shape {} but {}.{} has {}: tied parameters need one shape", a,
-                                 a_param, sa.str(), b, b_param, sb.str()));
-  if (tie_of(ra) || tie_of(rb)) throw ShapeError(fmt::format("tie: {}.{} or {}.{} is already tied", a, a_param, b, b_param));
+    throw ShapeError(
+        fmt::format("tie: {}.{} has shape {} but {}.{} has {}: tied parameters need one shape", a,
+                    a_param, sa.str(), b, b_param, sb.str()));
+  if (tie_of(ra) || tie_of(rb))
+    throw ShapeError(fmt::format("tie: {}.{} or {}.{} is already tied", a, a_param, b, b_param));
   ParameterTie t;
   t.members = ra < rb ? std::vector{ra, rb} : std::vector{rb, ra};
   ties_.push_back(std::move(t));

@@ -8,7 +8,9 @@
 namespace pt {
 
 Pool2d::Pool2d(std::string_view kind, Shape in, int64_t kernel, int64_t stride, int64_t padding)
-    : Layer(std::string(kind), in), k_(kernel), stride_(stride == 0 ? kernel : stride),
+    : Layer(std::string(kind), in),
+      k_(kernel),
+      stride_(stride == 0 ? kernel : stride),
       pad_(padding) {
   require_rank(kind, in, 3, "(C, H, W)");
   require_positive(kind, "input size", in.numel());
@@ -18,17 +20,18 @@ Pool2d::Pool2d(std::string_view kind, Shape in, int64_t kernel, int64_t stride, 
     throw ShapeError(fmt::format("{}: padding must be in [0, kernel / 2] = [0, {}] but got {}",
                                  kind, k_ / 2, pad_));
   if (in[1] + 2 * pad_ < k_ || in[2] + 2 * pad_ < k_)
-    throw ShapeError(fmt::format("{}: kernel {} is larger than the padded input {} (H, W = {}, {} "
-                                 "with padding {})",
-                                 kind, k_, in.str(), in[1] + 2 * pad_, in[2] + 2 * pad_, pad_));
-  output_shape_ = Shape{in[0], (in[1] + 2 * pad_ - k_) / stride_ + 1,
-                        (in[2] + 2 * pad_ - k_) / stride_ + 1};
+    throw ShapeError(
+        fmt::format("{}: kernel {} is larger than the padded input {} (H, W = {}, {} "
+                    "with padding {})",
+                    kind, k_, in.str(), in[1] + 2 * pad_, in[2] + 2 * pad_, pad_));
+  output_shape_ =
+      Shape{in[0], (in[1] + 2 * pad_ - k_) / stride_ + 1, (in[2] + 2 * pad_ - k_) / stride_ + 1};
 }
 
 Pool2dShape Pool2d::op_shape(int64_t B) const {
-  return Pool2dShape{B,       input_shape_[0], input_shape_[1], input_shape_[2], k_,
-                     k_,      stride_,         stride_,         pad_,            pad_,
-                     output_shape_[1], output_shape_[2]};
+  return Pool2dShape{
+      B,    input_shape_[0],  input_shape_[1], input_shape_[2], k_, k_, stride_, stride_, pad_,
+      pad_, output_shape_[1], output_shape_[2]};
 }
 
 LayerCost Pool2d::cost() const {
@@ -36,7 +39,8 @@ LayerCost Pool2d::cost() const {
   const double out = static_cast<double>(output_shape_.numel());
   LayerCost c;
   c.forward_flops = out * static_cast<double>(k_ * k_);
-  c.backward_input_flops = static_cast<double>(input_shape_.numel()) + out * static_cast<double>(k_ * k_);
+  c.backward_input_flops =
+      static_cast<double>(input_shape_.numel()) + out * static_cast<double>(k_ * k_);
   c.activation_bytes = 0;
   return c;
 }

@@ -12,8 +12,8 @@ namespace {
 void check_dims(std::string_view kind, std::string_view what, const Shape& s) {
   for (int64_t d : s)
     if (d <= 0)
-      throw ShapeError(fmt::format("{}: every {} dimension must be positive but got {}", kind,
-                                   what, s.str()));
+      throw ShapeError(
+          fmt::format("{}: every {} dimension must be positive but got {}", kind, what, s.str()));
 }
 
 }  // namespace

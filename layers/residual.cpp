@@ -15,18 +15,20 @@ Residual::Residual(Shape in, std::vector<std::unique_ptr<Layer>> body)
     const Layer* l = body_[i].get();
     if (l == nullptr) throw ShapeError(fmt::format("residual: body layer {} is null", i));
     if (l->input_dtype() != DType::f32)
-      throw ShapeError(fmt::format("residual: body layer {} ({}) takes {} input; the residual "
-                                   "stream is F32",
-                                   i, l->kind(), dtype_name(l->input_dtype())));
+      throw ShapeError(
+          fmt::format("residual: body layer {} ({}) takes {} input; the residual "
+                      "stream is F32",
+                      i, l->kind(), dtype_name(l->input_dtype())));
     if (l->input_shape() != cur)
       throw ShapeError(fmt::format("residual: body layer {} ({}) expects input {} but gets {}", i,
                                    l->kind(), l->input_shape().str(), cur.str()));
     cur = l->output_shape();
   }
   if (cur != in)
-    throw ShapeError(fmt::format("residual: the body maps {} to {}; its output must equal its "
-                                 "input to add them",
-                                 in.str(), cur.str()));
+    throw ShapeError(
+        fmt::format("residual: the body maps {} to {}; its output must equal its "
+                    "input to add them",
+                    in.str(), cur.str()));
   output_shape_ = in;
 }
 
@@ -102,9 +104,10 @@ void Residual::backward_weight(const Tensor& dy, LayerContext& ctx) {
   check_batched(*this, "gradient", dy, output_shape_);
   const size_t n = body_.size();
   if (ctx.saved_count() != n - 1)
-    throw UsageError(fmt::format("{}: backward_weight needs backward_input to run first on this "
-                                 "context (found {} of {} saved gradients)",
-                                 layer_label(*this), ctx.saved_count(), n - 1));
+    throw UsageError(
+        fmt::format("{}: backward_weight needs backward_input to run first on this "
+                    "context (found {} of {} saved gradients)",
+                    layer_label(*this), ctx.saved_count(), n - 1));
   for (size_t i = n; i-- > 0;) {
     const Tensor& g = i + 1 == n ? dy : ctx.saved(n - 2 - i);
     body_[i]->backward_weight(g, ctx.child(i));

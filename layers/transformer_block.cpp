@@ -48,9 +48,9 @@ std::vector<ParamSpec> TransformerBlock::param_specs() const {
     for (ParamSpec s : ps[i]->param_specs()) {
       // GPT-2 init for the MLP instead of Linear's PyTorch default (attn has its own already).
       if (i == kFc || i == kProj)
-        s.init = s.name == "bias"       ? ParamInit::zeros()
-                 : i == kFc             ? ParamInit::normal(0.02f)
-                                        : ParamInit::normal(residual_proj_std_);
+        s.init = s.name == "bias" ? ParamInit::zeros()
+                 : i == kFc       ? ParamInit::normal(0.02f)
+                                  : ParamInit::normal(residual_proj_std_);
       s.name = fmt::format("{}.{}", kPrefix[i], s.name);
       specs.push_back(std::move(s));
     }
@@ -144,9 +144,10 @@ void TransformerBlock::backward_weight(const Tensor& dy, LayerContext& ctx) {
   const auto [B, T] = check_sequence(*this, "gradient", dy, context_, d_);
   require_bound(*this);
   if (ctx.saved_count() != kBackwardSaves)
-    throw UsageError(fmt::format("{}: backward_weight needs backward_input to run first on this "
-                                 "context (found {} of {} saved gradients)",
-                                 layer_label(*this), ctx.saved_count(), kBackwardSaves));
+    throw UsageError(
+        fmt::format("{}: backward_weight needs backward_input to run first on this "
+                    "context (found {} of {} saved gradients)",
+                    layer_label(*this), ctx.saved_count(), kBackwardSaves));
   require_same_dims(*this, dy.shape(), ctx.saved(kGradX2).shape());
   proj_.backward_weight(dy.reshape(Shape{B * T, d_}), ctx.child(kProj));
   fc_.backward_weight(ctx.saved(kGradFc), ctx.child(kFc));

@@ -19,9 +19,16 @@ Model fashion_mlp() {
 
 Model fashion_cnn() {
   return ModelBuilder({1, 28, 28})
-      .conv2d(32, 3, 1, 1).relu().max_pool(2)
-      .conv2d(64, 3, 1, 1).relu().max_pool(2)
-      .flatten().linear(128).relu().linear(10)
+      .conv2d(32, 3, 1, 1)
+      .relu()
+      .max_pool(2)
+      .conv2d(64, 3, 1, 1)
+      .relu()
+      .max_pool(2)
+      .flatten()
+      .linear(128)
+      .relu()
+      .linear(10)
       .cross_entropy()
       .build();
 }
@@ -33,7 +40,8 @@ Model deep_mlp(int hidden_layers, int64_t width, Shape input) {
   return b.linear(10).cross_entropy().build();
 }
 
-Model gpt(int64_t vocab, int64_t context, int64_t d_model, int n_layers, int n_heads, bool tie_weights) {
+Model gpt(int64_t vocab, int64_t context, int64_t d_model, int n_layers, int n_heads,
+          bool tie_weights) {
   if (n_layers < 1)
     throw ShapeError(fmt::format("gpt: n_layers must be positive but got {}", n_layers));
   ModelBuilder b(Shape{context}, DType::i32);

@@ -19,6 +19,7 @@ Model deep_mlp(int hidden_layers, int64_t width, Shape input = {1, 28, 28});
 // Each block is one top-level layer, so the partitioner can cut between blocks. Throws
 // ShapeError for sizes that do not fit (n_heads must divide d_model). tie_weights: lm_head and
 // tok_emb share one (vocab, d) weight (Model::tie), as in GPT-2.
-Model gpt(int64_t vocab, int64_t context, int64_t d_model, int n_layers, int n_heads, bool tie_weights = true);
+Model gpt(int64_t vocab, int64_t context, int64_t d_model, int n_layers, int n_heads,
+          bool tie_weights = true);
 
 }  // namespace pt

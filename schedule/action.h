@@ -39,9 +39,9 @@ struct Action {
 };
 
 std::string_view type_name(ActionType t);  // "F", "SEND_F", ...
-bool has_microbatch(ActionType t);          // false for REDUCE_GRAD
-bool is_compute(ActionType t);              // F, B, I, W
-bool is_communication(ActionType t);        // SEND_*, RECV_*
+bool has_microbatch(ActionType t);         // false for REDUCE_GRAD
+bool is_compute(ActionType t);             // F, B, I, W
+bool is_communication(ActionType t);       // SEND_*, RECV_*
 
 // Parses the canonical text form; std::nullopt when `text` is not one.
 std::optional<Action> parse_action(std::string_view text);

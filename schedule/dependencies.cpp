@@ -73,23 +73,14 @@ std::vector<Action> dependencies(const Action& a, const Schedule& schedule, Form
           deps.push_back(backward_of(s + 1, m, index));
       }
       break;
-    case ActionType::W:
-      deps.push_back({s, ActionType::I, m});
-      break;
-    case ActionType::SEND_F:
-      deps.push_back({s, ActionType::F, m});
-      break;
-    case ActionType::RECV_F:
-      deps.push_back({s - 1, ActionType::SEND_F, m});
-      break;
-    case ActionType::SEND_B:
-      deps.push_back(backward_of(s, m, index));
-      break;
-    case ActionType::RECV_B:
-      deps.push_back({s + 1, ActionType::SEND_B, m});
-      break;
+    case ActionType::W: deps.push_back({s, ActionType::I, m}); break;
+    case ActionType::SEND_F: deps.push_back({s, ActionType::F, m}); break;
+    case ActionType::RECV_F: deps.push_back({s - 1, ActionType::SEND_F, m}); break;
+    case ActionType::SEND_B: deps.push_back(backward_of(s, m, index)); break;
+    case ActionType::RECV_B: deps.push_back({s + 1, ActionType::SEND_B, m}); break;
     case ActionType::REDUCE_GRAD:
-      for (int mb = 0; mb < schedule.microbatches; ++mb) deps.push_back(weight_grad_of(s, mb, index));
+      for (int mb = 0; mb < schedule.microbatches; ++mb)
+        deps.push_back(weight_grad_of(s, mb, index));
       break;
   }
   return deps;

@@ -63,7 +63,8 @@ DryRunResult dry_run(const Schedule& schedule, Form form, const OnExecute& on_ex
     result.completed = false;
     Stuck stuck;
     stuck.at = Slot{static_cast<int>(d), next[d]};
-    for (const Action& dep : dependencies(list[static_cast<size_t>(next[d])], schedule, form, index)) {
+    for (const Action& dep :
+         dependencies(list[static_cast<size_t>(next[d])], schedule, form, index)) {
       const auto slot = index.find(dep);
       if (!slot || !done[static_cast<size_t>(slot->device)][static_cast<size_t>(slot->index)])
         stuck.waits_for.push_back(dep);

@@ -20,9 +20,9 @@ struct Stuck {
 };
 
 struct DryRunResult {
-  bool completed = false;        // every action of every device executed
-  std::vector<int> executed;     // per device: how many of its actions ran
-  std::vector<Stuck> stuck;      // one per device that did not finish
+  bool completed = false;     // every action of every device executed
+  std::vector<int> executed;  // per device: how many of its actions ran
+  std::vector<Stuck> stuck;   // one per device that did not finish
 };
 
 // Called once per executed action, dependencies first: `deps` are the slots of the actions it

@@ -15,18 +15,20 @@ namespace pt::sched {
 // a stage forgets a micro-batch as soon as its output has left.
 Schedule forward_only(const std::vector<int>& stage_device, int D, int M) {
   if (D < 1 || M < 1 || stage_device.empty())
-    throw std::invalid_argument("forward_only: needs devices >= 1, micro-batches >= 1 and at least one "
-                                "stage (got devices=" + std::to_string(D) + " microbatches=" +
-                                std::to_string(M) + " stages=" + std::to_string(stage_device.size()) +
-                                ")");
+    throw std::invalid_argument(
+        "forward_only: needs devices >= 1, micro-batches >= 1 and at least one "
+        "stage (got devices=" +
+        std::to_string(D) + " microbatches=" + std::to_string(M) +
+        " stages=" + std::to_string(stage_device.size()) + ")");
   Schedule s = empty_schedule(D, static_cast<int>(stage_device.size()), M);
   s.stage_device = stage_device;
   for (int m = 0; m < M; ++m)
     for (int k = 0; k < s.num_stages; ++k) {
       const int d = stage_device[static_cast<size_t>(k)];
       if (d < 0 || d >= D)
-        throw std::invalid_argument("forward_only: stage " + std::to_string(k) + " is placed on device " +
-                                    std::to_string(d) + ", outside 0.." + std::to_string(D - 1));
+        throw std::invalid_argument("forward_only: stage " + std::to_string(k) +
+                                    " is placed on device " + std::to_string(d) + ", outside 0.." +
+                                    std::to_string(D - 1));
       s.actions[static_cast<size_t>(d)].push_back({k, ActionType::F, m});
     }
   return s;

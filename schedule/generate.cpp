@@ -19,10 +19,11 @@ std::string valid_names() {
 Schedule from_file(std::string_view path, int D, int M) {
   Schedule s = read_schedule_file(std::string(path));  // parses and validates
   if (s.num_devices != D || s.microbatches != M)
-    throw std::invalid_argument("schedule file '" + std::string(path) + "' is for devices=" +
-                                std::to_string(s.num_devices) + " microbatches=" +
-                                std::to_string(s.microbatches) + ", but this run has devices=" +
-                                std::to_string(D) + " microbatches=" + std::to_string(M) +
+    throw std::invalid_argument("schedule file '" + std::string(path) +
+                                "' is for devices=" + std::to_string(s.num_devices) +
+                                " microbatches=" + std::to_string(s.microbatches) +
+                                ", but this run has devices=" + std::to_string(D) +
+                                " microbatches=" + std::to_string(M) +
                                 ": change the run or the file's 'pipeline' line");
   for (const auto& list : s.actions)
     for (const Action& a : list)
@@ -55,8 +56,8 @@ Schedule generate(std::string_view name, int D, int M) {
     return interleaved(D, M, V);
   }
   if (name.starts_with("file:")) return from_file(name.substr(5), D, M);
-  throw std::invalid_argument("unknown schedule '" + std::string(name) + "'; valid: " +
-                              valid_names());
+  throw std::invalid_argument("unknown schedule '" + std::string(name) +
+                              "'; valid: " + valid_names());
 }
 
 }  // namespace pt::sched

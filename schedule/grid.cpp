@@ -29,7 +29,8 @@ std::string render_grid(const Schedule& schedule, const std::vector<GridMark>& m
     for (const Action& a : schedule.actions[d]) cells[d].push_back(a.str());
   for (const GridMark& mark : marks)
     if (in_list(schedule, mark.at)) {
-      std::string& cell = cells[static_cast<size_t>(mark.at.device)][static_cast<size_t>(mark.at.index)];
+      std::string& cell =
+          cells[static_cast<size_t>(mark.at.device)][static_cast<size_t>(mark.at.index)];
       if (cell.front() != '[') cell = "[" + cell + "]";
     }
 

@@ -53,16 +53,17 @@ std::vector<std::pair<int, int>> visit_table(int D, int M, int V) {
 Schedule interleaved(int D, int M, int V) {
   detail::require_shape("interleaved", D, M);
   if (V < 1)
-    throw std::invalid_argument("interleaved schedule needs at least 1 chunk per device (V: " +
-                                std::to_string(V) + ")");
+    throw std::invalid_argument(
+        "interleaved schedule needs at least 1 chunk per device (V: " + std::to_string(V) + ")");
   if (V == 1) return one_f_one_b(D, M);
   if (M % D != 0) {
     const int below = M / D * D, above = below + D;
     throw std::invalid_argument(
         "interleaved schedule needs the micro-batch count to be a multiple of the device count, "
-        "M % D == 0 (micro-batches: " + std::to_string(M) + ", devices: " + std::to_string(D) +
-        "): use " + (below > 0 ? std::to_string(below) + " or " : std::string()) +
-        std::to_string(above) + " micro-batches, or the 1f1b or zb-h1 schedule");
+        "M % D == 0 (micro-batches: " +
+        std::to_string(M) + ", devices: " + std::to_string(D) + "): use " +
+        (below > 0 ? std::to_string(below) + " or " : std::string()) + std::to_string(above) +
+        " micro-batches, or the 1f1b or zb-h1 schedule");
   }
 
   const int total = M * V;

@@ -37,16 +37,18 @@ Schedule add_grad_reduction(const Schedule& schedule) {
     for (size_t i = 0; i < list.size(); ++i) {
       const Action& a = list[i];
       if (a.type == ActionType::REDUCE_GRAD)
-        throw std::invalid_argument("add_grad_reduction: the schedule already has " + a.str() + " (device " +
-                                    std::to_string(d) + ")");
-      if (a.type == ActionType::B || a.type == ActionType::W) last_wgrad.at(static_cast<size_t>(a.stage)) = static_cast<int>(i);
+        throw std::invalid_argument("add_grad_reduction: the schedule already has " + a.str() +
+                                    " (device " + std::to_string(d) + ")");
+      if (a.type == ActionType::B || a.type == ActionType::W)
+        last_wgrad.at(static_cast<size_t>(a.stage)) = static_cast<int>(i);
     }
     auto& lowered = out.actions[d];
     lowered.clear();
     for (size_t i = 0; i < list.size(); ++i) {
       lowered.push_back(list[i]);
       for (int s = 0; s < schedule.num_stages; ++s)
-        if (last_wgrad[static_cast<size_t>(s)] == static_cast<int>(i)) lowered.push_back({s, ActionType::REDUCE_GRAD, -1});
+        if (last_wgrad[static_cast<size_t>(s)] == static_cast<int>(i))
+          lowered.push_back({s, ActionType::REDUCE_GRAD, -1});
     }
   }
   return out;

@@ -11,11 +11,11 @@
 namespace pt::sched {
 
 struct Schedule {
-  int num_devices = 1;        // D: pipeline ranks
-  int num_stages = 1;         // S_total = D * V (virtual stages)
-  int microbatches = 1;       // M
-  std::vector<int> stage_device;                // stage -> device, size num_stages
-  std::vector<std::vector<Action>> actions;     // per device, in execution order
+  int num_devices = 1;                       // D: pipeline ranks
+  int num_stages = 1;                        // S_total = D * V (virtual stages)
+  int microbatches = 1;                      // M
+  std::vector<int> stage_device;             // stage -> device, size num_stages
+  std::vector<std::vector<Action>> actions;  // per device, in execution order
 
   int device_of(int stage) const { return stage_device.at(static_cast<size_t>(stage)); }
   int chunks_per_device() const { return num_stages / num_devices; }  // V

@@ -77,26 +77,27 @@ SimResult simulate(const Schedule& schedule, const SimConfig& config) {
   auto end_of = [&](Slot s) -> double& {
     return end_s[static_cast<size_t>(s.device)][static_cast<size_t>(s.index)];
   };
-  const DryRunResult run = dry_run(schedule, infer_form(schedule), [&](Slot self, std::span<const Slot> deps) {
-    TimedAction& t = timed(self);
-    double start = device_free[static_cast<size_t>(self.device)];
-    for (const Slot& dep_slot : deps) {
-      double ready = end_of(dep_slot);
-      if (dep_slot.device != self.device) {
-        const int boundary = std::min(timed(dep_slot).action.stage, t.action.stage);
-        ready += pick(config.transfer, boundary, 0.0);
-      }
-      start = std::max(start, ready);
-    }
-    const double time = duration(t.action, pick(config.stages, t.action.stage, StageTimes{}));
-    const double end = start + time;
-    end_of(self) = end;
-    t.start_us = start * kMicrosecondsPerSecond;
-    t.end_us = end * kMicrosecondsPerSecond;
-    device_free[static_cast<size_t>(self.device)] = end;
-    r.step_time = std::max(r.step_time, end);
-    if (is_compute(t.action.type)) r.busy[static_cast<size_t>(self.device)] += time;
-  });
+  const DryRunResult run =
+      dry_run(schedule, infer_form(schedule), [&](Slot self, std::span<const Slot> deps) {
+        TimedAction& t = timed(self);
+        double start = device_free[static_cast<size_t>(self.device)];
+        for (const Slot& dep_slot : deps) {
+          double ready = end_of(dep_slot);
+          if (dep_slot.device != self.device) {
+            const int boundary = std::min(timed(dep_slot).action.stage, t.action.stage);
+            ready += pick(config.transfer, boundary, 0.0);
+          }
+          start = std::max(start, ready);
+        }
+        const double time = duration(t.action, pick(config.stages, t.action.stage, StageTimes{}));
+        const double end = start + time;
+        end_of(self) = end;
+        t.start_us = start * kMicrosecondsPerSecond;
+        t.end_us = end * kMicrosecondsPerSecond;
+        device_free[static_cast<size_t>(self.device)] = end;
+        r.step_time = std::max(r.step_time, end);
+        if (is_compute(t.action.type)) r.busy[static_cast<size_t>(self.device)] += time;
+      });
   if (!run.completed) throw std::logic_error("simulate: dry run stalled on a validated schedule");
 
   r.bubble_fraction.resize(D);
@@ -128,7 +129,8 @@ double analytic_bubble(std::string_view name, int D, int M, int V) {
       const std::string_view v = name.substr(12);
       const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), V);
       if (ec != std::errc() || end != v.data() + v.size())
-        throw std::invalid_argument("analytic_bubble: bad chunk count in '" + std::string(name) + "'");
+        throw std::invalid_argument("analytic_bubble: bad chunk count in '" + std::string(name) +
+                                    "'");
     }
     if (V < 1) throw std::invalid_argument("analytic_bubble: needs V >= 1");
     return d / (static_cast<double>(V) * m + d);
@@ -141,7 +143,8 @@ std::string render_timeline(const SimResult& result, double unit) {
   if (!(unit > 0.0)) throw std::invalid_argument("render_timeline: unit must be > 0");
   if (result.timeline.empty()) return "";
   const auto cell_of = [&](double t) { return static_cast<size_t>(std::floor(t / unit + 1e-9)); };
-  const size_t columns = cell_of(result.step_time) + (std::fmod(result.step_time, unit) > 1e-9 ? 1 : 0);
+  const size_t columns =
+      cell_of(result.step_time) + (std::fmod(result.step_time, unit) > 1e-9 ? 1 : 0);
   std::vector<std::vector<std::string>> grid(result.timeline.size(),
                                              std::vector<std::string>(columns, "."));
   size_t width = std::to_string(columns).size();
@@ -153,7 +156,8 @@ std::string render_timeline(const SimResult& result, double unit) {
       const size_t first = cell_of(start);
       const auto end_cell = static_cast<size_t>(std::ceil(end / unit - 1e-9));
       const size_t last = std::max(first + 1, end_cell);
-      for (size_t c = first; c < last && c < columns; ++c) grid[d][c] = c == first ? t.action.str() : "---";
+      for (size_t c = first; c < last && c < columns; ++c)
+        grid[d][c] = c == first ? t.action.str() : "---";
       width = std::max(width, t.action.str().size());
     }
   const std::string label_last = "device " + std::to_string(result.timeline.size() - 1);

@@ -25,10 +25,10 @@
 namespace pt::sched {
 
 struct StageTimes {  // seconds
-  double f = 1.0;   // forward
-  double b = -1.0;  // full backward; < 0: i + w
-  double i = 1.0;   // input gradient
-  double w = 1.0;   // weight gradient
+  double f = 1.0;    // forward
+  double b = -1.0;   // full backward; < 0: i + w
+  double i = 1.0;    // input gradient
+  double w = 1.0;    // weight gradient
 };
 
 struct SimConfig {

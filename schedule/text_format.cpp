@@ -46,7 +46,8 @@ class Parser {
       if (end == std::string_view::npos) end = text.size();
       ++line_no_;
       std::string_view line = text.substr(start, end - start);
-      if (const size_t hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
+      if (const size_t hash = line.find('#'); hash != std::string_view::npos)
+        line = line.substr(0, hash);
       const auto words = split_words(line);
       if (!words.empty()) parse_line(words);
       start = end + 1;
@@ -98,8 +99,8 @@ class Parser {
       const std::string_view w = words[k + 1];
       const auto value = w.starts_with(keys[k]) ? to_int(w.substr(keys[k].size())) : std::nullopt;
       if (!value || *value < 1)
-        fail("expected " + std::string(keys[k]) + "N with N >= 1 as field " + std::to_string(k + 1) +
-             " of the header, found '" + std::string(w) + "'");
+        fail("expected " + std::string(keys[k]) + "N with N >= 1 as field " +
+             std::to_string(k + 1) + " of the header, found '" + std::string(w) + "'");
       values[k] = *value;
     }
     schedule_ = empty_schedule(values[0], values[1], values[2]);
@@ -149,7 +150,8 @@ class Parser {
       if (!action)
         fail(cat("'", words[k], "' (device ", std::to_string(*d), ", step ",
                  std::to_string(list.size()),
-                 ") is not an action: expected STAGE TYPE MICROBATCH like 2F0, 1SEND_B3, or 0REDUCE_GRAD"));
+                 ") is not an action: expected STAGE TYPE MICROBATCH like 2F0, 1SEND_B3, or "
+                 "0REDUCE_GRAD"));
       list.push_back(*action);
     }
   }

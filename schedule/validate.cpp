@@ -95,8 +95,9 @@ class Checker {
                            "'s list, but stage " + num(a.stage) + " is placed on " +
                            device_name(a.stage));
         if (form_ == Form::ComputeOnly && is_communication(a.type))
-          error_at(at, a.str() + " in a compute-only schedule: communication is added by "
-                                 "add_communication() (or validate it as lowered)");
+          error_at(at, a.str() +
+                           " in a compute-only schedule: communication is added by "
+                           "add_communication() (or validate it as lowered)");
         if (forward_only_ && a.type != ActionType::F && a.type != ActionType::SEND_F &&
             a.type != ActionType::RECV_F)
           error_at(at, a.str() + " in a forward-only schedule: it runs F, SEND_F and RECV_F only");
@@ -140,8 +141,8 @@ class Checker {
         const auto bwd = b ? b : i;
         const Action bwd_action = b ? ba : ia;
         if (f && bwd && f->device == bwd->device && bwd->index < f->index)
-          error_at(*bwd, bwd_action.str() + " runs before " + fa.str() + " (step " +
-                             num(f->index) + ")");
+          error_at(*bwd,
+                   bwd_action.str() + " runs before " + fa.str() + " (step " + num(f->index) + ")");
         if (i && w && i->device == w->device && w->index < i->index)
           error_at(*w, wa.str() + " runs before " + ia.str() + " (step " + num(i->index) + ")");
       }
@@ -162,7 +163,8 @@ class Checker {
         const bool forward = a.type == ActionType::SEND_F || a.type == ActionType::RECV_F;
         const bool send = a.type == ActionType::SEND_F || a.type == ActionType::SEND_B;
         // The peer stage: where the data goes (SEND) or comes from (RECV).
-        const int peer = (a.type == ActionType::SEND_F || a.type == ActionType::RECV_B) ? s + 1 : s - 1;
+        const int peer =
+            (a.type == ActionType::SEND_F || a.type == ActionType::RECV_B) ? s + 1 : s - 1;
         if (peer < 0 || peer > last) {
           error_at(at, a.str() + ": stage " + num(s) + " is the " + (peer < 0 ? "first" : "last") +
                            " stage and has no stage " + num(peer) + " to " +
@@ -206,8 +208,10 @@ class Checker {
                                   ") needs micro-batch " + num(m) + "'s activation from stage " +
                                   num(s) + " (" + device_name(s) + "), but there is no " +
                                   send_f.str() + " / " + recv_f.str() + " pair";
-          if (const auto f = index.find({s + 1, ActionType::F, m})) error_at(*f, msg);
-          else error_row(s + 1, msg);
+          if (const auto f = index.find({s + 1, ActionType::F, m}))
+            error_at(*f, msg);
+          else
+            error_row(s + 1, msg);
         }
         const Action send_b{s + 1, ActionType::SEND_B, m}, recv_b{s, ActionType::RECV_B, m};
         if (forward_only_) continue;
@@ -216,8 +220,10 @@ class Checker {
                                   ") needs micro-batch " + num(m) + "'s gradient from stage " +
                                   num(s + 1) + " (" + device_name(s + 1) + "), but there is no " +
                                   send_b.str() + " / " + recv_b.str() + " pair";
-          if (const auto b = index.find(backward_of(s, m, index))) error_at(*b, msg);
-          else error_row(s, msg);
+          if (const auto b = index.find(backward_of(s, m, index)))
+            error_at(*b, msg);
+          else
+            error_row(s, msg);
         }
       }
     }
@@ -270,12 +276,14 @@ class Checker {
     constexpr size_t kMaxListed = 40;
     v.report = "invalid " + std::string(form_ == Form::Lowered ? "lowered" : "compute-only") +
                " schedule (devices=" + num(s_.num_devices) + " stages=" + num(s_.num_stages) +
-               " microbatches=" + num(s_.microbatches) + "): " +
-               num(static_cast<long long>(errors_.size())) +
+               " microbatches=" + num(s_.microbatches) +
+               "): " + num(static_cast<long long>(errors_.size())) +
                (errors_.size() == 1 ? " error\n" : " errors\n");
-    for (size_t k = 0; k < errors_.size() && k < kMaxListed; ++k) v.report += "  " + errors_[k] + "\n";
+    for (size_t k = 0; k < errors_.size() && k < kMaxListed; ++k)
+      v.report += "  " + errors_[k] + "\n";
     if (errors_.size() > kMaxListed)
-      v.report += "  ... and " + num(static_cast<long long>(errors_.size() - kMaxListed)) + " more\n";
+      v.report +=
+          "  ... and " + num(static_cast<long long>(errors_.size() - kMaxListed)) + " more\n";
     v.report += render_grid(s_, marks_);
     return v;
   }

@@ -26,9 +26,9 @@
 namespace pt::sched {
 
 struct ValidateOptions {
-  std::optional<Form> form;  // what the schedule is supposed to be; nullopt: infer_form()
-  bool dry_run = true;       // also look for deadlocks (only when the rest is valid)
-  bool forward_only = false; // evaluation: F (and its SEND_F/RECV_F) only, no backward
+  std::optional<Form> form;   // what the schedule is supposed to be; nullopt: infer_form()
+  bool dry_run = true;        // also look for deadlocks (only when the rest is valid)
+  bool forward_only = false;  // evaluation: F (and its SEND_F/RECV_F) only, no backward
 };
 
 struct Validation {

@@ -12,7 +12,8 @@ namespace pt {
 
 class Backoff {
  public:
-  explicit Backoff(std::chrono::microseconds sleep = std::chrono::microseconds(20)) : sleep_(sleep) {}
+  explicit Backoff(std::chrono::microseconds sleep = std::chrono::microseconds(20))
+      : sleep_(sleep) {}
 
   // Call between two polls.
   void pause() {

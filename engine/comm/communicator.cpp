@@ -33,7 +33,7 @@ template <typename T>
 void divide_as(void* data, int64_t n, T divisor) {
   T* d = static_cast<T*>(data);
   for (int64_t i = 0; i < n; ++i) d[i] /= divisor;  // a division, not a multiplication by 1/R:
-}                                                   // x / 3 and x * (1/3) differ in the last bit
+}  // x / 3 and x * (1/3) differ in the last bit
 
 }  // namespace
 
@@ -56,7 +56,8 @@ void divide_by_ranks(void* data, int64_t n, ElemType type, int ranks) {
 
 std::string format_ranks(std::span<const int> ranks) {
   constexpr size_t kListed = 16;
-  std::string out = fmt::format("{}", fmt::join(ranks.first(std::min(ranks.size(), kListed)), ", "));
+  std::string out =
+      fmt::format("{}", fmt::join(ranks.first(std::min(ranks.size(), kListed)), ", "));
   if (ranks.size() > kListed) out = fmt::format("{}, ... ({} ranks)", out, ranks.size());
   return out;
 }

@@ -55,7 +55,8 @@ class Communicator {
 
   // ---- collectives ----------------------------------------------------------------------------
   // data (n elements) is replaced by the element-wise reduction over all ranks.
-  virtual void all_reduce(void* data, int64_t n, ElemType type, ReduceOp op, std::string_view what) = 0;
+  virtual void all_reduce(void* data, int64_t n, ElemType type, ReduceOp op,
+                          std::string_view what) = 0;
   // in: size() * count f32 values; out: count values = the reduction of block rank() of every rank.
   virtual void reduce_scatter(const float* in, float* out, int64_t count, ReduceOp op,
                               std::string_view what) = 0;

@@ -65,7 +65,8 @@ struct Deposit {
         return fmt::format("all_reduce({} elements, {}, {})", n, type_name(type),
                            op == ReduceOp::sum ? "sum" : "mean");
       case Kind::reduce_scatter:
-        return fmt::format("reduce_scatter({} per rank, {})", n, op == ReduceOp::sum ? "sum" : "mean");
+        return fmt::format("reduce_scatter({} per rank, {})", n,
+                           op == ReduceOp::sum ? "sum" : "mean");
       case Kind::all_gather: return fmt::format("all_gather({} bytes)", n);
       case Kind::broadcast: return fmt::format("broadcast({} bytes, root {})", n, root);
       case Kind::barrier: return "barrier()";
@@ -81,7 +82,8 @@ struct Deposit {
 class Group {
  public:
   Group(std::vector<int> world_ranks, double timeout_s)
-      : world_ranks(std::move(world_ranks)), timeout_s(timeout_s),
+      : world_ranks(std::move(world_ranks)),
+        timeout_s(timeout_s),
         arrived_(this->world_ranks.size(), 0) {
     for (auto& d : deposits_) d.resize(this->world_ranks.size());
   }
@@ -116,7 +118,8 @@ class Group {
       return;
     }
     const uint64_t generation = generation_;
-    changed_.wait_until(lock, deadline, [&] { return generation_ != generation || !failure_.empty(); });
+    changed_.wait_until(lock, deadline,
+                        [&] { return generation_ != generation || !failure_.empty(); });
     if (generation_ != generation) return;
     if (failure_.empty()) {
       std::vector<int> missing;
@@ -131,7 +134,8 @@ class Group {
     throw_if_failed(what, who);
   }
 
-  // The slots, read between rendezvous without the lock (see the file comment for why that is safe).
+  // The slots, read between rendezvous without the lock (see the file comment for why that is
+  // safe).
   const std::vector<Deposit>& deposits(int parity) const { return deposits_[parity]; }
   std::vector<std::byte>& result(int parity) { return results_[parity]; }
 
@@ -144,10 +148,12 @@ class Group {
     p2p_changed_.notify_all();
   }
   // The oldest message, or nothing when none came by `deadline`.
-  std::optional<std::vector<std::byte>> take(int src, int dst, int tag, Clock::time_point deadline) {
+  std::optional<std::vector<std::byte>> take(int src, int dst, int tag,
+                                             Clock::time_point deadline) {
     std::unique_lock lock(p2p_mutex_);
     auto& queue = queues_[{src, dst, tag}];  // std::map: the reference stays valid while waiting
-    if (!p2p_changed_.wait_until(lock, deadline, [&] { return !queue.empty(); })) return std::nullopt;
+    if (!p2p_changed_.wait_until(lock, deadline, [&] { return !queue.empty(); }))
+      return std::nullopt;
     std::vector<std::byte> message = std::move(queue.front());
     queue.pop_front();
     return message;
@@ -192,14 +198,13 @@ class CompletedRequest final : public CommRequest {
 };
 
 // Elements [lo, hi) of n that rank r of R reduces.
-std::pair<int64_t, int64_t> slice(int64_t n, int r, int R) {
-  return {n * r / R, n * (r + 1) / R};
-}
+std::pair<int64_t, int64_t> slice(int64_t n, int r, int R) { return {n * r / R, n * (r + 1) / R}; }
 
 class InProcessCommunicator final : public Communicator {
  public:
   InProcessCommunicator(std::shared_ptr<Group> group, int rank, std::string name)
-      : group_(std::move(group)), rank_(rank),
+      : group_(std::move(group)),
+        rank_(rank),
         describe_(fmt::format("in_process '{}': rank {} of {} (world ranks {})", name, rank,
                               group_->size(), format_ranks(group_->world_ranks))) {}
 
@@ -213,7 +218,8 @@ class InProcessCommunicator final : public Communicator {
   double timeout_s() const override { return group_->timeout_s; }
   int max_tag() const override { return std::numeric_limits<int>::max(); }
 
-  void all_reduce(void* data, int64_t n, ElemType type, ReduceOp op, std::string_view what) override {
+  void all_reduce(void* data, int64_t n, ElemType type, ReduceOp op,
+                  std::string_view what) override {
     check_count(n, what);
     const size_t es = elem_size(type);
     const size_t bytes = static_cast<size_t>(n) * es;
@@ -277,7 +283,8 @@ class InProcessCommunicator final : public Communicator {
     check_rank(root, what, "root");
     const int parity = next_parity();
     const auto deadline = deadline_after(timeout_s());
-    const Deposit mine{.kind = Kind::broadcast, .in = data, .n = static_cast<int64_t>(bytes), .root = root};
+    const Deposit mine{
+        .kind = Kind::broadcast, .in = data, .n = static_cast<int64_t>(bytes), .root = root};
     group_->meet(rank_, &mine, parity, deadline, what, describe_,
                  [&](std::vector<Deposit>& all) { check_agree(all, what); });
     if (rank_ != root && bytes) std::memcpy(data, group_->deposits(parity)[root].in, bytes);
@@ -305,12 +312,14 @@ class InProcessCommunicator final : public Communicator {
     std::optional<std::vector<std::byte>> message =
         group_->take(src, rank_, tag, deadline_after(timeout_s()));
     if (!message)
-      throw TimeoutError(fmt::format("{}: {}: recv timed out after {:g} s waiting for world rank {} (tag {})",
-                                     what, describe_, timeout_s(), group_->world_ranks[src], tag));
+      throw TimeoutError(
+          fmt::format("{}: {}: recv timed out after {:g} s waiting for world rank {} (tag {})",
+                      what, describe_, timeout_s(), group_->world_ranks[src], tag));
     if (message->size() != bytes)
-      throw UsageError(fmt::format(
-          "{}: {}: the message from world rank {} (tag {}) has {} bytes but the receive expects {} bytes",
-          what, describe_, group_->world_ranks[src], tag, message->size(), bytes));
+      throw UsageError(
+          fmt::format("{}: {}: the message from world rank {} (tag {}) has {} bytes but the "
+                      "receive expects {} bytes",
+                      what, describe_, group_->world_ranks[src], tag, message->size(), bytes));
     if (bytes) std::memcpy(data, message->data(), bytes);
   }
 
@@ -325,7 +334,8 @@ class InProcessCommunicator final : public Communicator {
                    check_agree(all, name);
                    // Members of each colour, ordered by (key, rank) as MPI_Comm_split does.
                    std::map<int, std::vector<std::pair<int, int>>> members;
-                   for (int r = 0; r < size(); ++r) members[all[r].colour].emplace_back(all[r].key, r);
+                   for (int r = 0; r < size(); ++r)
+                     members[all[r].colour].emplace_back(all[r].key, r);
                    for (auto& [c, keyed] : members) {
                      std::sort(keyed.begin(), keyed.end());
                      std::vector<int> world;
@@ -338,7 +348,8 @@ class InProcessCommunicator final : public Communicator {
                    }
                  });
     const Deposit& answer = group_->deposits(parity)[rank_];
-    return std::make_unique<InProcessCommunicator>(answer.new_group, answer.new_rank, std::move(name));
+    return std::make_unique<InProcessCommunicator>(answer.new_group, answer.new_rank,
+                                                   std::move(name));
   }
 
  private:
@@ -353,16 +364,19 @@ class InProcessCommunicator final : public Communicator {
     if (tag < 0) throw UsageError(fmt::format("{}: {}: tag {} is negative", what, describe_, tag));
   }
   void check_count(int64_t n, std::string_view what) const {
-    if (n < 0) throw UsageError(fmt::format("{}: {}: element count {} is negative", what, describe_, n));
+    if (n < 0)
+      throw UsageError(fmt::format("{}: {}: element count {} is negative", what, describe_, n));
   }
   // Run by the last rank to arrive: every rank called the same collective with the same sizes.
   void check_agree(const std::vector<Deposit>& all, std::string_view what) const {
     for (int r = 1; r < size(); ++r)
       if (!all[r].agrees_with(all[0]))
-        throw UsageError(fmt::format(
-            "{}: {}: ranks disagree: world rank {} called {} but world rank {} called {}; every rank "
-            "must call the same collectives in the same order with the same sizes",
-            what, describe_, group_->world_ranks[0], all[0].args(), group_->world_ranks[r], all[r].args()));
+        throw UsageError(
+            fmt::format("{}: {}: ranks disagree: world rank {} called {} but world rank {} called "
+                        "{}; every rank "
+                        "must call the same collectives in the same order with the same sizes",
+                        what, describe_, group_->world_ranks[0], all[0].args(),
+                        group_->world_ranks[r], all[r].args()));
   }
 
   std::shared_ptr<Group> group_;
@@ -377,12 +391,14 @@ std::vector<std::unique_ptr<Communicator>> make_in_process_group(int size, doubl
                                                                  std::string name) {
   if (size < 1) throw UsageError(fmt::format("in-process group '{}': size {} < 1", name, size));
   if (!(timeout_s > 0))
-    throw UsageError(fmt::format("in-process group '{}': timeout {} s must be > 0", name, timeout_s));
+    throw UsageError(
+        fmt::format("in-process group '{}': timeout {} s must be > 0", name, timeout_s));
   std::vector<int> world(size);
   for (int r = 0; r < size; ++r) world[r] = r;
   auto group = std::make_shared<Group>(std::move(world), timeout_s);
   std::vector<std::unique_ptr<Communicator>> ranks;
-  for (int r = 0; r < size; ++r) ranks.push_back(std::make_unique<InProcessCommunicator>(group, r, name));
+  for (int r = 0; r < size; ++r)
+    ranks.push_back(std::make_unique<InProcessCommunicator>(group, r, name));
   return ranks;
 }
 

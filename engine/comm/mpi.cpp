@@ -31,12 +31,14 @@ constexpr size_t kChunkBytes = size_t{4} << 20;
 std::string mpi_error_text(int code) {
   char text[MPI_MAX_ERROR_STRING];
   int length = 0;
-  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return fmt::format("MPI error code {}", code);
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS)
+    return fmt::format("MPI error code {}", code);
   return std::string(text, static_cast<size_t>(length));
 }
 
 void check(int rc, std::string_view call) {
-  if (rc != MPI_SUCCESS) throw std::runtime_error(fmt::format("{} failed: {}", call, mpi_error_text(rc)));
+  if (rc != MPI_SUCCESS)
+    throw std::runtime_error(fmt::format("{} failed: {}", call, mpi_error_text(rc)));
 }
 
 bool mpi_finalized() {
@@ -70,8 +72,13 @@ MPI_Datatype mpi_type(ElemType t) {
 // A pending MPI_Isend.
 class MpiSendRequest final : public CommRequest {
  public:
-  MpiSendRequest(MPI_Request request, std::string who, int peer_world, int tag, size_t bytes, double timeout_s)
-      : request_(request), who_(std::move(who)), peer_world_(peer_world), tag_(tag), bytes_(bytes),
+  MpiSendRequest(MPI_Request request, std::string who, int peer_world, int tag, size_t bytes,
+                 double timeout_s)
+      : request_(request),
+        who_(std::move(who)),
+        peer_world_(peer_world),
+        tag_(tag),
+        bytes_(bytes),
         timeout_s_(timeout_s) {}
   ~MpiSendRequest() override {
     // Still pending: let it finish in the background (its buffer must outlive it, as for any send).
@@ -152,9 +159,11 @@ class MpiCommunicator final : public Communicator {
   int max_tag() const override { return max_tag_; }
 
   // ---- collectives --------------------------------------------------------------------------
-  void all_reduce(void* data, int64_t n, ElemType type, ReduceOp op, std::string_view what) override {
+  void all_reduce(void* data, int64_t n, ElemType type, ReduceOp op,
+                  std::string_view what) override {
     throw_if_broken(what);
-    if (n < 0) throw UsageError(fmt::format("{}: {}: element count {} is negative", what, describe_, n));
+    if (n < 0)
+      throw UsageError(fmt::format("{}: {}: element count {} is negative", what, describe_, n));
     const size_t es = elem_size(type);
     const int64_t chunk = static_cast<int64_t>(kChunkBytes / es);
     auto* bytes = static_cast<std::byte*>(data);
@@ -162,7 +171,8 @@ class MpiCommunicator final : public Communicator {
     for (int64_t offset = 0; offset < n; offset += chunk) {
       const int count = static_cast<int>(std::min(chunk, n - offset));
       MPI_Request request = MPI_REQUEST_NULL;
-      check(MPI_Iallreduce(MPI_IN_PLACE, bytes + offset * es, count, mpi_type(type), MPI_SUM, comm_, &request),
+      check(MPI_Iallreduce(MPI_IN_PLACE, bytes + offset * es, count, mpi_type(type), MPI_SUM, comm_,
+                           &request),
             "MPI_Iallreduce");
       wait_collective(request, "all_reduce", what);
     }
@@ -215,7 +225,8 @@ class MpiCommunicator final : public Communicator {
     const int n = to_int(static_cast<int64_t>(bytes), "isend", "bytes");
     MPI_Request request = MPI_REQUEST_NULL;
     check(MPI_Isend(data, n, MPI_BYTE, dst, tag, comm_, &request), "MPI_Isend");
-    return std::make_unique<MpiSendRequest>(request, describe_, world_ranks_[dst], tag, bytes, timeout_s_);
+    return std::make_unique<MpiSendRequest>(request, describe_, world_ranks_[dst], tag, bytes,
+                                            timeout_s_);
   }
 
   void recv(void* data, size_t bytes, int src, int tag, std::string_view what) override {
@@ -234,22 +245,25 @@ class MpiCommunicator final : public Communicator {
       int cancelled = 0;
       check(MPI_Test_cancelled(&status, &cancelled), "MPI_Test_cancelled");
       if (cancelled)
-        throw TimeoutError(fmt::format("{}: {}: recv timed out after {:g} s waiting for world rank {} (tag {})",
-                                       what, describe_, timeout_s_, world_ranks_[src], tag));
+        throw TimeoutError(
+            fmt::format("{}: {}: recv timed out after {:g} s waiting for world rank {} (tag {})",
+                        what, describe_, timeout_s_, world_ranks_[src], tag));
     }
     int error_class = MPI_SUCCESS;
     if (rc != MPI_SUCCESS) MPI_Error_class(rc, &error_class);
     if (error_class == MPI_ERR_TRUNCATE)
-      throw UsageError(fmt::format(
-          "{}: {}: the message from world rank {} (tag {}) is larger than the {} bytes the receive expects",
-          what, describe_, world_ranks_[src], tag, bytes));
+      throw UsageError(
+          fmt::format("{}: {}: the message from world rank {} (tag {}) is larger than the {} bytes "
+                      "the receive expects",
+                      what, describe_, world_ranks_[src], tag, bytes));
     check(rc, fmt::format("{}: MPI_Irecv from world rank {}", what, world_ranks_[src]));
     int received = 0;
     check(MPI_Get_count(&status, MPI_BYTE, &received), "MPI_Get_count");
     if (received != n)
-      throw UsageError(fmt::format(
-          "{}: {}: the message from world rank {} (tag {}) has {} bytes but the receive expects {} bytes",
-          what, describe_, world_ranks_[src], tag, received, bytes));
+      throw UsageError(
+          fmt::format("{}: {}: the message from world rank {} (tag {}) has {} bytes but the "
+                      "receive expects {} bytes",
+                      what, describe_, world_ranks_[src], tag, received, bytes));
   }
 
   // ---- groups -------------------------------------------------------------------------------
@@ -263,7 +277,8 @@ class MpiCommunicator final : public Communicator {
     const int mine[2] = {colour, key};
     std::vector<int> everyone(2 * static_cast<size_t>(size_));
     MPI_Request request = MPI_REQUEST_NULL;
-    check(MPI_Iallgather(mine, 2, MPI_INT, everyone.data(), 2, MPI_INT, comm_, &request), "MPI_Iallgather");
+    check(MPI_Iallgather(mine, 2, MPI_INT, everyone.data(), 2, MPI_INT, comm_, &request),
+          "MPI_Iallgather");
     wait_collective(request, "split", name);
     MPI_Comm part = MPI_COMM_NULL;
     check(MPI_Comm_split(comm_, colour, key, &part), "MPI_Comm_split");
@@ -285,7 +300,8 @@ class MpiCommunicator final : public Communicator {
       std::vector<int> others;
       for (int r = 0; r < size_; ++r)
         if (r != rank_) others.push_back(world_ranks_[r]);
-      waited_for = fmt::format("world ranks {} (at least one of them did not arrive)", format_ranks(others));
+      waited_for =
+          fmt::format("world ranks {} (at least one of them did not arrive)", format_ranks(others));
     }
     std::string message = fmt::format("{}: {}: {} timed out after {:g} s waiting for {}", what,
                                       describe_, op, timeout_s_, waited_for);
@@ -300,7 +316,8 @@ class MpiCommunicator final : public Communicator {
     if (!broken_.empty())
       throw UsageError(fmt::format(
           "{}: {}: this communicator is unusable after an earlier timeout ({}); end the job "
-          "(MpiRuntime::abort) instead of continuing", what, describe_, broken_));
+          "(MpiRuntime::abort) instead of continuing",
+          what, describe_, broken_));
   }
 
   void check_rank(int r, std::string_view what, std::string_view role) const {
@@ -310,7 +327,8 @@ class MpiCommunicator final : public Communicator {
   }
   void check_tag(int tag, std::string_view what) const {
     if (tag < 0 || tag > max_tag_)
-      throw UsageError(fmt::format("{}: {}: tag {} is outside [0, {}]", what, describe_, tag, max_tag_));
+      throw UsageError(
+          fmt::format("{}: {}: tag {} is outside [0, {}]", what, describe_, tag, max_tag_));
   }
   int to_int(int64_t n, std::string_view what, std::string_view unit) const {
     if (n < 0 || n > INT_MAX)
@@ -348,7 +366,9 @@ MpiRuntime::MpiRuntime() {
   int initialized = 0;
   check(MPI_Initialized(&initialized), "MPI_Initialized");
   if (initialized)
-    throw UsageError("MPI is already initialised: create one MpiRuntime per process, before any other use of MPI");
+    throw UsageError(
+        "MPI is already initialised: create one MpiRuntime per process, before any other use of "
+        "MPI");
   if (mpi_finalized())
     throw UsageError("MPI was finalised already and cannot be initialised again in this process");
   int provided = MPI_THREAD_SINGLE;
@@ -357,7 +377,8 @@ MpiRuntime::MpiRuntime() {
     MPI_Finalize();
     throw std::runtime_error(fmt::format(
         "the MPI library provides only {}; pipetrain needs MPI_THREAD_MULTIPLE because a compute "
-        "thread and a gradient-reduction thread both call MPI (use an MPI built with thread support)",
+        "thread and a gradient-reduction thread both call MPI (use an MPI built with thread "
+        "support)",
         thread_level_name(provided)));
   }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -381,7 +402,8 @@ std::unique_ptr<Communicator> mpi_world(double timeout_s) {
   MPI_Initialized(&initialized);
   if (!initialized || mpi_finalized())
     throw UsageError("mpi_world: MPI is not running; create a pt::MpiRuntime in main first");
-  if (!(timeout_s > 0)) throw UsageError(fmt::format("mpi_world: timeout {} s must be > 0", timeout_s));
+  if (!(timeout_s > 0))
+    throw UsageError(fmt::format("mpi_world: timeout {} s must be > 0", timeout_s));
   MPI_Comm world = MPI_COMM_NULL;
   MPI_Request request = MPI_REQUEST_NULL;
   check(MPI_Comm_idup(MPI_COMM_WORLD, &world, &request), "MPI_Comm_idup");
@@ -390,9 +412,11 @@ std::unique_ptr<Communicator> mpi_world(double timeout_s) {
     int rank = 0, size = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    throw TimeoutError(fmt::format(
-        "mpi_world: world rank {} of {} timed out after {:g} s waiting for the other ranks to start "
-        "(at least one of them did not call mpi_world)", rank, size, timeout_s));
+    throw TimeoutError(
+        fmt::format("mpi_world: world rank {} of {} timed out after {:g} s waiting for the other "
+                    "ranks to start "
+                    "(at least one of them did not call mpi_world)",
+                    rank, size, timeout_s));
   }
   check(rc, "MPI_Comm_idup");
   return std::make_unique<MpiCommunicator>(world, "world", timeout_s);

@@ -105,8 +105,9 @@ class Backend {
   // C(M,N) = op(A) op(B) + bias(N) broadcast over rows: the forward of a Linear layer. Devices
   // with a fused epilogue (cuBLASLt) add the bias inside the GEMM; the default is gemm followed
   // by add_bias (the same bits as calling them in turn).
-  virtual void gemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
-                         int64_t lda, const float* B, int64_t ldb, const float* bias, float* C, int64_t ldc) {
+  virtual void gemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                         const float* A, int64_t lda, const float* B, int64_t ldb,
+                         const float* bias, float* C, int64_t ldc) {
     gemm(trans_a, trans_b, M, N, K, 1.f, A, lda, B, ldb, 0.f, C, ldc);
     if (ldc == N) {
       add_bias(C, bias, M, N);

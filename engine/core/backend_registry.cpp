@@ -32,7 +32,8 @@ std::string kinds_text(const std::map<std::string, BackendFactory, std::less<>>&
 }  // namespace
 
 void register_backend(std::string kind, BackendFactory factory) {
-  if (kind.empty() || !factory) throw UsageError("register_backend: a backend needs a kind name and a factory");
+  if (kind.empty() || !factory)
+    throw UsageError("register_backend: a backend needs a kind name and a factory");
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
   if (r.factories.contains(kind))
@@ -47,8 +48,9 @@ std::unique_ptr<Backend> open_backend(std::string_view kind, const BackendOption
     std::lock_guard lock(r.mutex);
     auto it = r.factories.find(kind);
     if (it == r.factories.end())
-      throw UsageError(fmt::format("cannot open {}:{}: no backend for device kind '{}' is built in (known kinds: {})",
-                                   kind, options.index, kind, kinds_text(r.factories)));
+      throw UsageError(fmt::format(
+          "cannot open {}:{}: no backend for device kind '{}' is built in (known kinds: {})", kind,
+          options.index, kind, kinds_text(r.factories)));
     factory = it->second;
   }
   return factory(options);  // outside the lock: the CUDA factory loads a plugin

@@ -18,8 +18,8 @@ int parse_index(std::string_view digits, std::string_view whole) {
   int value = -1;
   auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
   if (ec != std::errc() || ptr != digits.data() + digits.size() || value < 0 || value > 4096)
-    throw UsageError(fmt::format("bad device '{}': the index must be a number such as cpu:0 or cuda:1",
-                                 whole));
+    throw UsageError(
+        fmt::format("bad device '{}': the index must be a number such as cpu:0 or cuda:1", whole));
   return value;
 }
 
@@ -50,7 +50,8 @@ std::vector<DeviceId> parse_device_list(std::string_view text) {
       DeviceId first = DeviceId::parse(item.substr(0, dots));
       int last = parse_index(item.substr(dots + 2), item);
       if (last < first.index)
-        throw UsageError(fmt::format("bad device range '{}': the last index is below the first", item));
+        throw UsageError(
+            fmt::format("bad device range '{}': the last index is below the first", item));
       for (int i = first.index; i <= last; ++i) out.push_back({first.kind, i});
     } else {
       out.push_back(DeviceId::parse(item));

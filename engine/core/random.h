@@ -42,7 +42,8 @@ class CounterRng {
   uint64_t next_below(uint64_t n) {
     const uint64_t limit = ~uint64_t{0} - (~uint64_t{0} % n);
     uint64_t x;
-    do x = next_u64(); while (x >= limit);
+    do x = next_u64();
+    while (x >= limit);
     return x % n;
   }
 

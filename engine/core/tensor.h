@@ -16,7 +16,8 @@ class Backend;
 
 // One allocation from a backend; returned to it on destruction.
 struct Storage {
-  Storage(Backend* backend, void* data, size_t bytes) : backend(backend), data(data), bytes(bytes) {}
+  Storage(Backend* backend, void* data, size_t bytes)
+      : backend(backend), data(data), bytes(bytes) {}
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;

@@ -13,8 +13,9 @@ int self_test(int device, char* message, size_t message_size) noexcept;
 int create_backend(const PtCudaBackendOptions* options, void** backend_out, char* message,
                    size_t message_size) noexcept;
 int nccl_unique_id(unsigned char id[128], char* message, size_t message_size) noexcept;
-int create_nccl_communicator(const unsigned char id[128], int nranks, int rank, const int* world_ranks,
-                             const char* name, void* backend, double timeout_s, void** comm_out,
-                             char* message, size_t message_size) noexcept;
+int create_nccl_communicator(const unsigned char id[128], int nranks, int rank,
+                             const int* world_ranks, const char* name, void* backend,
+                             double timeout_s, void** comm_out, char* message,
+                             size_t message_size) noexcept;
 
 }  // namespace pt::cuda

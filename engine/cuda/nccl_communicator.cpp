@@ -55,9 +55,9 @@
 
 #include "engine/comm/backoff.h"
 #include "engine/core/error.h"
+#include "engine/cuda/runtime_text.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
-#include "engine/cuda/runtime_text.h"
 
 namespace pt::cuda {
 namespace nccl_detail {
@@ -84,7 +84,8 @@ std::mutex& nccl_mutex() {
 
 // NCCL's text for a result, with its last error message (the detail, when there is one).
 std::string nccl_error(ncclResult_t result, ncclComm_t comm) {
-  std::string text = fmt::format("{} (ncclResult_t {})", ncclGetErrorString(result), static_cast<int>(result));
+  std::string text =
+      fmt::format("{} (ncclResult_t {})", ncclGetErrorString(result), static_cast<int>(result));
   const char* last = ncclGetLastError(comm);
   if (last != nullptr && *last != '\0') text += fmt::format(": {}", last);
   return text;
@@ -92,7 +93,7 @@ std::string nccl_error(ncclResult_t result, ncclComm_t comm) {
 
 ncclConfig_t nonblocking_config() {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;    // calls return ncclInProgress instead of waiting: every wait has a deadline
+  config.blocking = 0;  // calls return ncclInProgress instead of waiting: every wait has a deadline
   config.splitShare = 0;  // a lane shares nothing with its parent, kernel ordering included
   return config;
 }
@@ -112,13 +113,16 @@ ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::mean ? ncclAvg : ncclS
 
 // An NCCL communicator handle written by an NCCL thread (the target of a nonblocking init or
 // split) is read through this.
-ncclComm_t load_comm(ncclComm_t& slot) { return std::atomic_ref<ncclComm_t>(slot).load(std::memory_order_acquire); }
+ncclComm_t load_comm(ncclComm_t& slot) {
+  return std::atomic_ref<ncclComm_t>(slot).load(std::memory_order_acquire);
+}
 
 class Event {
  public:
   Event() = default;
   explicit Event(const std::string& where) {
-    check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), where, "cudaEventCreateWithFlags");
+    check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), where,
+          "cudaEventCreateWithFlags");
   }
   ~Event() {
     if (event_ != nullptr) (void)cudaEventDestroy(event_);  // fine while a record is pending
@@ -161,7 +165,8 @@ class PinnedPool {
       return block;
     }
     constexpr size_t kMiB = size_t{1} << 20;
-    const size_t size = bytes <= kMiB ? std::max<size_t>(4096, std::bit_ceil(bytes)) : (bytes + kMiB - 1) / kMiB * kMiB;
+    const size_t size = bytes <= kMiB ? std::max<size_t>(4096, std::bit_ceil(bytes))
+                                      : (bytes + kMiB - 1) / kMiB * kMiB;
     void* host = nullptr;
     check(cudaHostAlloc(&host, size, cudaHostAllocPortable | cudaHostAllocMapped), where,
           "cudaHostAlloc (page-locked staging for a host buffer)");
@@ -185,7 +190,8 @@ PinnedPool& pinned_pool() {
 // Device memory of this GPU (or managed memory) goes to NCCL as it is; host memory is staged.
 enum class Memory { device, host };
 
-Memory classify(const void* p, int gpu, std::string_view what, std::string_view role, const std::string& who) {
+Memory classify(const void* p, int gpu, std::string_view what, std::string_view role,
+                const std::string& who) {
   cudaPointerAttributes attributes{};
   if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess) {
     (void)cudaGetLastError();  // runtimes that reject unregistered host memory
@@ -194,9 +200,10 @@ Memory classify(const void* p, int gpu, std::string_view what, std::string_view 
   switch (attributes.type) {
     case cudaMemoryTypeDevice:
       if (attributes.device != gpu)
-        throw UsageError(fmt::format("{}: {}: the {} buffer is memory of cuda:{}, but this communicator runs on "
-                                     "cuda:{}; NCCL takes memory of its own GPU (or host memory)",
-                                     what, who, role, attributes.device, gpu));
+        throw UsageError(
+            fmt::format("{}: {}: the {} buffer is memory of cuda:{}, but this communicator runs on "
+                        "cuda:{}; NCCL takes memory of its own GPU (or host memory)",
+                        what, who, role, attributes.device, gpu));
       return Memory::device;
     case cudaMemoryTypeManaged: return Memory::device;
     default: return Memory::host;  // pageable or page-locked host memory
@@ -229,8 +236,9 @@ struct Lane {
   // itself, made it.
   bool enqueue_pending = false;
   std::shared_ptr<SendOp> enqueuing;
-  std::deque<std::shared_ptr<SendOp>> queued;    // sends NCCL has not been given yet
-  std::deque<std::shared_ptr<SendOp>> launched;  // given to NCCL, completion not yet seen (in order)
+  std::deque<std::shared_ptr<SendOp>> queued;  // sends NCCL has not been given yet
+  std::deque<std::shared_ptr<SendOp>>
+      launched;  // given to NCCL, completion not yet seen (in order)
 
   bool idle() const { return !enqueue_pending && queued.empty(); }
 };
@@ -240,9 +248,15 @@ struct Lane {
 // ---- the state shared by a communicator and its send requests -----------------------------------
 
 struct State {
-  State(CudaBackend& backend_, double timeout, std::string name_, int rank_, int size_, std::vector<int> world)
-      : backend(backend_), gpu(backend_.gpu()), timeout_s(timeout), name(std::move(name_)), rank(rank_),
-        size(size_), world_ranks(std::move(world)) {
+  State(CudaBackend& backend_, double timeout, std::string name_, int rank_, int size_,
+        std::vector<int> world)
+      : backend(backend_),
+        gpu(backend_.gpu()),
+        timeout_s(timeout),
+        name(std::move(name_)),
+        rank(rank_),
+        size(size_),
+        world_ranks(std::move(world)) {
     describe = fmt::format("nccl '{}': rank {} of {} (world ranks {}) on cuda:{}", name, rank, size,
                            format_ranks(world_ranks), gpu);
     who = fmt::format("world rank {} ({})", world_ranks[static_cast<size_t>(rank)], describe);
@@ -252,11 +266,12 @@ struct State {
   // would wait for kernels that may never end). Never throws.
   ~State() {
     int previous = -1;
-    const bool switched =
-        cudaGetDevice(&previous) == cudaSuccess && previous != gpu && cudaSetDevice(gpu) == cudaSuccess;
+    const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != gpu &&
+                          cudaSetDevice(gpu) == cudaSuccess;
     {
       std::lock_guard lock(nccl_mutex());
-      for (Lane* lane : lanes()) close(*lane);  // the collective lane first: aborting it ends a split in flight
+      for (Lane* lane : lanes())
+        close(*lane);  // the collective lane first: aborting it ends a split in flight
       if (ncclComm_t orphan = load_comm(pending_comm)) (void)ncclCommAbort(orphan);
       for (Lane* lane : lanes()) {
         if (lane->enqueuing) drop(*lane->enqueuing);
@@ -280,16 +295,20 @@ struct State {
   // ---- checks (no lock needed: the fields read are immutable) -----------------------------------
   void check_rank(int r, std::string_view what, std::string_view role) const {
     if (r < 0 || r >= size)
-      throw UsageError(fmt::format("{}: {}: {} {} is not a rank of this group (0..{})", what, describe, role, r, size - 1));
+      throw UsageError(fmt::format("{}: {}: {} {} is not a rank of this group (0..{})", what,
+                                   describe, role, r, size - 1));
   }
   void check_peer(int r, std::string_view what, std::string_view role) const {
     check_rank(r, what, role);
     if (r == rank)
-      throw UsageError(fmt::format("{}: {}: {} {} is this rank; NCCL cannot send a message to its own rank", what,
-                                   describe, role, r));
+      throw UsageError(
+          fmt::format("{}: {}: {} {} is this rank; NCCL cannot send a message to its own rank",
+                      what, describe, role, r));
   }
   void check_tag(int tag, std::string_view what) const {
-    if (tag < 0) throw UsageError(fmt::format("{}: {}: tag {} is outside [0, {}]", what, describe, tag, INT_MAX));
+    if (tag < 0)
+      throw UsageError(
+          fmt::format("{}: {}: tag {} is outside [0, {}]", what, describe, tag, INT_MAX));
   }
 
   // "world rank 3" or "world ranks 1, 3 (at least one of them did not arrive)".
@@ -302,12 +321,14 @@ struct State {
     return fmt::format("world ranks {} (at least one of them did not arrive)", format_ranks(ranks));
   }
 
-  // ---- everything below runs under nccl_mutex() ---------------------------------------------------
+  // ---- everything below runs under nccl_mutex()
+  // ---------------------------------------------------
   void throw_if_broken(std::string_view what) const {
     if (!broken.empty())
-      throw UsageError(fmt::format("{}: {}: this communicator is unusable after an earlier failure ({}); end the job "
-                                   "instead of continuing",
-                                   what, describe, broken));
+      throw UsageError(fmt::format(
+          "{}: {}: this communicator is unusable after an earlier failure ({}); end the job "
+          "instead of continuing",
+          what, describe, broken));
   }
 
   // Marks the communicator broken, aborts every lane and throws `message`.
@@ -317,13 +338,16 @@ struct State {
     if (timeout) throw TimeoutError(message + "; the communicator was aborted");
     throw std::runtime_error(message + "; the communicator was aborted");
   }
-  [[noreturn]] void fail_nccl(ncclResult_t result, ncclComm_t comm, std::string_view call, std::string_view what) {
+  [[noreturn]] void fail_nccl(ncclResult_t result, ncclComm_t comm, std::string_view call,
+                              std::string_view what) {
     fail(fmt::format("{}: {}: {} failed: {}", what, who, call, nccl_error(result, comm)), false);
   }
   void cuda_call(cudaError_t e, const char* call, std::string_view what) {
     if (e == cudaSuccess) return;
     (void)cudaGetLastError();
-    fail(fmt::format("{}: {}: {} failed with {}: {}", what, who, call, error_name(e), cudaGetErrorString(e)), false);
+    fail(fmt::format("{}: {}: {} failed with {}: {}", what, who, call, error_name(e),
+                     cudaGetErrorString(e)),
+         false);
   }
 
   void drop(SendOp& op) {
@@ -344,7 +368,8 @@ struct State {
       lane->queued.clear();
       lane->launched.clear();
     }
-    if (ncclComm_t orphan = load_comm(pending_comm)) (void)ncclCommAbort(orphan);  // after its parent's abort
+    if (ncclComm_t orphan = load_comm(pending_comm))
+      (void)ncclCommAbort(orphan);  // after its parent's abort
     pending_comm = nullptr;
   }
 
@@ -378,8 +403,8 @@ struct State {
     if (r != ncclSuccess) fail_nccl(r, lane.comm, "ncclCommGetAsyncError", what);
     if (state == ncclInProgress) return;
     if (state != ncclSuccess)
-      fail(fmt::format("{}: {}: NCCL reported an error on its {} communicator: {}", what, who, lane.role,
-                       nccl_error(state, lane.comm)),
+      fail(fmt::format("{}: {}: NCCL reported an error on its {} communicator: {}", what, who,
+                       lane.role, nccl_error(state, lane.comm)),
            false);
     if (lane.enqueue_pending && lane.enqueuing) {
       lane.enqueue_pending = false;
@@ -396,7 +421,8 @@ struct State {
       SendOp& op = *lane.queued.front();  // stays queued until NCCL took it: an abort then drops it
       if (op.ready.get() != nullptr)
         cuda_call(cudaStreamWaitEvent(lane.stream, op.ready.get(), 0), "cudaStreamWaitEvent", what);
-      const ncclResult_t r = ncclSend(op.buffer, op.bytes, ncclUint8, op.peer, lane.comm, lane.stream);
+      const ncclResult_t r =
+          ncclSend(op.buffer, op.bytes, ncclUint8, op.peer, lane.comm, lane.stream);
       if (r != ncclSuccess && r != ncclInProgress) fail_nccl(r, lane.comm, "ncclSend", what);
       std::shared_ptr<SendOp> taken = std::move(lane.queued.front());
       lane.queued.pop_front();
@@ -430,22 +456,27 @@ struct State {
     }
   }
 
-  // "; this rank's earlier sends to world ranks 2 on the same NCCL communicator had not completed ..."
+  // "; this rank's earlier sends to world ranks 2 on the same NCCL communicator had not completed
+  // ..."
   std::string earlier_sends(const Lane& lane) const {
     std::vector<int> peers;
     const auto add = [&](const std::shared_ptr<SendOp>& op) {
-      if (op && std::find(peers.begin(), peers.end(), op->peer_world) == peers.end()) peers.push_back(op->peer_world);
+      if (op && std::find(peers.begin(), peers.end(), op->peer_world) == peers.end())
+        peers.push_back(op->peer_world);
     };
     add(lane.enqueuing);
     for (const auto& op : lane.launched) add(op);
     for (const auto& op : lane.queued) add(op);
     if (peers.empty()) return "";
-    return fmt::format("; this rank's earlier sends to world ranks {} on the same NCCL communicator had not completed, "
-                       "and NCCL runs a communicator's operations in order",
-                       format_ranks(peers));
+    return fmt::format(
+        "; this rank's earlier sends to world ranks {} on the same NCCL communicator had not "
+        "completed, "
+        "and NCCL runs a communicator's operations in order",
+        format_ranks(peers));
   }
 
-  // ---- the waits (called without the lock) ---------------------------------------------------------
+  // ---- the waits (called without the lock)
+  // ---------------------------------------------------------
 
   // Issues one NCCL call on `lane`, after the sends queued there before it, and returns once the
   // GPU finished it. `after_compute`: the call touches device memory, so it first waits for the
@@ -466,8 +497,10 @@ struct State {
         progress(what);
         if (!issued && lane.idle()) {
           if (after_compute) {
-            cuda_call(cudaEventRecord(ready.get(), backend.compute_stream()), "cudaEventRecord", what);
-            cuda_call(cudaStreamWaitEvent(lane.stream, ready.get(), 0), "cudaStreamWaitEvent", what);
+            cuda_call(cudaEventRecord(ready.get(), backend.compute_stream()), "cudaEventRecord",
+                      what);
+            cuda_call(cudaStreamWaitEvent(lane.stream, ready.get(), 0), "cudaStreamWaitEvent",
+                      what);
           }
           const ncclResult_t r = call(lane.comm, lane.stream);
           issued = true;
@@ -502,12 +535,14 @@ struct State {
         std::lock_guard lock(nccl_mutex());
         throw_if_broken(what);
         if (enqueued && !compute_done)
-          fail(fmt::format("{}: {}: {} did not start within {:g} s: the work queued before it on cuda:{}'s compute "
-                           "stream did not finish (this GPU, not another rank, is what it waited for)",
-                           what, who, op, timeout_s, gpu),
+          fail(fmt::format(
+                   "{}: {}: {} did not start within {:g} s: the work queued before it on cuda:{}'s "
+                   "compute "
+                   "stream did not finish (this GPU, not another rank, is what it waited for)",
+                   what, who, op, timeout_s, gpu),
                true);
-        fail(fmt::format("{}: {}: {} timed out after {:g} s waiting for {}{}", what, who, op, timeout_s, waited_for(),
-                         earlier_sends(lane)),
+        fail(fmt::format("{}: {}: {} timed out after {:g} s waiting for {}{}", what, who, op,
+                         timeout_s, waited_for(), earlier_sends(lane)),
              true);
       }
       backoff.pause();
@@ -516,7 +551,8 @@ struct State {
 
   // Waits until the communicator of `lane` finished initialising (nonblocking init or split),
   // then checks it and gives the lane its stream.
-  void finish_lane(Lane& lane, std::string_view what, const std::function<std::string()>& timeout_message) {
+  void finish_lane(Lane& lane, std::string_view what,
+                   const std::function<std::string()>& timeout_message) {
     Backoff backoff(kPollSleep);
     const auto deadline = deadline_after(timeout_s);
     for (;;) {
@@ -527,8 +563,8 @@ struct State {
         if (r != ncclSuccess) fail_nccl(r, lane.comm, "ncclCommGetAsyncError", what);
         if (state == ncclSuccess) break;
         if (state != ncclInProgress)
-          fail(fmt::format("{}: {}: creating the {} NCCL communicator failed: {}", what, who, lane.role,
-                           nccl_error(state, lane.comm)),
+          fail(fmt::format("{}: {}: creating the {} NCCL communicator failed: {}", what, who,
+                           lane.role, nccl_error(state, lane.comm)),
                false);
       }
       if (Clock::now() >= deadline) {
@@ -544,10 +580,11 @@ struct State {
     if (const ncclResult_t r = ncclCommUserRank(lane.comm, &user_rank); r != ncclSuccess)
       fail_nccl(r, lane.comm, "ncclCommUserRank", what);
     if (count != size || user_rank != rank)
-      fail(fmt::format("{}: {}: NCCL made its {} communicator rank {} of {}, not rank {} of {}", what, who, lane.role,
-                       user_rank, count, rank, size),
+      fail(fmt::format("{}: {}: NCCL made its {} communicator rank {} of {}, not rank {} of {}",
+                       what, who, lane.role, user_rank, count, rank, size),
            false);
-    cuda_call(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", what);
+    cuda_call(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking),
+              "cudaStreamCreateWithFlags", what);
   }
 
   // The communicator a finished split wrote into `pending_comm`.
@@ -563,20 +600,23 @@ struct State {
     if (size == 1) return;  // no peers to send to
     for (Lane* lane : {&up, &down}) {
       ncclConfig_t config = nonblocking_config();
-      run(collectives, false, "ncclCommSplit", what,
-          [&](ncclComm_t comm, cudaStream_t) { return ncclCommSplit(comm, 0, rank, &pending_comm, &config); },
+      run(
+          collectives, false, "ncclCommSplit", what,
+          [&](ncclComm_t comm, cudaStream_t) {
+            return ncclCommSplit(comm, 0, rank, &pending_comm, &config);
+          },
           [&] { return others(); });
       {
         std::lock_guard lock(nccl_mutex());
         lane->comm = take_pending();
         if (lane->comm == nullptr)
-          fail(fmt::format("{}: {}: ncclCommSplit finished without a communicator for the {} lane", what, who,
-                           lane->role),
+          fail(fmt::format("{}: {}: ncclCommSplit finished without a communicator for the {} lane",
+                           what, who, lane->role),
                false);
       }
       finish_lane(*lane, what, [&] {
-        return fmt::format("{}: {}: the {} NCCL communicator was not ready within {:g} s", what, who, lane->role,
-                           timeout_s);
+        return fmt::format("{}: {}: the {} NCCL communicator was not ready within {:g} s", what,
+                           who, lane->role, timeout_s);
       });
     }
   }
@@ -601,7 +641,7 @@ struct State {
   // NCCL thread may store the same value again). Read once, never aborted through.
   ncclComm_t init_handle = nullptr;
   bool constructed = false;  // a clean teardown may use ncclCommDestroy
-  std::string broken;   // the first failure; set: the lanes are aborted
+  std::string broken;        // the first failure; set: the lanes are aborted
 };
 
 namespace {
@@ -610,7 +650,8 @@ namespace {
 // page-locked block of `window` bytes that each piece is copied into (load) and out of (store).
 class Staging {
  public:
-  Staging(State& state, const void* user, size_t window, std::string_view what, std::string_view role)
+  Staging(State& state, const void* user, size_t window, std::string_view what,
+          std::string_view role)
       : state_(state), user_(static_cast<std::byte*>(const_cast<void*>(user))) {
     if (user == nullptr)
       throw UsageError(fmt::format("{}: {}: the {} buffer is null", what, state.describe, role));
@@ -635,7 +676,9 @@ class Staging {
     return block_.device;
   }
   // NCCL's address for results that store() puts at the caller's offset.
-  void* place(size_t offset) { return device() ? static_cast<void*>(user_ + offset) : block_.device; }
+  void* place(size_t offset) {
+    return device() ? static_cast<void*>(user_ + offset) : block_.device;
+  }
   void store(size_t offset, size_t n) {
     if (!device()) std::memcpy(user_ + offset, block_.host, n);
   }
@@ -648,7 +691,8 @@ class Staging {
 
 class SendRequest final : public CommRequest {
  public:
-  SendRequest(std::shared_ptr<State> state, std::shared_ptr<SendOp> op) : state_(std::move(state)), op_(std::move(op)) {}
+  SendRequest(std::shared_ptr<State> state, std::shared_ptr<SendOp> op)
+      : state_(std::move(state)), op_(std::move(op)) {}
 
   bool test() override {
     DeviceGuard guard(state_->gpu);
@@ -676,14 +720,17 @@ class SendRequest final : public CommRequest {
         if (op_->stage == SendOp::Stage::complete) return;
         state_->throw_if_broken(what);
         const bool taken = op_->stage == SendOp::Stage::launched;
-        state_->fail(fmt::format(
-                         "{}: {}: send of {} bytes (tag {}) to world rank {} did not complete within {:g} s ({})", what,
-                         state_->who, op_->bytes, op_->tag, op_->peer_world, state_->timeout_s,
-                         taken ? "that rank did not post the matching receive; NCCL ignores tags, so it must receive "
-                                 "this rank's messages in the order they were sent"
-                               : "NCCL had not taken it yet: an earlier send on the same NCCL communicator, or the "
-                                 "first connection to that rank, was still waiting for that rank"),
-                     true);
+        state_->fail(
+            fmt::format("{}: {}: send of {} bytes (tag {}) to world rank {} did not complete "
+                        "within {:g} s ({})",
+                        what, state_->who, op_->bytes, op_->tag, op_->peer_world, state_->timeout_s,
+                        taken ? "that rank did not post the matching receive; NCCL ignores tags, "
+                                "so it must receive "
+                                "this rank's messages in the order they were sent"
+                              : "NCCL had not taken it yet: an earlier send on the same NCCL "
+                                "communicator, or the "
+                                "first connection to that rank, was still waiting for that rank"),
+            true);
       }
       backoff.pause();
     }
@@ -708,19 +755,26 @@ using nccl_detail::SendOp;
 using nccl_detail::Staging;
 using nccl_detail::State;
 
-// ---- construction ----------------------------------------------------------------------------------
+// ---- construction
+// ----------------------------------------------------------------------------------
 
-NcclCommunicator::NcclCommunicator(const unsigned char* id, int nranks, int rank, CudaBackend& backend,
-                                   double timeout_s, std::string name, std::vector<int> world_ranks) {
-  if (id == nullptr) throw UsageError(fmt::format("NCCL communicator '{}': the unique id is null", name));
+NcclCommunicator::NcclCommunicator(const unsigned char* id, int nranks, int rank,
+                                   CudaBackend& backend, double timeout_s, std::string name,
+                                   std::vector<int> world_ranks) {
+  if (id == nullptr)
+    throw UsageError(fmt::format("NCCL communicator '{}': the unique id is null", name));
   if (nranks < 1 || rank < 0 || rank >= nranks)
-    throw UsageError(fmt::format("NCCL communicator '{}': rank {} of {} is not a rank of a group", name, rank, nranks));
+    throw UsageError(fmt::format("NCCL communicator '{}': rank {} of {} is not a rank of a group",
+                                 name, rank, nranks));
   if (world_ranks.size() != static_cast<size_t>(nranks))
-    throw UsageError(fmt::format("NCCL communicator '{}': {} world ranks given for {} ranks", name, world_ranks.size(),
-                                 nranks));
-  if (!(timeout_s > 0)) throw UsageError(fmt::format("NCCL communicator '{}': timeout {} s must be > 0", name, timeout_s));
+    throw UsageError(fmt::format("NCCL communicator '{}': {} world ranks given for {} ranks", name,
+                                 world_ranks.size(), nranks));
+  if (!(timeout_s > 0))
+    throw UsageError(
+        fmt::format("NCCL communicator '{}': timeout {} s must be > 0", name, timeout_s));
 
-  auto state = std::make_shared<State>(backend, timeout_s, std::move(name), rank, nranks, std::move(world_ranks));
+  auto state = std::make_shared<State>(backend, timeout_s, std::move(name), rank, nranks,
+                                       std::move(world_ranks));
   State& s = *state;
   DeviceGuard guard(s.gpu);
   const std::string what = fmt::format("creating NCCL communicator '{}'", s.name);
@@ -732,19 +786,23 @@ NcclCommunicator::NcclCommunicator(const unsigned char* id, int nranks, int rank
     ncclConfig_t config = nonblocking_config();
     const ncclResult_t r = ncclCommInitRankConfig(&s.init_handle, nranks, unique, rank, &config);
     s.collectives.comm = nccl_detail::load_comm(s.init_handle);
-    if (r != ncclSuccess && r != ncclInProgress) s.fail_nccl(r, s.collectives.comm, "ncclCommInitRankConfig", what);
+    if (r != ncclSuccess && r != ncclInProgress)
+      s.fail_nccl(r, s.collectives.comm, "ncclCommInitRankConfig", what);
     if (s.collectives.comm == nullptr)
-      s.fail(fmt::format("{}: {}: ncclCommInitRankConfig returned no communicator", what, s.who), false);
+      s.fail(fmt::format("{}: {}: ncclCommInitRankConfig returned no communicator", what, s.who),
+             false);
   }
   s.finish_lane(s.collectives, what, [&] {
     std::vector<int> others;
     for (int r = 0; r < s.size; ++r)
       if (r != s.rank) others.push_back(s.world_ranks[static_cast<size_t>(r)]);
-    return fmt::format("NCCL communicator '{}' on cuda:{}: world rank {} (rank {} of {}) timed out after {:g} s "
-                       "waiting for the other ranks to join (world ranks {}): at least one of them did not create its "
-                       "communicator with the same id",
-                       s.name, s.gpu, s.world_ranks[static_cast<size_t>(s.rank)], s.rank, s.size, s.timeout_s,
-                       format_ranks(others));
+    return fmt::format(
+        "NCCL communicator '{}' on cuda:{}: world rank {} (rank {} of {}) timed out after {:g} s "
+        "waiting for the other ranks to join (world ranks {}): at least one of them did not create "
+        "its "
+        "communicator with the same id",
+        s.name, s.gpu, s.world_ranks[static_cast<size_t>(s.rank)], s.rank, s.size, s.timeout_s,
+        format_ranks(others));
   });
   s.open_p2p_lanes(what);
   s.constructed = true;
@@ -755,7 +813,8 @@ NcclCommunicator::NcclCommunicator(std::shared_ptr<State> state) : state_(std::m
 
 NcclCommunicator::~NcclCommunicator() = default;
 
-// ---- queries -----------------------------------------------------------------------------------------
+// ---- queries
+// -----------------------------------------------------------------------------------------
 
 int NcclCommunicator::rank() const { return state_->rank; }
 int NcclCommunicator::size() const { return state_->size; }
@@ -767,7 +826,8 @@ std::string NcclCommunicator::describe() const { return state_->describe; }
 double NcclCommunicator::timeout_s() const { return state_->timeout_s; }
 int NcclCommunicator::max_tag() const { return INT_MAX; }
 
-// ---- collectives -----------------------------------------------------------------------------------
+// ---- collectives
+// -----------------------------------------------------------------------------------
 //
 // Same bits on every rank: NCCL computes each reduced element once and copies that result to every
 // rank. Ring all-reduce is a reduce-scatter (each chunk summed along the ring, ending on one rank)
@@ -777,7 +837,8 @@ int NcclCommunicator::max_tag() const { return INT_MAX; }
 // on each recvbuff". The summation order (and so the bits) may differ from the MPI and in-process
 // communicators, and between runs whose NCCL picks another algorithm; replicas still agree.
 
-void NcclCommunicator::all_reduce(void* data, int64_t n, ElemType type, ReduceOp op, std::string_view what) {
+void NcclCommunicator::all_reduce(void* data, int64_t n, ElemType type, ReduceOp op,
+                                  std::string_view what) {
   State& s = *state_;
   nccl_detail::check_count(n, what, s, "elements");
   const ncclDataType_t dtype = nccl_detail::nccl_type(type);
@@ -796,14 +857,18 @@ void NcclCommunicator::all_reduce(void* data, int64_t n, ElemType type, ReduceOp
     const size_t piece = std::min(chunk, count - offset);
     void* p = buffer.load(offset * es, piece * es);
     // One deadline per piece: the timeout detects a peer that stopped, not a large transfer.
-    s.run(s.collectives, buffer.device() && offset == 0, "all_reduce", what,
-          [&](ncclComm_t comm, cudaStream_t stream) { return ncclAllReduce(p, p, piece, dtype, rop, comm, stream); },
-          [&] { return s.others(); });
+    s.run(
+        s.collectives, buffer.device() && offset == 0, "all_reduce", what,
+        [&](ncclComm_t comm, cudaStream_t stream) {
+          return ncclAllReduce(p, p, piece, dtype, rop, comm, stream);
+        },
+        [&] { return s.others(); });
     buffer.store(offset * es, piece * es);
   }
 }
 
-void NcclCommunicator::reduce_scatter(const float* in, float* out, int64_t count, ReduceOp op, std::string_view what) {
+void NcclCommunicator::reduce_scatter(const float* in, float* out, int64_t count, ReduceOp op,
+                                      std::string_view what) {
   State& s = *state_;
   nccl_detail::check_count(count, what, s, "elements per rank");
   DeviceGuard guard(s.gpu);
@@ -813,19 +878,23 @@ void NcclCommunicator::reduce_scatter(const float* in, float* out, int64_t count
   }
   if (count == 0) return;
   const size_t out_bytes = static_cast<size_t>(count) * sizeof(float);
-  if (out_bytes / sizeof(float) != static_cast<size_t>(count) || out_bytes > SIZE_MAX / static_cast<size_t>(s.size))
-    throw UsageError(fmt::format("{}: {}: {} elements per rank do not fit in memory", what, s.describe, count));
+  if (out_bytes / sizeof(float) != static_cast<size_t>(count) ||
+      out_bytes > SIZE_MAX / static_cast<size_t>(s.size))
+    throw UsageError(
+        fmt::format("{}: {}: {} elements per rank do not fit in memory", what, s.describe, count));
   const size_t in_bytes = out_bytes * static_cast<size_t>(s.size);
   Staging input(s, in, in_bytes, what, "reduce_scatter input");
   Staging output(s, out, out_bytes, what, "reduce_scatter output");
   const void* sendbuff = input.load(0, in_bytes);
   void* recvbuff = output.place(0);
   const ncclRedOp_t rop = nccl_detail::nccl_op(op);
-  s.run(s.collectives, input.device() || output.device(), "reduce_scatter", what,
-        [&](ncclComm_t comm, cudaStream_t stream) {
-          return ncclReduceScatter(sendbuff, recvbuff, static_cast<size_t>(count), ncclFloat32, rop, comm, stream);
-        },
-        [&] { return s.others(); });
+  s.run(
+      s.collectives, input.device() || output.device(), "reduce_scatter", what,
+      [&](ncclComm_t comm, cudaStream_t stream) {
+        return ncclReduceScatter(sendbuff, recvbuff, static_cast<size_t>(count), ncclFloat32, rop,
+                                 comm, stream);
+      },
+      [&] { return s.others(); });
   output.store(0, out_bytes);
 }
 
@@ -838,17 +907,19 @@ void NcclCommunicator::all_gather(const void* in, void* out, size_t bytes, std::
   }
   if (bytes == 0) return;
   if (bytes > SIZE_MAX / static_cast<size_t>(s.size))
-    throw UsageError(fmt::format("{}: {}: {} bytes per rank do not fit in memory", what, s.describe, bytes));
+    throw UsageError(
+        fmt::format("{}: {}: {} bytes per rank do not fit in memory", what, s.describe, bytes));
   const size_t out_bytes = bytes * static_cast<size_t>(s.size);
   Staging input(s, in, bytes, what, "all_gather input");
   Staging output(s, out, out_bytes, what, "all_gather output");
   const void* sendbuff = input.load(0, bytes);
   void* recvbuff = output.place(0);
-  s.run(s.collectives, input.device() || output.device(), "all_gather", what,
-        [&](ncclComm_t comm, cudaStream_t stream) {
-          return ncclAllGather(sendbuff, recvbuff, bytes, ncclUint8, comm, stream);
-        },
-        [&] { return s.others(); });
+  s.run(
+      s.collectives, input.device() || output.device(), "all_gather", what,
+      [&](ncclComm_t comm, cudaStream_t stream) {
+        return ncclAllGather(sendbuff, recvbuff, bytes, ncclUint8, comm, stream);
+      },
+      [&] { return s.others(); });
   output.store(0, out_bytes);
 }
 
@@ -865,9 +936,12 @@ void NcclCommunicator::broadcast(void* data, size_t bytes, int root, std::string
   for (size_t offset = 0; offset < bytes; offset += nccl_detail::kChunkBytes) {
     const size_t piece = std::min(nccl_detail::kChunkBytes, bytes - offset);
     void* p = buffer.load(offset, piece);
-    s.run(s.collectives, buffer.device() && offset == 0, "broadcast", what,
-          [&](ncclComm_t comm, cudaStream_t stream) { return ncclBroadcast(p, p, piece, ncclUint8, root, comm, stream); },
-          [&] { return s.others(); });
+    s.run(
+        s.collectives, buffer.device() && offset == 0, "broadcast", what,
+        [&](ncclComm_t comm, cudaStream_t stream) {
+          return ncclBroadcast(p, p, piece, ncclUint8, root, comm, stream);
+        },
+        [&] { return s.others(); });
     buffer.store(offset, piece);
   }
 }
@@ -885,14 +959,19 @@ void NcclCommunicator::barrier(std::string_view what) {
   float token = 0.f;
   Staging buffer(s, &token, sizeof(token), what, "barrier");
   void* p = buffer.load(0, sizeof(token));
-  s.run(s.collectives, false, "barrier", what,
-        [&](ncclComm_t comm, cudaStream_t stream) { return ncclAllReduce(p, p, 1, ncclFloat32, ncclMax, comm, stream); },
-        [&] { return s.others(); });
+  s.run(
+      s.collectives, false, "barrier", what,
+      [&](ncclComm_t comm, cudaStream_t stream) {
+        return ncclAllReduce(p, p, 1, ncclFloat32, ncclMax, comm, stream);
+      },
+      [&] { return s.others(); });
 }
 
-// ---- point to point ------------------------------------------------------------------------------
+// ---- point to point
+// ------------------------------------------------------------------------------
 
-std::unique_ptr<CommRequest> NcclCommunicator::isend(const void* data, size_t bytes, int dst, int tag) {
+std::unique_ptr<CommRequest> NcclCommunicator::isend(const void* data, size_t bytes, int dst,
+                                                     int tag) {
   State& s = *state_;
   s.check_peer(dst, "isend", "destination");
   s.check_tag(tag, "isend");
@@ -908,7 +987,8 @@ std::unique_ptr<CommRequest> NcclCommunicator::isend(const void* data, size_t by
     op->stage = SendOp::Stage::complete;
     return std::make_unique<nccl_detail::SendRequest>(state_, std::move(op));
   }
-  if (data == nullptr) throw UsageError(fmt::format("isend: {}: the send buffer is null", s.describe));
+  if (data == nullptr)
+    throw UsageError(fmt::format("isend: {}: the send buffer is null", s.describe));
   const std::string where = fmt::format("isend: {}", s.who);
   op->done = nccl_detail::Event(where);
   if (nccl_detail::classify(data, s.gpu, "isend", "send", s.who) == nccl_detail::Memory::device) {
@@ -959,16 +1039,21 @@ void NcclCommunicator::recv(void* data, size_t bytes, int src, int tag, std::str
   if (bytes == 0) return;
   Staging buffer(s, data, bytes, what, "receive");
   void* p = buffer.place(0);
-  s.run(s.lane_from(src), buffer.device(), fmt::format("recv of {} bytes", bytes), what,
-        [&](ncclComm_t comm, cudaStream_t stream) { return ncclRecv(p, bytes, ncclUint8, src, comm, stream); },
-        [&] {
-          return fmt::format("world rank {} (tag {}; NCCL ignores tags, so this is the next message from that rank)",
-                             s.world_ranks[static_cast<size_t>(src)], tag);
-        });
+  s.run(
+      s.lane_from(src), buffer.device(), fmt::format("recv of {} bytes", bytes), what,
+      [&](ncclComm_t comm, cudaStream_t stream) {
+        return ncclRecv(p, bytes, ncclUint8, src, comm, stream);
+      },
+      [&] {
+        return fmt::format(
+            "world rank {} (tag {}; NCCL ignores tags, so this is the next message from that rank)",
+            s.world_ranks[static_cast<size_t>(src)], tag);
+      });
   buffer.store(0, bytes);
 }
 
-// ---- groups --------------------------------------------------------------------------------------
+// ---- groups
+// --------------------------------------------------------------------------------------
 
 std::unique_ptr<Communicator> NcclCommunicator::split(int colour, int key, std::string name) {
   State& s = *state_;
@@ -979,23 +1064,29 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int colour, int key, std::
   const int mine[3] = {colour, key, s.world_ranks[static_cast<size_t>(s.rank)]};
   std::vector<int> all(3 * static_cast<size_t>(s.size));
   all_gather(mine, all.data(), sizeof(mine), what);
-  const auto entry = [&](int r, int field) { return all[3 * static_cast<size_t>(r) + static_cast<size_t>(field)]; };
+  const auto entry = [&](int r, int field) {
+    return all[3 * static_cast<size_t>(r) + static_cast<size_t>(field)];
+  };
   std::vector<int> negative;
   for (int r = 0; r < s.size; ++r) {
     if (entry(r, 2) != s.world_ranks[static_cast<size_t>(r)])
-      throw std::logic_error(fmt::format("{}: {}: rank {} says it is world rank {}, this rank has it as world rank {}",
-                                         what, s.describe, r, entry(r, 2), s.world_ranks[static_cast<size_t>(r)]));
+      throw std::logic_error(
+          fmt::format("{}: {}: rank {} says it is world rank {}, this rank has it as world rank {}",
+                      what, s.describe, r, entry(r, 2), s.world_ranks[static_cast<size_t>(r)]));
     if (entry(r, 0) < 0) negative.push_back(entry(r, 2));
   }
   if (!negative.empty())
-    throw UsageError(fmt::format("{}: {}: world rank(s) {} passed a negative colour; colours are >= 0", what,
-                                 s.describe, format_ranks(negative)));
+    throw UsageError(
+        fmt::format("{}: {}: world rank(s) {} passed a negative colour; colours are >= 0", what,
+                    s.describe, format_ranks(negative)));
   // The new group: ranks of my colour ordered by key, ties by rank (as MPI_Comm_split).
   std::vector<int> members;
   for (int r = 0; r < s.size; ++r)
     if (entry(r, 0) == colour) members.push_back(r);
-  std::stable_sort(members.begin(), members.end(), [&](int a, int b) { return entry(a, 1) < entry(b, 1); });
-  const int new_rank = static_cast<int>(std::find(members.begin(), members.end(), s.rank) - members.begin());
+  std::stable_sort(members.begin(), members.end(),
+                   [&](int a, int b) { return entry(a, 1) < entry(b, 1); });
+  const int new_rank =
+      static_cast<int>(std::find(members.begin(), members.end(), s.rank) - members.begin());
   std::vector<int> new_world;
   for (int r : members) new_world.push_back(s.world_ranks[static_cast<size_t>(r)]);
 
@@ -1003,19 +1094,23 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int colour, int key, std::
                                        static_cast<int>(members.size()), std::move(new_world));
   // NCCL gets the position computed above as its key: its order is then ours, ties included.
   ncclConfig_t config = nonblocking_config();
-  s.run(s.collectives, false, "ncclCommSplit", what,
-        [&](ncclComm_t comm, cudaStream_t) {
-          return ncclCommSplit(comm, colour, new_rank, &child->pending_comm, &config);
-        },
-        [&] { return s.others(); });
+  s.run(
+      s.collectives, false, "ncclCommSplit", what,
+      [&](ncclComm_t comm, cudaStream_t) {
+        return ncclCommSplit(comm, colour, new_rank, &child->pending_comm, &config);
+      },
+      [&] { return s.others(); });
   {
     std::lock_guard lock(nccl_mutex());
     child->collectives.comm = child->take_pending();
     if (child->collectives.comm == nullptr)
-      child->fail(fmt::format("{}: {}: ncclCommSplit finished without a communicator", what, child->who), false);
+      child->fail(
+          fmt::format("{}: {}: ncclCommSplit finished without a communicator", what, child->who),
+          false);
   }
   child->finish_lane(child->collectives, what, [&] {
-    return fmt::format("{}: {}: the new NCCL communicator was not ready within {:g} s", what, child->who, s.timeout_s);
+    return fmt::format("{}: {}: the new NCCL communicator was not ready within {:g} s", what,
+                       child->who, s.timeout_s);
   });
   child->open_p2p_lanes(what);
   child->constructed = true;

@@ -64,8 +64,8 @@ class NcclCommunicator final : public pt::Communicator {
   // `rank` of `nranks` on backend.gpu(). `world_ranks[r]` is the world rank of group rank r (for
   // the first communicator 0..nranks-1); they appear in messages. Waits up to timeout_s for the
   // other ranks and throws TimeoutError when they do not join.
-  NcclCommunicator(const unsigned char* id, int nranks, int rank, CudaBackend& backend, double timeout_s,
-                   std::string name, std::vector<int> world_ranks);
+  NcclCommunicator(const unsigned char* id, int nranks, int rank, CudaBackend& backend,
+                   double timeout_s, std::string name, std::vector<int> world_ranks);
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -83,8 +83,10 @@ class NcclCommunicator final : public pt::Communicator {
   // 1/size() before the sum, for i64 the sum is divided by size() (truncating toward zero). The
   // result is the same bits on every rank; for floats it can differ in the last bit from the
   // MPI and in-process communicators' sum-then-divide.
-  void all_reduce(void* data, int64_t n, ElemType type, ReduceOp op, std::string_view what) override;
-  void reduce_scatter(const float* in, float* out, int64_t count, ReduceOp op, std::string_view what) override;
+  void all_reduce(void* data, int64_t n, ElemType type, ReduceOp op,
+                  std::string_view what) override;
+  void reduce_scatter(const float* in, float* out, int64_t count, ReduceOp op,
+                      std::string_view what) override;
   void all_gather(const void* in, void* out, size_t bytes, std::string_view what) override;
   void broadcast(void* data, size_t bytes, int root, std::string_view what) override;
   void barrier(std::string_view what) override;

@@ -9,14 +9,15 @@
 #include <vector>
 
 #include "engine/core/error.h"
-#include "kernels/cuda/cuda_backend.h"
 #include "engine/cuda/entries.h"
 #include "engine/cuda/nccl_communicator.h"
 #include "engine/cuda/runtime_text.h"
+#include "kernels/cuda/cuda_backend.h"
 
 namespace pt::cuda {
 
-static_assert(static_cast<int>(Precision::fp32) == PT_CUDA_FP32 && static_cast<int>(Precision::tf32) == PT_CUDA_TF32 &&
+static_assert(static_cast<int>(Precision::fp32) == PT_CUDA_FP32 &&
+                  static_cast<int>(Precision::tf32) == PT_CUDA_TF32 &&
                   static_cast<int>(Precision::bf16) == PT_CUDA_BF16,
               "pt::Precision and PtCudaPrecision must agree: the engine passes one as the other");
 
@@ -47,11 +48,13 @@ int guarded(char* message, size_t message_size, Body&& body) noexcept {
 int create_backend(const PtCudaBackendOptions* options, void** backend_out, char* message,
                    size_t message_size) noexcept {
   return guarded(message, message_size, [&] {
-    if (options == nullptr || backend_out == nullptr) throw std::runtime_error("create_backend: null argument");
+    if (options == nullptr || backend_out == nullptr)
+      throw std::runtime_error("create_backend: null argument");
     *backend_out = nullptr;
     if (options->precision < PT_CUDA_FP32 || options->precision > PT_CUDA_BF16)
       throw UsageError("unknown precision " + std::to_string(options->precision));
-    auto* backend = new CudaBackend(options->device, options->slot, static_cast<Precision>(options->precision));
+    auto* backend =
+        new CudaBackend(options->device, options->slot, static_cast<Precision>(options->precision));
     *backend_out = static_cast<Backend*>(backend);
   });
 }
@@ -61,24 +64,27 @@ int nccl_unique_id(unsigned char id[128], char* message, size_t message_size) no
     static_assert(sizeof(ncclUniqueId) == 128, "the ABI passes NCCL unique ids as 128 bytes");
     ncclUniqueId unique{};
     const ncclResult_t rc = ncclGetUniqueId(&unique);
-    if (rc != ncclSuccess) throw std::runtime_error(std::string("ncclGetUniqueId failed: ") + ncclGetErrorString(rc));
+    if (rc != ncclSuccess)
+      throw std::runtime_error(std::string("ncclGetUniqueId failed: ") + ncclGetErrorString(rc));
     std::memcpy(id, &unique, sizeof(unique));
   });
 }
 
-int create_nccl_communicator(const unsigned char id[128], int nranks, int rank, const int* world_ranks,
-                             const char* name, void* backend, double timeout_s, void** comm_out,
-                             char* message, size_t message_size) noexcept {
+int create_nccl_communicator(const unsigned char id[128], int nranks, int rank,
+                             const int* world_ranks, const char* name, void* backend,
+                             double timeout_s, void** comm_out, char* message,
+                             size_t message_size) noexcept {
   return guarded(message, message_size, [&] {
     if (comm_out == nullptr || backend == nullptr || world_ranks == nullptr)
       throw std::runtime_error("create_nccl_communicator: null argument");
     *comm_out = nullptr;
     auto* cuda_backend = dynamic_cast<CudaBackend*>(static_cast<Backend*>(backend));
     if (cuda_backend == nullptr)
-      throw UsageError("NCCL needs a CUDA device; " + static_cast<Backend*>(backend)->describe() + " is not one");
+      throw UsageError("NCCL needs a CUDA device; " + static_cast<Backend*>(backend)->describe() +
+                       " is not one");
     std::vector<int> ranks(world_ranks, world_ranks + nranks);
-    auto* comm = new NcclCommunicator(id, nranks, rank, *cuda_backend, timeout_s, name != nullptr ? name : "nccl",
-                                      std::move(ranks));
+    auto* comm = new NcclCommunicator(id, nranks, rank, *cuda_backend, timeout_s,
+                                      name != nullptr ? name : "nccl", std::move(ranks));
     *comm_out = static_cast<Communicator*>(comm);
   });
 }

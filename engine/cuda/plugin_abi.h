@@ -56,7 +56,7 @@ typedef struct PtCudaDeviceInfo {
   int cc_major;          /* compute capability, e.g. 9.0 */
   int cc_minor;
   int multiprocessors;
-  char pci_bus_id[32];   /* "0000:3b:00.0": the same GPU whatever CUDA_VISIBLE_DEVICES says (v2) */
+  char pci_bus_id[32]; /* "0000:3b:00.0": the same GPU whatever CUDA_VISIBLE_DEVICES says (v2) */
 } PtCudaDeviceInfo;
 
 /* Arithmetic of the GEMMs (and cuDNN convolutions) of a CUDA backend. Weights, gradients and
@@ -68,9 +68,9 @@ typedef enum PtCudaPrecision {
 } PtCudaPrecision;
 
 typedef struct PtCudaBackendOptions {
-  int device;       /* the GPU, cuda:<device> */
-  int slot;         /* 0 for the first backend on this GPU, 1 for the next, ... (own streams) */
-  int precision;    /* a PtCudaPrecision */
+  int device;    /* the GPU, cuda:<device> */
+  int slot;      /* 0 for the first backend on this GPU, 1 for the next, ... (own streams) */
+  int precision; /* a PtCudaPrecision */
 } PtCudaBackendOptions;
 
 typedef struct PtCudaPluginApi {
@@ -106,7 +106,8 @@ typedef struct PtCudaPluginApi {
    * passing the same id; its collectives take device memory of that GPU and run on their own
    * stream, ordered after the work queued so far on `backend`'s (a pt::Backend* this plugin
    * created) compute stream. world_ranks[r] is group rank r's world rank and `name` the
-   * group's name, both for describe() and error messages. *comm_out receives a `pt::Communicator*` the engine owns. */
+   * group's name, both for describe() and error messages. *comm_out receives a `pt::Communicator*`
+   * the engine owns. */
   int (*create_nccl_communicator)(const unsigned char id[128], int nranks, int rank,
                                   const int* world_ranks /* nranks: for messages */,
                                   const char* name, void* backend, double timeout_s,

@@ -6,15 +6,9 @@
 namespace {
 
 const PtCudaPluginApi kApi = {
-    PT_CUDA_PLUGIN_ABI_VERSION,
-    sizeof(PtCudaPluginApi),
-    &pt::cuda::probe,
-    &pt::cuda::device_info,
-    &pt::cuda::self_test,
-    PIPETRAIN_BUILD_ID,
-    &pt::cuda::create_backend,
-    &pt::cuda::nccl_unique_id,
-    &pt::cuda::create_nccl_communicator,
+    PT_CUDA_PLUGIN_ABI_VERSION, sizeof(PtCudaPluginApi),   &pt::cuda::probe,
+    &pt::cuda::device_info,     &pt::cuda::self_test,      PIPETRAIN_BUILD_ID,
+    &pt::cuda::create_backend,  &pt::cuda::nccl_unique_id, &pt::cuda::create_nccl_communicator,
 };
 
 }  // namespace

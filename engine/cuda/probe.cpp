@@ -38,8 +38,7 @@ std::string count_failure_reason(cudaError_t e, const Versions& v) {
     case cudaErrorNoDevice:
       return reason + "the NVIDIA driver (CUDA " + version_text(v.driver) +
              ") sees no GPU (check CUDA_VISIBLE_DEVICES)";
-    default:
-      return reason + cudaGetErrorString(e);
+    default: return reason + cudaGetErrorString(e);
   }
 }
 
@@ -63,8 +62,7 @@ int probe(char* message, size_t message_size, int* device_count) noexcept {
     }
     if (device_count != nullptr) *device_count = count;
     write_message(message, message_size,
-                  "CUDA runtime " + version_text(v.runtime) + ", driver " +
-                      version_text(v.driver));
+                  "CUDA runtime " + version_text(v.runtime) + ", driver " + version_text(v.driver));
     return PT_CUDA_OK;
   } catch (const std::exception& ex) {
     write_message(message, message_size, std::string("CUDA probe failed: ") + ex.what());

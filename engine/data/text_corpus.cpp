@@ -30,8 +30,8 @@ constexpr const char* kBibleCacheName = "bible-kjv.txt";
 
 void check_window(std::string_view what, int64_t batch, int64_t context) {
   if (batch < 1 || context < 1)
-    throw UsageError(fmt::format("{}: batch {} and context {} must be at least 1", what, batch,
-                                 context));
+    throw UsageError(
+        fmt::format("{}: batch {} and context {} must be at least 1", what, batch, context));
 }
 
 // Writes window [start, start + T) into row b of the batch.
@@ -74,7 +74,8 @@ std::vector<uint8_t> read_file_bytes(const std::filesystem::path& path) {
   if (!in)
     throw FileError(fmt::format("cannot open text corpus '{}': {}; give an existing text file",
                                 path.string(), std::strerror(errno)));
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
   if (in.bad()) throw FileError(fmt::format("cannot read text corpus '{}'", path.string()));
   return bytes;
 }
@@ -84,8 +85,7 @@ std::vector<uint8_t> run_bible(const std::string& program) {
   // The program name is ours or the caller's, not the user's text; quote it anyway.
   const std::string cmd = fmt::format("'{}' -f {} </dev/null 2>/dev/null", program, kBibleRange);
   std::FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe)
-    throw FileError(fmt::format("cannot run '{}': {}", program, std::strerror(errno)));
+  if (!pipe) throw FileError(fmt::format("cannot run '{}': {}", program, std::strerror(errno)));
   std::vector<uint8_t> bytes;
   char buf[1 << 16];
   size_t n;
@@ -116,15 +116,17 @@ TextCorpus::TextCorpus(std::vector<uint8_t> bytes, std::string source)
 
 TextCorpus::Split TextCorpus::split(double validation_fraction) const {
   if (!(validation_fraction > 0.0 && validation_fraction < 1.0))
-    throw UsageError(fmt::format("the validation fraction must be between 0 and 1 (exclusive) but "
-                                 "got {}",
-                                 validation_fraction));
+    throw UsageError(
+        fmt::format("the validation fraction must be between 0 and 1 (exclusive) but "
+                    "got {}",
+                    validation_fraction));
   const auto n_val = static_cast<int64_t>(static_cast<double>(size()) * validation_fraction);
   const int64_t n_train = size() - n_val;
   if (n_val < 2 || n_train < 2)
-    throw UsageError(fmt::format("{} has {} bytes: too few to split {} / {} into training and "
-                                 "validation; use a longer text or another fraction",
-                                 source_, size(), n_train, n_val));
+    throw UsageError(
+        fmt::format("{} has {} bytes: too few to split {} / {} into training and "
+                    "validation; use a longer text or another fraction",
+                    source_, size(), n_train, n_val));
   const auto cut = bytes_.begin() + n_train;
   return {TextCorpus({bytes_.begin(), cut}, source_ + " (training part)"),
           TextCorpus({cut, bytes_.end()}, source_ + " (validation part)")};
@@ -134,9 +136,10 @@ TextBatch TextCorpus::sample_batch(int64_t batch, int64_t context, uint64_t seed
                                    int64_t step) const {
   check_window("sample_batch", batch, context);
   if (size() < context + 1)
-    throw UsageError(fmt::format("{} has {} bytes but a window of context {} needs {} (inputs and "
-                                 "targets shifted by one); use a shorter --context or a longer text",
-                                 source_, size(), context, context + 1));
+    throw UsageError(
+        fmt::format("{} has {} bytes but a window of context {} needs {} (inputs and "
+                    "targets shifted by one); use a shorter --context or a longer text",
+                    source_, size(), context, context + 1));
   // Starts in [0, size - T - 1]: the last target is bytes[start + T] < size.
   const auto starts = static_cast<uint64_t>(size() - context);
   CounterRng rng(hash_keys(hash_keys(seed, 0x7e47), static_cast<uint64_t>(step)));
@@ -167,13 +170,14 @@ WindowIterator::WindowIterator(const TextCorpus& corpus, int64_t batch, int64_t 
     : corpus_(&corpus), batch_(batch), context_(context) {
   check_window("evaluation windows", batch, context);
   if (max_windows < 0)
-    throw UsageError(fmt::format("the number of evaluation windows must be >= 0 (0: all) but got {}",
-                                 max_windows));
+    throw UsageError(fmt::format(
+        "the number of evaluation windows must be >= 0 (0: all) but got {}", max_windows));
   const int64_t total = corpus.window_count(context);
   if (total < 1)
-    throw UsageError(fmt::format("{} has {} bytes: no evaluation window of context {} fits (it "
-                                 "needs {}); use a shorter context or more validation text",
-                                 corpus.source(), corpus.size(), context, context + 1));
+    throw UsageError(
+        fmt::format("{} has {} bytes: no evaluation window of context {} fits (it "
+                    "needs {}); use a shorter context or more validation text",
+                    corpus.source(), corpus.size(), context, context + 1));
   if (max_windows > 0 && max_windows < total) {
     stride_ = total / max_windows;
     selected_ = std::min(max_windows, (total + stride_ - 1) / stride_);
@@ -196,8 +200,8 @@ bool WindowIterator::next(TextBatch& out) {
 TextCorpus load_text_corpus(const std::filesystem::path& path) {
   std::vector<uint8_t> bytes = read_file_bytes(path);
   if (bytes.empty())
-    throw FileError(fmt::format("text corpus '{}' is empty; give a file with some text",
-                                path.string()));
+    throw FileError(
+        fmt::format("text corpus '{}' is empty; give a file with some text", path.string()));
   return TextCorpus(std::move(bytes), fmt::format("file '{}'", path.string()));
 }
 
@@ -215,10 +219,11 @@ TextCorpus bible_corpus(const std::filesystem::path& cache_dir, const std::strin
   if (std::filesystem::file_size(cached, ec) >= kBibleMinBytes && !ec)
     return TextCorpus(read_file_bytes(cached), "bible-kjv");
   if (!program_exists(program))
-    throw FileError(fmt::format("the program '{}' was not found; it comes with Debian's package "
-                                "bible-kjv (apt-get install bible-kjv), or give a text file "
-                                "instead",
-                                program));
+    throw FileError(
+        fmt::format("the program '{}' was not found; it comes with Debian's package "
+                    "bible-kjv (apt-get install bible-kjv), or give a text file "
+                    "instead",
+                    program));
   std::vector<uint8_t> bytes = run_bible(program);
   // The cache only saves the next run a tenth of a second and the decompression; a folder we
   // cannot write is no reason to fail.

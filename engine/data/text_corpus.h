@@ -17,8 +17,8 @@ namespace pt {
 
 // One batch of windows as host tensors: inputs and targets (B, T) int32.
 struct TextBatch {
-  int64_t batch = 0;    // B
-  int64_t context = 0;  // T
+  int64_t batch = 0;                // B
+  int64_t context = 0;              // T
   std::vector<int32_t> input_ids;   // (B, T), row-major
   std::vector<int32_t> target_ids;  // (B, T): input_ids shifted by one position
 

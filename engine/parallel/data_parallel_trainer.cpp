@@ -12,7 +12,8 @@
 namespace pt {
 
 DataParallelTrainer::DataParallelTrainer(Parts parts) : parts_(std::move(parts)) {
-  if (parts_.replicas.empty()) throw UsageError("a data-parallel run needs at least one replica in this process");
+  if (parts_.replicas.empty())
+    throw UsageError("a data-parallel run needs at least one replica in this process");
 }
 
 DataParallelTrainer::~DataParallelTrainer() {
@@ -62,7 +63,8 @@ void sum_over_world(Communicator* world, double& loss, int64_t& correct, std::st
 
 StepStats DataParallelTrainer::train_step(const Tensor& inputs, const Tensor& targets) {
   std::vector<StepStats> each(parts_.replicas.size());
-  on_all_replicas([&](int i) { each[static_cast<size_t>(i)] = replica(i).train_step(inputs, targets); });
+  on_all_replicas(
+      [&](int i) { each[static_cast<size_t>(i)] = replica(i).train_step(inputs, targets); });
   StepStats out = each[0];  // grad norm, lr and skipped are the same on every replica
   out.loss = 0;
   out.correct = 0;
@@ -71,17 +73,20 @@ StepStats DataParallelTrainer::train_step(const Tensor& inputs, const Tensor& ta
     out.loss += each[i].loss;
     out.correct = each[i].correct < 0 || out.correct < 0 ? -1 : out.correct + each[i].correct;
   }
-  sum_over_world(parts_.world, out.loss, out.correct, "the exchange of the step's loss between processes");
+  sum_over_world(parts_.world, out.loss, out.correct,
+                 "the exchange of the step's loss between processes");
   return out;
 }
 
-EvalStats DataParallelTrainer::evaluate(const Tensor& inputs, const Tensor& targets, int64_t chunk) {
+EvalStats DataParallelTrainer::evaluate(const Tensor& inputs, const Tensor& targets,
+                                        int64_t chunk) {
   const int64_t n = inputs.shape()[0];
   std::vector<PipelineTrainer::EvalShare> each(parts_.replicas.size());
   on_all_replicas([&](int i) {
     const ParallelContext& p = replica(i).config().parallel;
     const int64_t first = n * p.replica / p.replicas, end = n * (p.replica + 1) / p.replicas;
-    each[static_cast<size_t>(i)] = replica(i).evaluate_rows(inputs, targets, first, end - first, n, chunk);
+    each[static_cast<size_t>(i)] =
+        replica(i).evaluate_rows(inputs, targets, first, end - first, n, chunk);
   });
   double loss = 0;
   int64_t correct = 0;
@@ -90,7 +95,8 @@ EvalStats DataParallelTrainer::evaluate(const Tensor& inputs, const Tensor& targ
     loss += each[i].loss;
     correct = each[i].correct < 0 || correct < 0 ? -1 : correct + each[i].correct;
   }
-  sum_over_world(parts_.world, loss, correct, "the exchange of the evaluation results between processes");
+  sum_over_world(parts_.world, loss, correct,
+                 "the exchange of the evaluation results between processes");
   EvalStats out;
   out.samples = n;
   out.loss = loss;
@@ -98,21 +104,23 @@ EvalStats DataParallelTrainer::evaluate(const Tensor& inputs, const Tensor& targ
   return out;
 }
 
-std::unique_ptr<DataParallelTrainer> make_local_data_parallel(const std::function<Model()>& make_model,
-                                                              const std::vector<Backend*>& devices,
-                                                              const PipelineConfig& config, int replicas) {
+std::unique_ptr<DataParallelTrainer> make_local_data_parallel(
+    const std::function<Model()>& make_model, const std::vector<Backend*>& devices,
+    const PipelineConfig& config, int replicas) {
   const int D = config.schedule.num_devices;
   if (replicas < 1) throw UsageError(fmt::format("--dp {} must be >= 1", replicas));
   if (static_cast<int>(devices.size()) != replicas * D)
-    throw UsageError(fmt::format("{} replicas x {} pipeline devices need {} devices but {} were given: list them "
-                                 "with --devices (e.g. cpu:0..{})",
-                                 replicas, D, replicas * D, devices.size(), replicas * D - 1));
+    throw UsageError(fmt::format(
+        "{} replicas x {} pipeline devices need {} devices but {} were given: list them "
+        "with --devices (e.g. cpu:0..{})",
+        replicas, D, replicas * D, devices.size(), replicas * D - 1));
   DataParallelTrainer::Parts parts;
   // groups[d][r]: device d's data-parallel group, as seen by replica r.
   std::vector<std::vector<Communicator*>> groups(static_cast<size_t>(D));
   if (replicas > 1)
     for (int d = 0; d < D; ++d)
-      for (auto& c : make_in_process_group(replicas, config.timeout_s, fmt::format("data-parallel device {}", d))) {
+      for (auto& c : make_in_process_group(replicas, config.timeout_s,
+                                           fmt::format("data-parallel device {}", d))) {
         groups[static_cast<size_t>(d)].push_back(c.get());
         parts.communicators.push_back(std::move(c));
       }
@@ -123,7 +131,9 @@ std::unique_ptr<DataParallelTrainer> make_local_data_parallel(const std::functio
     rc.parallel.pipeline_group = nullptr;
     rc.parallel.data_parallel_groups.assign(static_cast<size_t>(D), nullptr);
     if (replicas > 1)
-      for (int d = 0; d < D; ++d) rc.parallel.data_parallel_groups[static_cast<size_t>(d)] = groups[static_cast<size_t>(d)][static_cast<size_t>(r)];
+      for (int d = 0; d < D; ++d)
+        rc.parallel.data_parallel_groups[static_cast<size_t>(d)] =
+            groups[static_cast<size_t>(d)][static_cast<size_t>(r)];
     parts.models.push_back(std::make_unique<Model>(make_model()));
     const std::vector<Backend*> mine(devices.begin() + r * D, devices.begin() + (r + 1) * D);
     parts.replicas.push_back(std::make_unique<PipelineTrainer>(*parts.models.back(), mine, rc));
@@ -131,15 +141,16 @@ std::unique_ptr<DataParallelTrainer> make_local_data_parallel(const std::functio
   return std::make_unique<DataParallelTrainer>(std::move(parts));
 }
 
-std::unique_ptr<DataParallelTrainer> make_process_data_parallel(const std::function<Model()>& make_model,
-                                                                Backend& device, const PipelineConfig& config,
-                                                                Communicator& world, int replicas) {
+std::unique_ptr<DataParallelTrainer> make_process_data_parallel(
+    const std::function<Model()>& make_model, Backend& device, const PipelineConfig& config,
+    Communicator& world, int replicas) {
   const int D = config.schedule.num_devices;
   if (replicas < 1) throw UsageError(fmt::format("--dp {} must be >= 1", replicas));
   if (world.size() != replicas * D)
-    throw UsageError(fmt::format("{} processes were started but --dp {} x {} pipeline devices need {}: start "
-                                 "mpirun -np {} (or change --stages / --dp)",
-                                 world.size(), replicas, D, replicas * D, replicas * D));
+    throw UsageError(
+        fmt::format("{} processes were started but --dp {} x {} pipeline devices need {}: start "
+                    "mpirun -np {} (or change --stages / --dp)",
+                    world.size(), replicas, D, replicas * D, replicas * D));
   const int r = world.rank() / D, d = world.rank() % D;
   DataParallelTrainer::Parts parts;
   parts.world = &world;
@@ -151,15 +162,18 @@ std::unique_ptr<DataParallelTrainer> make_process_data_parallel(const std::funct
   // device has a GPU of its own (NCCL refuses two ranks on one GPU); otherwise through the host
   // over MPI. The MPI group stays: it carried NCCL's unique id and stays its bootstrap.
   std::unique_ptr<Communicator> nccl;
-  if (replicas > 1 && device.device().kind == DeviceKind::cuda && nccl_usable(*data_parallel, device))
-    nccl = make_nccl_communicator(*data_parallel, device, fmt::format("nccl data-parallel device {}", d));
+  if (replicas > 1 && device.device().kind == DeviceKind::cuda &&
+      nccl_usable(*data_parallel, device))
+    nccl = make_nccl_communicator(*data_parallel, device,
+                                  fmt::format("nccl data-parallel device {}", d));
   PipelineConfig rc = config;
   rc.parallel.replicas = replicas;
   rc.parallel.replica = r;
   rc.parallel.pipeline_group = pipeline.get();
   rc.parallel.data_parallel_groups.assign(static_cast<size_t>(D), nullptr);
   if (replicas > 1)
-    rc.parallel.data_parallel_groups[static_cast<size_t>(d)] = nccl ? nccl.get() : data_parallel.get();
+    rc.parallel.data_parallel_groups[static_cast<size_t>(d)] =
+        nccl ? nccl.get() : data_parallel.get();
   std::vector<Backend*> devices(static_cast<size_t>(D), nullptr);
   devices[static_cast<size_t>(d)] = &device;
   parts.communicators.push_back(std::move(pipeline));

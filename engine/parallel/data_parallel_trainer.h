@@ -53,15 +53,15 @@ class DataParallelTrainer final : public TrainingEngine {
 // R replicas in this process: devices[r * D + d] is schedule device d of replica r. Each replica
 // gets its own model from make_model(); for each device, its R copies form an in-process
 // data-parallel group. `config.parallel` supplies bucket_bytes; the rest is filled in here.
-std::unique_ptr<DataParallelTrainer> make_local_data_parallel(const std::function<Model()>& make_model,
-                                                              const std::vector<Backend*>& devices,
-                                                              const PipelineConfig& config, int replicas);
+std::unique_ptr<DataParallelTrainer> make_local_data_parallel(
+    const std::function<Model()>& make_model, const std::vector<Backend*>& devices,
+    const PipelineConfig& config, int replicas);
 
 // One process of a multi-process run (mpirun / srun): world rank = replica * D + device, where
 // D = config.schedule.num_devices; this process holds one device. Creates the pipeline and
 // data-parallel communicators eagerly (collective over `world`: every rank must call this).
-std::unique_ptr<DataParallelTrainer> make_process_data_parallel(const std::function<Model()>& make_model,
-                                                                Backend& device, const PipelineConfig& config,
-                                                                Communicator& world, int replicas);
+std::unique_ptr<DataParallelTrainer> make_process_data_parallel(
+    const std::function<Model()>& make_model, Backend& device, const PipelineConfig& config,
+    Communicator& world, int replicas);
 
 }  // namespace pt

@@ -4,7 +4,8 @@
 
 namespace pt {
 
-std::vector<GradientBucket> plan_gradient_buckets(const StageParameters& params, int stage, size_t bucket_bytes) {
+std::vector<GradientBucket> plan_gradient_buckets(const StageParameters& params, int stage,
+                                                  size_t bucket_bytes) {
   // Where each layer's parameters start in the arena (its entries are contiguous, in order).
   std::map<int, size_t> layer_start;
   for (const ParameterEntry& e : params.entries()) {

@@ -19,6 +19,7 @@ struct GradientBucket {
   int64_t count = 0;        // f32 elements
 };
 
-std::vector<GradientBucket> plan_gradient_buckets(const StageParameters& params, int stage, size_t bucket_bytes);
+std::vector<GradientBucket> plan_gradient_buckets(const StageParameters& params, int stage,
+                                                  size_t bucket_bytes);
 
 }  // namespace pt

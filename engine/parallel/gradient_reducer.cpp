@@ -14,12 +14,14 @@ namespace {
 constexpr int kReducerNice = 10;
 }  // namespace
 
-GradientReducer::GradientReducer(Communicator& group, const std::vector<std::pair<int, StageParameters*>>& stages,
+GradientReducer::GradientReducer(Communicator& group,
+                                 const std::vector<std::pair<int, StageParameters*>>& stages,
                                  size_t bucket_bytes)
     : group_(group) {
   for (const auto& [stage, params] : stages) {
     grads_[stage] = params->grads_flat().numel() ? params->grads_flat().f32() : nullptr;
-    if (!params->backend().host_accessible() && !group.device_memory()) staged_[stage] = &params->backend();
+    if (!params->backend().host_accessible() && !group.device_memory())
+      staged_[stage] = &params->backend();
     for (GradientBucket& b : plan_gradient_buckets(*params, stage, bucket_bytes)) {
       for (int layer : b.layers) bucket_of_[{stage, layer}] = buckets_.size();
       buckets_.push_back(std::move(b));
@@ -108,8 +110,9 @@ void GradientReducer::loop() {
     const auto t0 = Clock::now();
     try {
       float* grads = grads_.at(bucket.stage) + bucket.offset;
-      const std::string what = fmt::format("the gradient all-reduce of bucket {} (stage {}, layers {}..{})", b,
-                                           bucket.stage, bucket.layers.back(), bucket.layers.front());
+      const std::string what =
+          fmt::format("the gradient all-reduce of bucket {} (stage {}, layers {}..{})", b,
+                      bucket.stage, bucket.layers.back(), bucket.layers.front());
       if (auto it = staged_.find(bucket.stage); it != staged_.end()) {
         // A GPU's gradients with a host communicator (MPI): through host memory. The copies are
         // queued on the device's stream after the backward work that produced the bucket.

@@ -27,7 +27,9 @@ struct ReductionStats {
   int buckets = 0;
   double reduce_s = 0;   // time the all-reduces took in all
   double exposed_s = 0;  // of that, time finish() waited (not hidden behind backward)
-  double hidden_fraction() const { return reduce_s > 0 && exposed_s < reduce_s ? 1.0 - exposed_s / reduce_s : 0.0; }
+  double hidden_fraction() const {
+    return reduce_s > 0 && exposed_s < reduce_s ? 1.0 - exposed_s / reduce_s : 0.0;
+  }
 };
 
 class GradientReducer {
@@ -57,11 +59,11 @@ class GradientReducer {
 
   Communicator& group_;
   std::vector<GradientBucket> buckets_;
-  std::map<int, float*> grads_;                   // stage -> its flat gradient arena
-  std::map<int, Backend*> staged_;                // stage -> its GPU, when buckets go through the host
-  std::vector<float> host_bucket_;                // that host copy
+  std::map<int, float*> grads_;     // stage -> its flat gradient arena
+  std::map<int, Backend*> staged_;  // stage -> its GPU, when buckets go through the host
+  std::vector<float> host_bucket_;  // that host copy
   std::map<std::pair<int, int>, size_t> bucket_of_;  // (stage, layer) -> bucket
-  std::vector<int> remaining_;                    // per bucket: layers not yet final this step
+  std::vector<int> remaining_;                       // per bucket: layers not yet final this step
   std::vector<bool> launched_;
 
   std::mutex mutex_;

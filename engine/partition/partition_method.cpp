@@ -22,10 +22,12 @@ PartitionMethod PartitionMethod::parse(std::string_view text) {
   if (text == "params") return {K::params, {}};
   if (text == "time") return {K::time, {}};
   if (text == "memory") return {K::memory, {}};
-  if (text.starts_with(kLayoutPrefix)) return {K::layout, parse_layout(text.substr(kLayoutPrefix.size()))};
-  throw UsageError(fmt::format("unknown partition method '{}': use one of uniform, params, time, memory, "
-                               "layout:a,b,... (e.g. layout:3,3,2)",
-                               text));
+  if (text.starts_with(kLayoutPrefix))
+    return {K::layout, parse_layout(text.substr(kLayoutPrefix.size()))};
+  throw UsageError(
+      fmt::format("unknown partition method '{}': use one of uniform, params, time, memory, "
+                  "layout:a,b,... (e.g. layout:3,3,2)",
+                  text));
 }
 
 std::string PartitionMethod::str() const {

@@ -124,7 +124,8 @@ std::vector<LayerProfile> profile_costs(const Model& model, Backend& backend,
       const double f = timed(backend, [&] { timed_y = layer.forward(x, ctx); });
       p.activation_bytes = static_cast<int64_t>(ctx.saved_bytes());
       for (const SkipEdge& e : model.skip_edges())
-        if (e.producer == l && !pass.skips().gradients.contains(e.name)) pass.skips().gradients[e.name] = dy;
+        if (e.producer == l && !pass.skips().gradients.contains(e.name))
+          pass.skips().gradients[e.name] = dy;
       const double i = timed(backend, [&] { dx = layer.backward_input(dy, ctx); });
       const double w = has_weights ? timed(backend, [&] { layer.backward_weight(dy, ctx); }) : 0.0;
       if (r < 0) continue;

@@ -27,7 +27,8 @@ class DeviceWorkers {
   // Runs job(d) for every device d on its own thread; rethrows the first exception (other
   // than Aborted) after all jobs ended. `on_failure` runs once, on the failing thread, right
   // after the first failure (e.g. to wake waiters).
-  void run_on_all(const std::function<void(int)>& job, const std::function<void()>& on_failure = {});
+  void run_on_all(const std::function<void(int)>& job,
+                  const std::function<void()>& on_failure = {});
 
   const std::atomic<bool>& abort_flag() const { return abort_; }
 

@@ -23,7 +23,12 @@ struct Executor::State {
 
 Executor::Executor(const ExecutorSetup& setup, ScheduleRun& run, int device, Backend& backend,
                    GradientReducer* reducer)
-    : setup_(setup), run_(run), device_(device), backend_(backend), reducer_(reducer), training_(run.info.training) {}
+    : setup_(setup),
+      run_(run),
+      device_(device),
+      backend_(backend),
+      reducer_(reducer),
+      training_(run.info.training) {}
 
 Executor::~Executor() = default;
 
@@ -42,11 +47,13 @@ void Executor::run(const std::vector<Action>& actions, std::vector<ExecutedActio
     }
   }
   position = static_cast<int>(actions.size());
-  setup_.transport->flush(device_, fmt::format("the completion of device {}'s sends to other processes", device_));
+  setup_.transport->flush(
+      device_, fmt::format("the completion of device {}'s sends to other processes", device_));
   if (!states_.empty())
-    throw std::logic_error(fmt::format("device {} finished its actions with {} micro-batch states still held: the "
-                                       "schedule is missing a {}",
-                                       device_, states_.size(), training_ ? "backward" : "send"));
+    throw std::logic_error(
+        fmt::format("device {} finished its actions with {} micro-batch states still held: the "
+                    "schedule is missing a {}",
+                    device_, states_.size(), training_ ? "backward" : "send"));
 }
 
 // ---- state -------------------------------------------------------------------------------------
@@ -57,8 +64,8 @@ Executor::State& Executor::state(int s, int m) {
     p = std::make_unique<State>();
     StepInfo info = run_.info;
     info.microbatch = m;
-    p->ctx = std::make_unique<MicrobatchContexts>(backend_, info, stage(s).first_layer, stage(s).last_layer,
-                                                  setup_.layout->is_last(s));
+    p->ctx = std::make_unique<MicrobatchContexts>(backend_, info, stage(s).first_layer,
+                                                  stage(s).last_layer, setup_.layout->is_last(s));
     p->dy.resize(static_cast<size_t>(stage(s).last_layer - stage(s).first_layer));
   }
   return *p;
@@ -70,22 +77,25 @@ void Executor::maybe_release(int s, int m) {
   const auto it = states_.find({s, m});
   if (it == states_.end()) return;
   const State& st = *it->second;
-  const bool done = training_ ? st.backward_done && !st.grad_input.defined() : st.forward_done && !st.output.defined();
+  const bool done = training_ ? st.backward_done && !st.grad_input.defined()
+                              : st.forward_done && !st.output.defined();
   if (done) states_.erase(it);
 }
 
 // ---- transfers ---------------------------------------------------------------------------------
 
 ScheduleRun::Clock::time_point Executor::deadline() const {
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(setup_.timeout_s));
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double>(setup_.timeout_s));
 }
 
 void Executor::fail_wait(const Action& a, const std::string& what, const std::string& reason) {
   throw TimeoutError(fmt::format(
-      "device {} ({}) waited {} s in action {} for {}{}: the peer is stalled, dead or the schedule does not match; "
+      "device {} ({}) waited {} s in action {} for {}{}: the peer is stalled, dead or the schedule "
+      "does not match; "
       "raise --timeout if the peer is only slow\n{}",
-      device_, backend_.device().str(), setup_.timeout_s, a.str(), what, reason.empty() ? "" : " (" + reason + ")",
-      setup_.progress ? setup_.progress(run_) : ""));
+      device_, backend_.device().str(), setup_.timeout_s, a.str(), what,
+      reason.empty() ? "" : " (" + reason + ")", setup_.progress ? setup_.progress(run_) : ""));
 }
 
 void Executor::send(const Action& a, int to_stage, const MessageKey& key, Tensor value) {
@@ -94,7 +104,8 @@ void Executor::send(const Action& a, int to_stage, const MessageKey& key, Tensor
     fail_wait(a, fmt::format("room for a message to device {} (stage {})", to, to_stage));
 }
 
-Tensor Executor::receive(const Action& a, int from_stage, const MessageKey& key, const std::string& what) {
+Tensor Executor::receive(const Action& a, int from_stage, const MessageKey& key,
+                         const std::string& what) {
   Tensor t;
   try {
     t = setup_.transport->receive(stage(from_stage).device, device_, key, deadline());
@@ -109,8 +120,12 @@ SkipIo Executor::skip_io(const Action& a) {
   SkipIo io;
   io.microbatch = a.microbatch;
   io.is_here = [this](int s) { return here(s); };
-  io.board_here = [this, m = a.microbatch](int s) -> SkipBoard& { return state(s, m).ctx->skips(); };
-  io.send = [this, a](int to, const MessageKey& key, Tensor value) { send(a, to, key, std::move(value)); };
+  io.board_here = [this, m = a.microbatch](int s) -> SkipBoard& {
+    return state(s, m).ctx->skips();
+  };
+  io.send = [this, a](int to, const MessageKey& key, Tensor value) {
+    send(a, to, key, std::move(value));
+  };
   io.receive = [this, a](int from, const MessageKey& key, const std::string& what) {
     return receive(a, from, key, what);
   };
@@ -125,18 +140,21 @@ void Executor::forward(const Action& a) {
   State& st = state(s, m);
   const StageRange& sg = stage(s);
   const auto rows = [&](const Tensor& host) {
-    return upload_rows(backend_, host, run_.mb_first[static_cast<size_t>(m)], run_.mb_size[static_cast<size_t>(m)]);
+    return upload_rows(backend_, host, run_.mb_first[static_cast<size_t>(m)],
+                       run_.mb_size[static_cast<size_t>(m)]);
   };
   Tensor x;
   if (s == 0) {
     x = rows(run_.inputs);
   } else {
-    if (!st.input.defined()) throw std::logic_error(fmt::format("{}: no input activation (missing RECV_F?)", a.str()));
+    if (!st.input.defined())
+      throw std::logic_error(fmt::format("{}: no input activation (missing RECV_F?)", a.str()));
     x = std::move(st.input);
   }
   const SkipIo io = skip_io(a);
   receive_skips(Direction::forward, s, st.ctx->skips(), model, *setup_.layout, io);
-  const auto segments = stage_segments(setup_.recompute, sg.first_layer, sg.last_layer, setup_.layout->is_last(s));
+  const auto segments =
+      stage_segments(setup_.recompute, sg.first_layer, sg.last_layer, setup_.layout->is_last(s));
   st.segment_inputs.assign(segments.size(), Tensor());
   for (size_t k = 0; k < segments.size(); ++k) {
     const Segment& seg = segments[k];
@@ -150,7 +168,8 @@ void Executor::forward(const Action& a) {
   st.forward_done = true;
   if (setup_.layout->is_last(s)) {
     const Tensor target = rows(run_.targets);
-    run_.loss[static_cast<size_t>(device_)] += model.loss().forward(x, target, run_.loss_divisor, st.ctx->loss());
+    run_.loss[static_cast<size_t>(device_)] +=
+        model.loss().forward(x, target, run_.loss_divisor, st.ctx->loss());
     const int64_t c = model.loss().count_correct(x, target, backend_);
     int64_t& total = run_.correct[static_cast<size_t>(device_)];
     total = c < 0 ? -1 : total + c;
@@ -176,7 +195,8 @@ void Executor::backward(const Action& a, bool with_weights) {
   const SkipIo io = skip_io(a);
   receive_skips(Direction::backward, s, st.ctx->skips(), model, *setup_.layout, io);
   const bool final_wgrad = with_weights && is_final_weight_gradient(s);
-  const auto segments = stage_segments(setup_.recompute, sg.first_layer, sg.last_layer, setup_.layout->is_last(s));
+  const auto segments =
+      stage_segments(setup_.recompute, sg.first_layer, sg.last_layer, setup_.layout->is_last(s));
   for (size_t k = segments.size(); k-- > 0;) {
     const Segment& seg = segments[k];
     if (seg.recompute) {
@@ -199,8 +219,10 @@ void Executor::backward(const Action& a, bool with_weights) {
   }
   send_skips(Direction::backward, s, st.ctx->skips(), model, *setup_.layout, io);
   if (s > 0) {
-    if (here(s - 1)) state(s - 1, m).grad_output = std::move(dy);
-    else st.grad_input = std::move(dy);
+    if (here(s - 1))
+      state(s - 1, m).grad_output = std::move(dy);
+    else
+      st.grad_input = std::move(dy);
   }
   st.weights_pending = !with_weights;
   st.backward_done = with_weights;
@@ -209,7 +231,8 @@ void Executor::backward(const Action& a, bool with_weights) {
 void Executor::weights(const Action& a) {
   const int s = a.stage;
   State& st = state(s, a.microbatch);
-  if (!st.weights_pending) throw std::logic_error(fmt::format("{}: W without a preceding I", a.str()));
+  if (!st.weights_pending)
+    throw std::logic_error(fmt::format("{}: W without a preceding I", a.str()));
   const StageRange& sg = stage(s);
   const bool final_wgrad = is_final_weight_gradient(s);
   for (int l = sg.last_layer - 1; l >= sg.first_layer; --l) {
@@ -234,21 +257,14 @@ bool Executor::is_final_weight_gradient(int s) {
 
 void Executor::execute(const Action& a) {
   switch (a.type) {
-    case ActionType::F:
-      forward(a);
-      break;
-    case ActionType::B:
-      backward(a, true);
-      break;
-    case ActionType::I:
-      backward(a, false);
-      break;
-    case ActionType::W:
-      weights(a);
-      break;
+    case ActionType::F: forward(a); break;
+    case ActionType::B: backward(a, true); break;
+    case ActionType::I: backward(a, false); break;
+    case ActionType::W: weights(a); break;
     case ActionType::SEND_F: {
       State& st = state(a.stage, a.microbatch);
-      if (!st.output.defined()) throw std::logic_error(fmt::format("{}: nothing to send (F not run?)", a.str()));
+      if (!st.output.defined())
+        throw std::logic_error(fmt::format("{}: nothing to send (F not run?)", a.str()));
       send(a, a.stage + 1, {a.stage + 1, a.microbatch, Direction::forward}, std::move(st.output));
       st.output = Tensor();
       break;
@@ -256,21 +272,23 @@ void Executor::execute(const Action& a) {
     case ActionType::RECV_F:
       state(a.stage, a.microbatch).input =
           receive(a, a.stage - 1, {a.stage, a.microbatch, Direction::forward},
-                  fmt::format("the activation of micro-batch {} from stage {} on device {}", a.microbatch,
-                              a.stage - 1, stage(a.stage - 1).device));
+                  fmt::format("the activation of micro-batch {} from stage {} on device {}",
+                              a.microbatch, a.stage - 1, stage(a.stage - 1).device));
       break;
     case ActionType::SEND_B: {
       State& st = state(a.stage, a.microbatch);
-      if (!st.grad_input.defined()) throw std::logic_error(fmt::format("{}: nothing to send (B/I not run?)", a.str()));
-      send(a, a.stage - 1, {a.stage - 1, a.microbatch, Direction::backward}, std::move(st.grad_input));
+      if (!st.grad_input.defined())
+        throw std::logic_error(fmt::format("{}: nothing to send (B/I not run?)", a.str()));
+      send(a, a.stage - 1, {a.stage - 1, a.microbatch, Direction::backward},
+           std::move(st.grad_input));
       st.grad_input = Tensor();
       break;
     }
     case ActionType::RECV_B:
       state(a.stage, a.microbatch).grad_output =
           receive(a, a.stage + 1, {a.stage, a.microbatch, Direction::backward},
-                  fmt::format("the gradient of micro-batch {} from stage {} on device {}", a.microbatch,
-                              a.stage + 1, stage(a.stage + 1).device));
+                  fmt::format("the gradient of micro-batch {} from stage {} on device {}",
+                              a.microbatch, a.stage + 1, stage(a.stage + 1).device));
       break;
     case ActionType::REDUCE_GRAD:
       if (reducer_) reducer_->flush(a.stage);

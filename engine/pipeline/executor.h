@@ -38,7 +38,8 @@ struct ScheduleRun {
   std::vector<std::atomic<int>> position;  // per device: index of the action being executed
   Clock::time_point start = Clock::now();
 
-  explicit ScheduleRun(size_t devices) : loss(devices, 0.0), correct(devices, 0), position(devices) {}
+  explicit ScheduleRun(size_t devices)
+      : loss(devices, 0.0), correct(devices, 0), position(devices) {}
 };
 
 // What does not change between runs.
@@ -55,7 +56,8 @@ struct ExecutorSetup {
 class Executor {
  public:
   // `reducer`: the device's data-parallel gradient reduction (null without, and in evaluation).
-  Executor(const ExecutorSetup& setup, ScheduleRun& run, int device, Backend& backend, GradientReducer* reducer);
+  Executor(const ExecutorSetup& setup, ScheduleRun& run, int device, Backend& backend,
+           GradientReducer* reducer);
   ~Executor();
 
   // Runs `actions` in order; appends each action's times to `trace` when given (the device is
@@ -76,9 +78,11 @@ class Executor {
 
   // Transfers to and from the device of another stage, failing with the grid on a timeout.
   void send(const sched::Action& a, int to_stage, const MessageKey& key, Tensor value);
-  Tensor receive(const sched::Action& a, int from_stage, const MessageKey& key, const std::string& what);
+  Tensor receive(const sched::Action& a, int from_stage, const MessageKey& key,
+                 const std::string& what);
   SkipIo skip_io(const sched::Action& a);
-  [[noreturn]] void fail_wait(const sched::Action& a, const std::string& what, const std::string& reason = {});
+  [[noreturn]] void fail_wait(const sched::Action& a, const std::string& what,
+                              const std::string& reason = {});
   Clock::time_point deadline() const;
 
   const StageRange& stage(int s) const { return setup_.layout->stage(s); }

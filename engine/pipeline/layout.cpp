@@ -12,16 +12,18 @@ namespace pt {
 PipelineLayout PipelineLayout::make(const Model& model, const std::vector<int>& layers_per_stage,
                                     const std::vector<int>& stage_device) {
   if (layers_per_stage.size() != stage_device.size())
-    throw UsageError(fmt::format("the partition has {} stages but the schedule has {}", layers_per_stage.size(),
-                                 stage_device.size()));
+    throw UsageError(fmt::format("the partition has {} stages but the schedule has {}",
+                                 layers_per_stage.size(), stage_device.size()));
   const int total = std::accumulate(layers_per_stage.begin(), layers_per_stage.end(), 0);
   if (total != model.num_layers())
-    throw UsageError(fmt::format("the stages cover {} layers but the model has {}", total, model.num_layers()));
+    throw UsageError(
+        fmt::format("the stages cover {} layers but the model has {}", total, model.num_layers()));
   PipelineLayout out;
   int first = 0;
   for (size_t s = 0; s < layers_per_stage.size(); ++s) {
     const int n = layers_per_stage[s];
-    if (n < 1) throw UsageError(fmt::format("stage {} has {} layers; every stage needs at least one", s, n));
+    if (n < 1)
+      throw UsageError(fmt::format("stage {} has {} layers; every stage needs at least one", s, n));
     out.stages.push_back({first, first + n, stage_device[s]});
     first += n;
   }

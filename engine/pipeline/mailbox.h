@@ -19,7 +19,7 @@ namespace pt {
 enum class Direction : uint8_t { forward, backward };
 
 struct MessageKey {
-  int stage;       // the receiving stage
+  int stage;  // the receiving stage
   int microbatch;
   Direction direction;
   int channel = 0;  // 0: the stage's input/output; 1 + k: skip connection k (Model::skip_edges)

@@ -29,48 +29,58 @@ std::vector<int64_t> first_rows(const std::vector<int64_t>& sizes, int64_t first
 
 }  // namespace
 
-PipelineTrainer::PipelineTrainer(Model& model, std::vector<Backend*> devices, const PipelineConfig& config)
+PipelineTrainer::PipelineTrainer(Model& model, std::vector<Backend*> devices,
+                                 const PipelineConfig& config)
     : model_(&model), config_(config), devices_(std::move(devices)) {
   const sched::Schedule& sc = config_.schedule;
   const ParallelContext& par = config_.parallel;
   if (static_cast<int>(devices_.size()) != sc.num_devices)
-    throw UsageError(fmt::format("the schedule has {} devices but {} were given", sc.num_devices, devices_.size()));
+    throw UsageError(fmt::format("the schedule has {} devices but {} were given", sc.num_devices,
+                                 devices_.size()));
   layout_ = PipelineLayout::make(model, config_.layers_per_stage, sc.stage_device);
   if (sc.microbatches != config_.trainer.microbatches)
-    throw UsageError(fmt::format("the schedule is for {} micro-batches but --microbatches is {}", sc.microbatches,
-                                 config_.trainer.microbatches));
-  if (!(config_.timeout_s > 0)) throw UsageError(fmt::format("--timeout {} must be > 0 seconds", config_.timeout_s));
+    throw UsageError(fmt::format("the schedule is for {} micro-batches but --microbatches is {}",
+                                 sc.microbatches, config_.trainer.microbatches));
+  if (!(config_.timeout_s > 0))
+    throw UsageError(fmt::format("--timeout {} must be > 0 seconds", config_.timeout_s));
   if (par.replicas < 1 || par.replica < 0 || par.replica >= par.replicas)
     throw UsageError(fmt::format("replica {} of {} does not exist", par.replica, par.replicas));
   for (int d = 0; d < sc.num_devices; ++d) {
     if (!local(d)) continue;
     local_devices_.push_back(d);
     if (par.replicas > 1 && !par.data_parallel_group(d))
-      throw UsageError(
-          fmt::format("replica {} of {} has no data-parallel group for device {}", par.replica, par.replicas, d));
+      throw UsageError(fmt::format("replica {} of {} has no data-parallel group for device {}",
+                                   par.replica, par.replicas, d));
   }
-  if (local_devices_.empty()) throw UsageError("none of the schedule's devices is held by this process");
+  if (local_devices_.empty())
+    throw UsageError("none of the schedule's devices is held by this process");
   if (static_cast<int>(local_devices_.size()) != sc.num_devices) {
     if (!par.pipeline_group)
-      throw UsageError("some schedule devices are in other processes (nullptr) but no pipeline communicator was given");
+      throw UsageError(
+          "some schedule devices are in other processes (nullptr) but no pipeline communicator was "
+          "given");
     if (par.pipeline_group->size() != sc.num_devices)
-      throw UsageError(fmt::format("the pipeline communicator has {} ranks but the schedule has {} devices",
-                                   par.pipeline_group->size(), sc.num_devices));
+      throw UsageError(
+          fmt::format("the pipeline communicator has {} ranks but the schedule has {} devices",
+                      par.pipeline_group->size(), sc.num_devices));
   }
   for (const StageRange& range : layout_.stages) {
     StageOwned owned;
     if (local(range.device)) {
       Backend& b = *devices_[at(range.device)];
-      owned.params = std::make_unique<StageParameters>(model, range.first_layer, range.last_layer, b, config_.trainer.seed);
-      owned.optimizer = std::make_unique<Optimizer>(config_.trainer.optimizer, b, owned.params->layout());
+      owned.params = std::make_unique<StageParameters>(model, range.first_layer, range.last_layer,
+                                                       b, config_.trainer.seed);
+      owned.optimizer =
+          std::make_unique<Optimizer>(config_.trainer.optimizer, b, owned.params->layout());
     }
     stages_.push_back(std::move(owned));
   }
   std::vector<Backend*> held;
   for (int d : local_devices_) held.push_back(devices_[at(d)]);
   workers_ = std::make_unique<DeviceWorkers>(held);
-  transport_ = std::make_unique<RoutedTransport>(devices_, static_cast<int>(model.skip_edges().size()),
-                                                 &workers_->abort_flag(), par.pipeline_group);
+  transport_ =
+      std::make_unique<RoutedTransport>(devices_, static_cast<int>(model.skip_edges().size()),
+                                        &workers_->abort_flag(), par.pipeline_group);
   reducers_.resize(devices_.size());
   for (int d : local_devices_) {
     Communicator* group = par.replicas > 1 ? par.data_parallel_group(d) : nullptr;
@@ -100,8 +110,10 @@ std::vector<StageState> PipelineTrainer::stage_states() {
   return out;
 }
 
-std::string PipelineTrainer::progress(const sched::Schedule& schedule, const ScheduleRun& run) const {
-  std::string out = "where each device was (the action in [brackets] is the one it was executing):\n";
+std::string PipelineTrainer::progress(const sched::Schedule& schedule,
+                                      const ScheduleRun& run) const {
+  std::string out =
+      "where each device was (the action in [brackets] is the one it was executing):\n";
   for (int d = 0; d < schedule.num_devices; ++d) {
     if (!local(d)) {
       out += fmt::format("  device {}: in another process (world rank {})\n", d,
@@ -135,7 +147,8 @@ void PipelineTrainer::run_schedule(const sched::Schedule& schedule, ScheduleRun&
       [&](int i) {
         const int d = local_devices_[at(i)];
         GradientReducer* reducer = training ? reducers_[at(d)].get() : nullptr;
-        Executor(setup, run, d, *devices_[at(d)], reducer).run(schedule.actions[at(d)], trace ? &(*trace)[at(d)] : nullptr);
+        Executor(setup, run, d, *devices_[at(d)], reducer)
+            .run(schedule.actions[at(d)], trace ? &(*trace)[at(d)] : nullptr);
         if (reducer) reducer->finish();
         devices_[at(d)]->synchronize();
       },
@@ -145,14 +158,16 @@ void PipelineTrainer::run_schedule(const sched::Schedule& schedule, ScheduleRun&
 StepStats PipelineTrainer::train_step(const Tensor& inputs, const Tensor& targets) {
   const int64_t batch = inputs.shape()[0];
   if (targets.shape()[0] != batch)
-    throw UsageError(fmt::format("a batch has {} inputs but {} targets", batch, targets.shape()[0]));
+    throw UsageError(
+        fmt::format("a batch has {} inputs but {} targets", batch, targets.shape()[0]));
   const ParallelContext& par = config_.parallel;
   const int M = config_.trainer.microbatches;
   const int64_t parts = static_cast<int64_t>(par.replicas) * M;
   if (batch < parts)
-    throw UsageError(fmt::format("a batch of {} samples cannot feed {} replica(s) x {} micro-batches: every "
-                                 "micro-batch needs at least one sample; raise --batch to >= {}",
-                                 batch, par.replicas, M, parts));
+    throw UsageError(
+        fmt::format("a batch of {} samples cannot feed {} replica(s) x {} micro-batches: every "
+                    "micro-batch needs at least one sample; raise --batch to >= {}",
+                    batch, par.replicas, M, parts));
   ScheduleRun run(devices_.size());
   run.inputs = inputs;
   run.targets = targets;
@@ -186,7 +201,9 @@ StepStats PipelineTrainer::train_step(const Tensor& inputs, const Tensor& target
   epilogue.clip_norm = config_.trainer.clip_norm;
   epilogue.lr = stats.lr;
   epilogue.pipeline_group = par.pipeline_group;
-  epilogue.device_of_layer = [this](int layer) { return layout_.stage(layout_.stage_of_layer(layer)).device; };
+  epilogue.device_of_layer = [this](int layer) {
+    return layout_.stage(layout_.stage_of_layer(layer)).device;
+  };
   const std::vector<StageState> held = stage_states();
   epilogue.for_each_stage = [&](const std::function<void(size_t)>& job) {
     // Each stage's optimizer runs on its device's thread.
@@ -209,16 +226,19 @@ EvalStats PipelineTrainer::evaluate(const Tensor& inputs, const Tensor& targets,
   EvalStats out;
   out.samples = n;
   out.loss = share.loss;
-  out.accuracy = share.correct < 0 ? -1.0 : static_cast<double>(share.correct) / static_cast<double>(n);
+  out.accuracy =
+      share.correct < 0 ? -1.0 : static_cast<double>(share.correct) / static_cast<double>(n);
   return out;
 }
 
 // Evaluation is a forward-only schedule with one micro-batch per chunk, lowered by the same pass
 // as training and run by the same executor.
-PipelineTrainer::EvalShare PipelineTrainer::evaluate_rows(const Tensor& inputs, const Tensor& targets,
-                                                          int64_t first_row, int64_t row_count, int64_t divisor,
+PipelineTrainer::EvalShare PipelineTrainer::evaluate_rows(const Tensor& inputs,
+                                                          const Tensor& targets, int64_t first_row,
+                                                          int64_t row_count, int64_t divisor,
                                                           int64_t chunk) {
-  if (chunk < 1) throw UsageError(fmt::format("the evaluation chunk is {} rows; it must be >= 1", chunk));
+  if (chunk < 1)
+    throw UsageError(fmt::format("the evaluation chunk is {} rows; it must be >= 1", chunk));
   EvalShare out;
   if (row_count < 1) return out;
   ScheduleRun run(devices_.size());

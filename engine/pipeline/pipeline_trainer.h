@@ -37,9 +37,9 @@ struct PipelineConfig {
   sched::Schedule schedule;           // lowered (with SEND/RECV) and validated
   std::vector<int> layers_per_stage;  // size = schedule.num_stages; sums to the model's layers
   RecomputePolicy recompute;
-  double timeout_s = 60;              // every wait for a peer gives up after this long
+  double timeout_s = 60;  // every wait for a peer gives up after this long
   bool record_trace = false;
-  ParallelContext parallel;           // replicas and other processes (default: none)
+  ParallelContext parallel;  // replicas and other processes (default: none)
 };
 
 class PipelineTrainer final : public TrainingEngine {
@@ -93,11 +93,13 @@ class PipelineTrainer final : public TrainingEngine {
 
   Model* model_;
   PipelineConfig config_;
-  std::vector<Backend*> devices_;   // per schedule device; nullptr when in another process
-  std::vector<int> local_devices_;  // the schedule devices held here (worker i runs local_devices_[i])
+  std::vector<Backend*> devices_;  // per schedule device; nullptr when in another process
+  std::vector<int>
+      local_devices_;  // the schedule devices held here (worker i runs local_devices_[i])
   PipelineLayout layout_;
   std::vector<StageOwned> stages_;  // per stage
-  std::vector<std::unique_ptr<GradientReducer>> reducers_;  // per schedule device (data parallelism)
+  std::vector<std::unique_ptr<GradientReducer>>
+      reducers_;  // per schedule device (data parallelism)
   std::unique_ptr<DeviceWorkers> workers_;
   std::unique_ptr<RoutedTransport> transport_;
   std::vector<std::vector<ExecutedAction>> trace_;

@@ -17,7 +17,8 @@ namespace {
 
 sched::Schedule compute_schedule(const PlanRequest& r) {
   if (r.devices < 1) throw UsageError(fmt::format("--stages {} must be >= 1", r.devices));
-  if (r.microbatches < 1) throw UsageError(fmt::format("--microbatches {} must be >= 1", r.microbatches));
+  if (r.microbatches < 1)
+    throw UsageError(fmt::format("--microbatches {} must be >= 1", r.microbatches));
   const int D = r.devices, M = r.microbatches;
   try {
     switch (r.schedule.kind) {
@@ -38,9 +39,10 @@ sched::Schedule compute_schedule(const PlanRequest& r) {
     throw UsageError(e.what());
   }
   if (s.num_devices != D || s.microbatches != M)
-    throw UsageError(fmt::format("schedule file {} is for {} devices and {} micro-batches, but the flags say "
-                                 "--stages {} --microbatches {}: make them agree",
-                                 r.schedule.path, s.num_devices, s.microbatches, D, M));
+    throw UsageError(
+        fmt::format("schedule file {} is for {} devices and {} micro-batches, but the flags say "
+                    "--stages {} --microbatches {}: make them agree",
+                    r.schedule.path, s.num_devices, s.microbatches, D, M));
   return s;
 }
 
@@ -51,24 +53,31 @@ PipelinePlan make_plan(const Model& model, const PlanRequest& r, Backend* profil
   plan.schedule_name = r.schedule.str();
   sched::Schedule compute = compute_schedule(r);
   if (compute.num_stages > model.num_layers())
-    throw UsageError(fmt::format("cannot split {} layers into {} stages{}: use --stages <= {}", model.num_layers(),
-                                 compute.num_stages,
+    throw UsageError(fmt::format("cannot split {} layers into {} stages{}: use --stages <= {}",
+                                 model.num_layers(), compute.num_stages,
                                  compute.num_stages != compute.num_devices
                                      ? fmt::format(" ({} devices x {} chunks)", compute.num_devices,
                                                    compute.chunks_per_device())
                                      : "",
                                  model.num_layers() / compute.chunks_per_device()));
   // A file may hold a compute-only or an already lowered schedule; lower only the former.
-  const bool lowered = std::any_of(compute.actions.begin(), compute.actions.end(), [](const auto& list) {
-    return std::any_of(list.begin(), list.end(), [](const sched::Action& a) { return sched::is_communication(a.type); });
-  });
+  const bool lowered =
+      std::any_of(compute.actions.begin(), compute.actions.end(), [](const auto& list) {
+        return std::any_of(list.begin(), list.end(),
+                           [](const sched::Action& a) { return sched::is_communication(a.type); });
+      });
   plan.schedule = lowered ? compute : sched::add_communication(compute);
-  const bool has_reduce = std::any_of(plan.schedule.actions.begin(), plan.schedule.actions.end(), [](const auto& list) {
-    return std::any_of(list.begin(), list.end(), [](const sched::Action& a) { return a.type == sched::ActionType::REDUCE_GRAD; });
-  });
+  const bool has_reduce =
+      std::any_of(plan.schedule.actions.begin(), plan.schedule.actions.end(), [](const auto& list) {
+        return std::any_of(list.begin(), list.end(), [](const sched::Action& a) {
+          return a.type == sched::ActionType::REDUCE_GRAD;
+        });
+      });
   if (r.data_parallel && !has_reduce) plan.schedule = sched::add_grad_reduction(plan.schedule);
   const sched::Validation v = sched::validate(plan.schedule);
-  if (!v.ok()) throw UsageError(fmt::format("the schedule '{}' is not valid:\n{}", plan.schedule_name, v.report));
+  if (!v.ok())
+    throw UsageError(
+        fmt::format("the schedule '{}' is not valid:\n{}", plan.schedule_name, v.report));
 
   // Costs of one micro-batch (the largest, when M does not divide B).
   const int64_t mb = (r.batch + r.microbatches - 1) / r.microbatches;
@@ -106,8 +115,9 @@ PipelinePlan make_plan(const Model& model, const PlanRequest& r, Backend* profil
       t.w += costs[static_cast<size_t>(l)].backward_weight_s;
     }
     sim.stages.push_back(t);
-    sim.transfer.push_back(static_cast<double>(costs[static_cast<size_t>(st.last_layer - 1)].output_bytes) /
-                           r.transfer_bytes_per_second);
+    sim.transfer.push_back(
+        static_cast<double>(costs[static_cast<size_t>(st.last_layer - 1)].output_bytes) /
+        r.transfer_bytes_per_second);
   }
   sim.transfer.pop_back();  // S - 1 boundaries
   plan.simulated = sched::simulate(plan.schedule, sim);
@@ -115,14 +125,16 @@ PipelinePlan make_plan(const Model& model, const PlanRequest& r, Backend* profil
 }
 
 std::string PipelinePlan::report() const {
-  std::string out = fmt::format("partition ({}, costs {}):\n{}", partition.method.str(), costs, partition.table());
+  std::string out = fmt::format("partition ({}, costs {}):\n{}", partition.method.str(), costs,
+                                partition.table());
   const sched::Schedule& s = schedule;
   size_t actions = 0;
   for (const auto& list : s.actions) actions += list.size();
-  out += fmt::format("schedule {}: {} devices x {} chunk{}, {} micro-batches, {} actions\n", schedule_name,
-                     s.num_devices, s.chunks_per_device(), s.chunks_per_device() == 1 ? "" : "s", s.microbatches,
-                     actions);
-  out += fmt::format("predicted step time {:.2f} ms; bubble per device:", simulated.step_time * 1e3);
+  out += fmt::format("schedule {}: {} devices x {} chunk{}, {} micro-batches, {} actions\n",
+                     schedule_name, s.num_devices, s.chunks_per_device(),
+                     s.chunks_per_device() == 1 ? "" : "s", s.microbatches, actions);
+  out +=
+      fmt::format("predicted step time {:.2f} ms; bubble per device:", simulated.step_time * 1e3);
   for (double b : simulated.bubble_fraction) out += fmt::format(" {:.1f}%", 100 * b);
   out += "\npeak in-flight micro-batches per stage:";
   for (int p : simulated.peak_inflight) out += fmt::format(" {}", p);

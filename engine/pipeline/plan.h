@@ -16,24 +16,24 @@
 namespace pt {
 
 struct PlanRequest {
-  int devices = 1;                 // --stages: pipeline devices D
-  int microbatches = 1;            // M
-  int64_t batch = 1;               // B (sets the micro-batch size the costs are for)
-  ScheduleChoice schedule;         // 1f1b by default
+  int devices = 1;          // --stages: pipeline devices D
+  int microbatches = 1;     // M
+  int64_t batch = 1;        // B (sets the micro-batch size the costs are for)
+  ScheduleChoice schedule;  // 1f1b by default
   PartitionMethod partition{PartitionMethod::Kind::time, {}};
-  int64_t mem_cap_bytes = 0;       // --mem-cap (per device)
-  CostSource costs;                // estimate by default
-  int optimizer_slots = 1;         // SGD momentum 1, AdamW 2
+  int64_t mem_cap_bytes = 0;                // --mem-cap (per device)
+  CostSource costs;                         // estimate by default
+  int optimizer_slots = 1;                  // SGD momentum 1, AdamW 2
   double transfer_bytes_per_second = 30e9;  // for the simulated SEND/RECV times
-  bool data_parallel = false;      // --dp > 1: add REDUCE_GRAD after each stage's last backward
+  bool data_parallel = false;  // --dp > 1: add REDUCE_GRAD after each stage's last backward
 };
 
 struct PipelinePlan {
-  sched::Schedule schedule;   // lowered (SEND/RECV) and validated
-  Partition partition;        // one StagePlan per (virtual) stage
-  sched::SimResult simulated; // with the partition's per-stage costs (seconds)
-  std::string schedule_name;  // ScheduleChoice::str()
-  std::string costs;          // "estimated" | "profiled on cpu:0"
+  sched::Schedule schedule;    // lowered (SEND/RECV) and validated
+  Partition partition;         // one StagePlan per (virtual) stage
+  sched::SimResult simulated;  // with the partition's per-stage costs (seconds)
+  std::string schedule_name;   // ScheduleChoice::str()
+  std::string costs;           // "estimated" | "profiled on cpu:0"
 
   double predicted_step_s() const { return simulated.step_time; }
   // The partition table, the schedule, predicted step time, bubble and memory: what
@@ -45,6 +45,7 @@ struct PipelinePlan {
 // to the layer count, a memory cap nothing fits) or the validator's error (a schedule file with
 // a missing or extra action, or a deadlock), each with what would fix it.
 // `profile_on` is needed for CostSource::Kind::profile.
-PipelinePlan make_plan(const Model& model, const PlanRequest& request, Backend* profile_on = nullptr);
+PipelinePlan make_plan(const Model& model, const PlanRequest& request,
+                       Backend* profile_on = nullptr);
 
 }  // namespace pt

@@ -21,8 +21,10 @@ RecomputePolicy RecomputePolicy::parse(const std::string& text) {
     auto [ptr, ec] = std::from_chars(first, last, k);
     if (ec == std::errc() && ptr == last && k >= 1) return {Kind::every, k};
   }
-  throw UsageError(fmt::format("unknown --recompute '{}': use never, always, except_last or every:K "
-                               "(K >= 1 layers per recomputed segment)", text));
+  throw UsageError(
+      fmt::format("unknown --recompute '{}': use never, always, except_last or every:K "
+                  "(K >= 1 layers per recomputed segment)",
+                  text));
 }
 
 std::string RecomputePolicy::str() const {
@@ -35,14 +37,16 @@ std::string RecomputePolicy::str() const {
   return "?";
 }
 
-std::vector<Segment> stage_segments(const RecomputePolicy& policy, int first, int last, bool last_stage) {
+std::vector<Segment> stage_segments(const RecomputePolicy& policy, int first, int last,
+                                    bool last_stage) {
   switch (policy.kind) {
     case RecomputePolicy::Kind::never: return {{first, last, false}};
     case RecomputePolicy::Kind::always: return {{first, last, true}};
     case RecomputePolicy::Kind::except_last: return {{first, last, !last_stage}};
     case RecomputePolicy::Kind::every: {
       std::vector<Segment> out;
-      for (int a = first; a < last; a += policy.every) out.push_back({a, std::min(last, a + policy.every), true});
+      for (int a = first; a < last; a += policy.every)
+        out.push_back({a, std::min(last, a + policy.every), true});
       return out;
     }
   }

@@ -28,6 +28,7 @@ struct Segment {
 };
 
 // The segments of a stage covering layers [first, last); `last_stage` tells except_last apart.
-std::vector<Segment> stage_segments(const RecomputePolicy& policy, int first, int last, bool last_stage);
+std::vector<Segment> stage_segments(const RecomputePolicy& policy, int first, int last,
+                                    bool last_stage);
 
 }  // namespace pt

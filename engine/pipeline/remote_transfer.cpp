@@ -13,12 +13,15 @@ void PendingSend::wait(std::string_view what) {
   if (payload_request) payload_request->wait(what);
 }
 
-int transfer_tag(TransferKind kind, int stage, int index, int num_stages, const Communicator& comm) {
-  const int64_t tag = (static_cast<int64_t>(index) * num_stages + stage) * kTransferKinds + static_cast<int>(kind);
+int transfer_tag(TransferKind kind, int stage, int index, int num_stages,
+                 const Communicator& comm) {
+  const int64_t tag =
+      (static_cast<int64_t>(index) * num_stages + stage) * kTransferKinds + static_cast<int>(kind);
   if (tag > comm.max_tag())
-    throw UsageError(fmt::format("micro-batch/chunk {} of stage {} needs message tag {} but the communicator "
-                                 "allows at most {}: use fewer micro-batches or stages",
-                                 index, stage, tag, comm.max_tag()));
+    throw UsageError(
+        fmt::format("micro-batch/chunk {} of stage {} needs message tag {} but the communicator "
+                    "allows at most {}: use fewer micro-batches or stages",
+                    index, stage, tag, comm.max_tag()));
   return static_cast<int>(tag);
 }
 
@@ -45,9 +48,11 @@ Tensor recv_tensor(Communicator& comm, Backend& backend, int src, int tag, std::
   std::array<int64_t, 8> header{};
   comm.recv(header.data(), sizeof(header), src, tag, what);
   const int64_t rank = header[1];
-  if (header[0] < 0 || header[0] > static_cast<int64_t>(DType::i32) || rank < 0 || rank > Shape::kMaxRank)
-    throw std::runtime_error(fmt::format("{}: received a malformed tensor header (dtype {}, rank {}) from rank {}",
-                                         what, header[0], rank, comm.world_rank(src)));
+  if (header[0] < 0 || header[0] > static_cast<int64_t>(DType::i32) || rank < 0 ||
+      rank > Shape::kMaxRank)
+    throw std::runtime_error(
+        fmt::format("{}: received a malformed tensor header (dtype {}, rank {}) from rank {}", what,
+                    header[0], rank, comm.world_rank(src)));
   Shape shape;
   for (int64_t i = 0; i < rank; ++i) shape.push_back(header[static_cast<size_t>(2 + i)]);
   Tensor t = backend.empty(shape, static_cast<DType>(header[0]));

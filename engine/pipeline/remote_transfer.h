@@ -4,8 +4,8 @@
 // batch of shorter sequences, needs no agreement beforehand). Sends never block: the caller
 // keeps the PendingSend until it completed.
 #include <array>
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -33,7 +33,8 @@ struct PendingSend {
   void wait(std::string_view what);
 };
 
-// The tag of a transfer to `stage` (the receiving stage) with message number `index`; throws UsageError when it exceeds the communicator's largest tag.
+// The tag of a transfer to `stage` (the receiving stage) with message number `index`; throws
+// UsageError when it exceeds the communicator's largest tag.
 int transfer_tag(TransferKind kind, int stage, int index, int num_stages, const Communicator& comm);
 
 // A GPU tensor goes through host memory unless the communicator takes device memory.

@@ -18,18 +18,21 @@ ScheduleChoice ScheduleChoice::parse(std::string_view text) {
     int V = 0;
     const auto [end, ec] = std::from_chars(v_text.data(), v_text.data() + v_text.size(), V);
     if (ec != std::errc() || end != v_text.data() + v_text.size() || V < 1)
-      throw UsageError(fmt::format("schedule '{}': the number of chunks per device V must be an integer >= 1, "
-                                   "as in interleaved:2",
-                                   text));
+      throw UsageError(
+          fmt::format("schedule '{}': the number of chunks per device V must be an integer >= 1, "
+                      "as in interleaved:2",
+                      text));
     return {K::interleaved, V, {}};
   }
   if (text.starts_with("file:")) {
-    if (text.size() == 5) throw UsageError("schedule 'file:' names no file: give its path, as in file:my_schedule.txt");
+    if (text.size() == 5)
+      throw UsageError("schedule 'file:' names no file: give its path, as in file:my_schedule.txt");
     return {K::file, 1, std::string(text.substr(5))};
   }
-  throw UsageError(fmt::format("unknown schedule '{}': use gpipe, 1f1b, interleaved:V (V chunks per device), zb-h1 "
-                               "or file:PATH (a schedule written by hand)",
-                               text));
+  throw UsageError(fmt::format(
+      "unknown schedule '{}': use gpipe, 1f1b, interleaved:V (V chunks per device), zb-h1 "
+      "or file:PATH (a schedule written by hand)",
+      text));
 }
 
 std::string ScheduleChoice::str() const {

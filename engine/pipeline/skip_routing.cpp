@@ -13,7 +13,8 @@ std::map<std::string, Tensor>& entries(SkipBoard& board, Direction dir) {
 }
 
 // The edges whose value stage s sends (outgoing) or receives (!outgoing) in `dir`.
-const std::vector<size_t>& edges(const PipelineLayout& layout, Direction dir, int s, bool outgoing) {
+const std::vector<size_t>& edges(const PipelineLayout& layout, Direction dir, int s,
+                                 bool outgoing) {
   const bool saved_here = (dir == Direction::forward) == outgoing;
   return (saved_here ? layout.skips_out : layout.skips_in).at(static_cast<size_t>(s));
 }
@@ -30,25 +31,27 @@ MessageKey key(int receiving_stage, int microbatch, Direction dir, size_t edge) 
 
 }  // namespace
 
-void send_skips(Direction dir, int s, SkipBoard& board, const Model& model, const PipelineLayout& layout,
-                const SkipIo& io) {
+void send_skips(Direction dir, int s, SkipBoard& board, const Model& model,
+                const PipelineLayout& layout, const SkipIo& io) {
   for (size_t k : edges(layout, dir, s, /*outgoing=*/true)) {
     const SkipEdge& e = model.skip_edges()[k];
     auto& mine = entries(board, dir);
     const auto it = mine.find(e.name);
     if (it == mine.end())
-      throw std::logic_error(fmt::format("stage {} micro-batch {}: no {} of skip '{}' to send", s, io.microbatch,
-                                         noun(dir), e.name));
+      throw std::logic_error(fmt::format("stage {} micro-batch {}: no {} of skip '{}' to send", s,
+                                         io.microbatch, noun(dir), e.name));
     Tensor value = std::move(it->second);
     mine.erase(it);
     const int to = other_end(layout, e, dir, true);
-    if (io.is_here(to)) entries(io.board_here(to), dir)[e.name] = std::move(value);
-    else io.send(to, key(to, io.microbatch, dir, k), std::move(value));
+    if (io.is_here(to))
+      entries(io.board_here(to), dir)[e.name] = std::move(value);
+    else
+      io.send(to, key(to, io.microbatch, dir, k), std::move(value));
   }
 }
 
-void receive_skips(Direction dir, int s, SkipBoard& board, const Model& model, const PipelineLayout& layout,
-                   const SkipIo& io) {
+void receive_skips(Direction dir, int s, SkipBoard& board, const Model& model,
+                   const PipelineLayout& layout, const SkipIo& io) {
   for (size_t k : edges(layout, dir, s, /*outgoing=*/false)) {
     const SkipEdge& e = model.skip_edges()[k];
     const int from = other_end(layout, e, dir, false);

@@ -32,12 +32,12 @@ struct SkipIo {
 };
 
 // After stage s's compute in `dir`: moves what it produced for other stages off `board`.
-void send_skips(Direction dir, int s, SkipBoard& board, const Model& model, const PipelineLayout& layout,
-                const SkipIo& io);
+void send_skips(Direction dir, int s, SkipBoard& board, const Model& model,
+                const PipelineLayout& layout, const SkipIo& io);
 
 // Before stage s's compute in `dir`: puts on `board` what other devices' stages sent it (a stage
 // on this device already put it there).
-void receive_skips(Direction dir, int s, SkipBoard& board, const Model& model, const PipelineLayout& layout,
-                   const SkipIo& io);
+void receive_skips(Direction dir, int s, SkipBoard& board, const Model& model,
+                   const PipelineLayout& layout, const SkipIo& io);
 
 }  // namespace pt

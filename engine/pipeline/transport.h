@@ -28,7 +28,8 @@ class Transport {
   virtual void start_run(int stages, int microbatches) = 0;
   // Delivers `value` (in device `from`'s memory) to device `to` under `key`. Returns false when
   // the receiver had no room before `deadline`.
-  virtual bool send(int from, int to, const MessageKey& key, Tensor value, Clock::time_point deadline) = 0;
+  virtual bool send(int from, int to, const MessageKey& key, Tensor value,
+                    Clock::time_point deadline) = 0;
   // Takes what device `from` sent to device `to` under `key`, in `to`'s memory; an undefined
   // Tensor when nothing came before `deadline`, or TimeoutError from a communicator whose peer
   // stopped answering.
@@ -47,7 +48,8 @@ class InProcessTransport final : public Transport {
   // size the mailboxes and end their waits when another device failed.
   InProcessTransport(std::vector<Backend*> devices, int skip_edges, const std::atomic<bool>* abort);
   void start_run(int stages, int microbatches) override;
-  bool send(int from, int to, const MessageKey& key, Tensor value, Clock::time_point deadline) override;
+  bool send(int from, int to, const MessageKey& key, Tensor value,
+            Clock::time_point deadline) override;
   Tensor receive(int from, int to, const MessageKey& key, Clock::time_point deadline) override;
   void flush(int, std::string_view) override {}
   void wake_all() override;
@@ -64,7 +66,8 @@ class ProcessTransport final : public Transport {
  public:
   ProcessTransport(Communicator& group, std::vector<Backend*> devices, int skip_edges);
   void start_run(int stages, int microbatches) override;
-  bool send(int from, int to, const MessageKey& key, Tensor value, Clock::time_point deadline) override;
+  bool send(int from, int to, const MessageKey& key, Tensor value,
+            Clock::time_point deadline) override;
   Tensor receive(int from, int to, const MessageKey& key, Clock::time_point deadline) override;
   void flush(int from, std::string_view what) override;
   void wake_all() override {}
@@ -84,7 +87,8 @@ class RoutedTransport final : public Transport {
   RoutedTransport(std::vector<Backend*> devices, int skip_edges, const std::atomic<bool>* abort,
                   Communicator* pipeline_group);
   void start_run(int stages, int microbatches) override;
-  bool send(int from, int to, const MessageKey& key, Tensor value, Clock::time_point deadline) override;
+  bool send(int from, int to, const MessageKey& key, Tensor value,
+            Clock::time_point deadline) override;
   Tensor receive(int from, int to, const MessageKey& key, Clock::time_point deadline) override;
   void flush(int from, std::string_view what) override;
   void wake_all() override;

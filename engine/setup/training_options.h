@@ -16,24 +16,27 @@
 namespace pt {
 
 struct TrainingOptions {
-  std::string devices = "auto";  // one per stage and replica: "cpu:0,cpu:1" | "cpu:0..3" | "cuda:0" | "auto"
+  std::string devices =
+      "auto";  // one per stage and replica: "cpu:0,cpu:1" | "cpu:0..3" | "cuda:0" | "auto"
   CudaPrecision precision = CudaPrecision::fp32;  // GEMM arithmetic on CUDA devices
   int threads = 0;  // per device; 0: the cores divided between devices (or processes)
-  int stages = 1;        // S
-  int dp = 1;            // R pipeline replicas (in this process, or one process per device under mpirun)
-  int microbatches = 1;  // M per replica
-  ScheduleChoice schedule;                                     // 1f1b
-  PartitionMethod partition{PartitionMethod::Kind::time, {}};  // the slowest stage as fast as possible
-  CostSource costs;                                            // estimated from FLOPs and bytes
-  RecomputePolicy recompute;                                   // never
-  double mem_cap_mib = 0;  // per device, for PartitionMethod::Kind::memory (0: no cap)
-  double timeout_s = 60;   // how long any wait for a peer may take
+  int stages = 1;   // S
+  int dp = 1;       // R pipeline replicas (in this process, or one process per device under mpirun)
+  int microbatches = 1;     // M per replica
+  ScheduleChoice schedule;  // 1f1b
+  PartitionMethod partition{PartitionMethod::Kind::time,
+                            {}};  // the slowest stage as fast as possible
+  CostSource costs;               // estimated from FLOPs and bytes
+  RecomputePolicy recompute;      // never
+  double mem_cap_mib = 0;         // per device, for PartitionMethod::Kind::memory (0: no cap)
+  double timeout_s = 60;          // how long any wait for a peer may take
   double bucket_mib = 25;  // data parallelism: gradients are all-reduced in buckets of this size
   // Use the pipeline runtime even for one stage on one device (e.g. to compare it with Trainer).
   bool force_pipeline = false;
   bool plan_only = false;  // make_training plans and prints, and builds no engine
   bool print = true;       // make_training prints the device note and the plan on stdout
-  std::string trace, timeline;  // report_pipeline writes the last step's Chrome trace / SVG timeline here
+  std::string trace,
+      timeline;  // report_pipeline writes the last step's Chrome trace / SVG timeline here
 
   // Checks that need no work, against the global batch B; throws UsageError naming the fix.
   void check(int64_t batch) const;

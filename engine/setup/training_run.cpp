@@ -48,13 +48,15 @@ int mpi_threads(int requested) {
 
 }  // namespace
 
-TrainingRun make_training(const TrainingOptions& opt, Model& model, const std::function<Model()>& make_model,
-                          const TrainerConfig& config, int64_t batch, Communicator* world) {
+TrainingRun make_training(const TrainingOptions& opt, Model& model,
+                          const std::function<Model()>& make_model, const TrainerConfig& config,
+                          int64_t batch, Communicator* world) {
   opt.check(batch);
   if (config.microbatches != 1 && config.microbatches != opt.microbatches)
-    throw UsageError(fmt::format("the trainer's config says {} micro-batches but the training options say {}: set "
-                                 "TrainingOptions::microbatches only",
-                                 config.microbatches, opt.microbatches));
+    throw UsageError(fmt::format(
+        "the trainer's config says {} micro-batches but the training options say {}: set "
+        "TrainingOptions::microbatches only",
+        config.microbatches, opt.microbatches));
   TrainerConfig trainer_config = config;
   trainer_config.microbatches = opt.microbatches;
   const bool pipelined = opt.pipelined() || world;
@@ -72,24 +74,26 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model, const std::f
   TrainingRun s;
   // In one process: one device per stage and replica. Under mpirun: one device per process.
   const int wanted = world ? 1 : opt.stages * opt.dp;
-  s.devices = open_devices(process_devices(opt.devices, world), wanted, world ? mpi_threads(opt.threads) : opt.threads,
-                           opt.precision);
+  s.devices = open_devices(process_devices(opt.devices, world), wanted,
+                           world ? mpi_threads(opt.threads) : opt.threads, opt.precision);
   if (opt.print && !s.devices.note.empty()) fmt::print("{}\n", s.devices.note);
   if (static_cast<int>(s.devices.backends.size()) != wanted)
-    throw UsageError(fmt::format("--devices {} lists {} device{} but {} needs {}{}", opt.devices,
-                                 s.devices.backends.size(), s.devices.backends.size() == 1 ? "" : "s",
-                                 world ? "each process under mpirun"
-                                       : fmt::format("--stages {} x --dp {}", opt.stages, opt.dp),
-                                 wanted, world ? "" : ": give one device per stage and replica (e.g. cpu:0..N-1)"));
+    throw UsageError(fmt::format(
+        "--devices {} lists {} device{} but {} needs {}{}", opt.devices, s.devices.backends.size(),
+        s.devices.backends.size() == 1 ? "" : "s",
+        world ? "each process under mpirun"
+              : fmt::format("--stages {} x --dp {}", opt.stages, opt.dp),
+        wanted, world ? "" : ": give one device per stage and replica (e.g. cpu:0..N-1)"));
   for (auto& b : s.devices.backends) s.backends.push_back(b.get());
-  s.description = fmt::format("{}{}{}{}", s.backends[0]->describe(),
-                              world ? fmt::format(" in each of {} processes", world->size()) : "",
-                              opt.stages > 1 ? fmt::format(", {} stages, schedule {}, recompute {}", opt.stages,
-                                                           opt.schedule.str(), opt.recompute.str())
-                                             : "",
-                              opt.dp > 1 ? fmt::format(", {} data-parallel replicas (gradient buckets of {} MiB)",
-                                                       opt.dp, opt.bucket_mib)
-                                         : "");
+  s.description = fmt::format(
+      "{}{}{}{}", s.backends[0]->describe(),
+      world ? fmt::format(" in each of {} processes", world->size()) : "",
+      opt.stages > 1 ? fmt::format(", {} stages, schedule {}, recompute {}", opt.stages,
+                                   opt.schedule.str(), opt.recompute.str())
+                     : "",
+      opt.dp > 1 ? fmt::format(", {} data-parallel replicas (gradient buckets of {} MiB)", opt.dp,
+                               opt.bucket_mib)
+                 : "");
   if (!pipelined) {
     s.engine = std::make_unique<Trainer>(model, *s.backends[0], trainer_config);
     return s;
@@ -125,22 +129,29 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model, const std::f
 void report_pipeline(const TrainingOptions& opt, const TrainingRun& s, Communicator* world) {
   if (!s.pipeline || s.pipeline->step() == 0) return;
   for (const ReductionStats& rs : s.pipeline->last_reduction_stats())
-    fmt::print("gradient all-reduce in the last step: {} bucket(s), {:.2f} ms, {:.0f}% hidden behind backward\n",
-               rs.buckets, rs.reduce_s * 1e3, 100 * rs.hidden_fraction());
+    fmt::print(
+        "gradient all-reduce in the last step: {} bucket(s), {:.2f} ms, {:.0f}% hidden behind "
+        "backward\n",
+        rs.buckets, rs.reduce_s * 1e3, 100 * rs.hidden_fraction());
   if (world) return;  // the other devices' traces are in other processes
   const int step = static_cast<int>(s.pipeline->step() - 1);
   // Replica 0's devices come first.
-  const std::vector<Backend*> replica0(s.backends.begin(), s.backends.begin() + s.plan->schedule.num_devices);
+  const std::vector<Backend*> replica0(s.backends.begin(),
+                                       s.backends.begin() + s.plan->schedule.num_devices);
   const Trace trace = step_trace(s.pipeline->last_trace(), replica0, step);
   const BubbleStats bubble = measure_bubble(trace, step);
-  fmt::print("last step: {:.2f} ms measured vs {:.2f} ms predicted; bubble per device measured / predicted:",
-             bubble.step_span_us / 1e3, s.plan->predicted_step_s() * 1e3);
+  fmt::print(
+      "last step: {:.2f} ms measured vs {:.2f} ms predicted; bubble per device measured / "
+      "predicted:",
+      bubble.step_span_us / 1e3, s.plan->predicted_step_s() * 1e3);
   for (size_t d = 0; d < bubble.bubble_fraction.size(); ++d)
-    fmt::print(" {:.1f}% / {:.1f}%", 100 * bubble.bubble_fraction[d], 100 * s.plan->simulated.bubble_fraction[d]);
+    fmt::print(" {:.1f}% / {:.1f}%", 100 * bubble.bubble_fraction[d],
+               100 * s.plan->simulated.bubble_fraction[d]);
   fmt::print("\n");
   if (!opt.trace.empty()) {
     write_chrome_trace(opt.trace, trace);
-    fmt::print("wrote the trace of the last step to {} (open in https://ui.perfetto.dev)\n", opt.trace);
+    fmt::print("wrote the trace of the last step to {} (open in https://ui.perfetto.dev)\n",
+               opt.trace);
   }
   if (!opt.timeline.empty()) {
     write_timeline_svg(opt.timeline, trace, step);

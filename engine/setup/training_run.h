@@ -41,11 +41,13 @@ struct TrainingRun {
 // null for one process. Checks opt (TrainingOptions::check), opens the devices, plans (printing
 // the device note and the plan unless !opt.print) and builds the engine; with opt.plan_only
 // returns without one. Throws UsageError naming the fix.
-TrainingRun make_training(const TrainingOptions& opt, Model& model, const std::function<Model()>& make_model,
-                          const TrainerConfig& config, int64_t batch, Communicator* world = nullptr);
+TrainingRun make_training(const TrainingOptions& opt, Model& model,
+                          const std::function<Model()>& make_model, const TrainerConfig& config,
+                          int64_t batch, Communicator* world = nullptr);
 
 // After training: the gradient reduction of the last step, its measured vs predicted bubble,
 // and opt.trace / opt.timeline files (single process only). Nothing for one device.
-void report_pipeline(const TrainingOptions& opt, const TrainingRun& run, Communicator* world = nullptr);
+void report_pipeline(const TrainingOptions& opt, const TrainingRun& run,
+                     Communicator* world = nullptr);
 
 }  // namespace pt

@@ -3,26 +3,38 @@
 namespace pt::examples {
 
 void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
-  app.add_option("--devices", f.devices, "one device per stage and replica: cpu:0,cpu:1 | cpu:0..3 | auto")
+  app.add_option("--devices", f.devices,
+                 "one device per stage and replica: cpu:0,cpu:1 | cpu:0..3 | auto")
       ->capture_default_str();
   app.add_option("--precision", f.precision,
-                 "GEMM/conv arithmetic on CUDA devices: fp32 | tf32 | bf16 (fp32 weights and optimizer state)")
+                 "GEMM/conv arithmetic on CUDA devices: fp32 | tf32 | bf16 (fp32 weights and "
+                 "optimizer state)")
       ->capture_default_str();
   app.add_option("--threads", f.threads, "threads per device (0: cores / devices)");
-  app.add_option("--stages", f.stages, "pipeline stages S (one device each)")->capture_default_str();
-  app.add_option("--dp", f.dp, "data-parallel replicas R of the pipeline (R x S devices or processes)")
+  app.add_option("--stages", f.stages, "pipeline stages S (one device each)")
       ->capture_default_str();
-  app.add_option("--microbatches", f.microbatches, "split each replica's batch into M micro-batches")
+  app.add_option("--dp", f.dp,
+                 "data-parallel replicas R of the pipeline (R x S devices or processes)")
       ->capture_default_str();
-  app.add_option("--schedule", f.schedule, "gpipe | 1f1b | interleaved:V | zb-h1 | file:PATH")->capture_default_str();
-  app.add_option("--partition", f.partition, "uniform | params | time | memory | layout:a,b,...")->capture_default_str();
-  app.add_option("--costs", f.costs, "layer costs for the partitioner: estimate | profile")->capture_default_str();
+  app.add_option("--microbatches", f.microbatches,
+                 "split each replica's batch into M micro-batches")
+      ->capture_default_str();
+  app.add_option("--schedule", f.schedule, "gpipe | 1f1b | interleaved:V | zb-h1 | file:PATH")
+      ->capture_default_str();
+  app.add_option("--partition", f.partition, "uniform | params | time | memory | layout:a,b,...")
+      ->capture_default_str();
+  app.add_option("--costs", f.costs, "layer costs for the partitioner: estimate | profile")
+      ->capture_default_str();
   app.add_option("--mem-cap", f.mem_cap_mib, "memory cap per device in MiB (--partition memory)");
-  app.add_option("--recompute", f.recompute, "never | always | except_last | every:K")->capture_default_str();
-  app.add_option("--timeout", f.timeout, "seconds any wait for a peer may take")->capture_default_str();
-  app.add_option("--bucket-mb", f.bucket_mb, "gradients are all-reduced in buckets of this many MiB")
+  app.add_option("--recompute", f.recompute, "never | always | except_last | every:K")
       ->capture_default_str();
-  app.add_flag("--plan-only", f.plan_only, "print partition, schedule and predicted step time, then exit");
+  app.add_option("--timeout", f.timeout, "seconds any wait for a peer may take")
+      ->capture_default_str();
+  app.add_option("--bucket-mb", f.bucket_mb,
+                 "gradients are all-reduced in buckets of this many MiB")
+      ->capture_default_str();
+  app.add_flag("--plan-only", f.plan_only,
+               "print partition, schedule and predicted step time, then exit");
   app.add_option("--trace", f.trace, "write a Chrome/Perfetto trace of the last step");
   app.add_option("--timeline", f.timeline, "write an SVG timeline of the last step");
 }

@@ -22,7 +22,8 @@ struct ParallelFlags {
   std::string trace, timeline;
 };
 
-// Registers --devices --precision --threads --stages --dp --microbatches --schedule --partition --costs
+// Registers --devices --precision --threads --stages --dp --microbatches --schedule --partition
+// --costs
 // --mem-cap --recompute --timeout --bucket-mb --plan-only --trace --timeline.
 void add_parallel_flags(CLI::App& app, ParallelFlags& f);
 

@@ -19,18 +19,22 @@ namespace pt {
 class FaultInjection final : public TrainingEngine {
  public:
   // Returns `inner` unchanged when PIPETRAIN_FAULT is unset or names another rank.
-  static std::unique_ptr<TrainingEngine> wrap(std::unique_ptr<TrainingEngine> inner, int world_rank) {
+  static std::unique_ptr<TrainingEngine> wrap(std::unique_ptr<TrainingEngine> inner,
+                                              int world_rank) {
     const char* spec = std::getenv("PIPETRAIN_FAULT");
     if (!spec || !*spec) return inner;
     const std::string s = spec;
     const auto a = s.find(':'), b = s.rfind(':');
     if (a == std::string::npos || a == b)
-      throw UsageError(fmt::format("PIPETRAIN_FAULT='{}' is not kill:RANK:STEP or stall:RANK:STEP", s));
+      throw UsageError(
+          fmt::format("PIPETRAIN_FAULT='{}' is not kill:RANK:STEP or stall:RANK:STEP", s));
     const std::string kind = s.substr(0, a);
     if (kind != "kill" && kind != "stall")
-      throw UsageError(fmt::format("PIPETRAIN_FAULT='{}' is not kill:RANK:STEP or stall:RANK:STEP", s));
+      throw UsageError(
+          fmt::format("PIPETRAIN_FAULT='{}' is not kill:RANK:STEP or stall:RANK:STEP", s));
     if (std::stoi(s.substr(a + 1, b - a - 1)) != world_rank) return inner;
-    return std::make_unique<FaultInjection>(std::move(inner), kind == "kill", std::stoll(s.substr(b + 1)));
+    return std::make_unique<FaultInjection>(std::move(inner), kind == "kill",
+                                            std::stoll(s.substr(b + 1)));
   }
 
   FaultInjection(std::unique_ptr<TrainingEngine> inner, bool kill, int64_t step)

@@ -9,10 +9,9 @@
 // (--save/--resume/--save-init). What it leaves out: GPUs (a later issue).
 //
 //   pipetrain-fashion --model mlp --epochs 3
-//   pipetrain-fashion --stages 2 --microbatches 8 --schedule 1f1b --trace run.json --timeline run.svg
-//   pipetrain-fashion --model cnn --stages 3 --schedule zb-h1 --plan-only
-//   pipetrain-fashion --devices cpu:0..3 --stages 2 --dp 2
-//   mpirun -np 4 pipetrain-fashion --stages 2 --dp 2
+//   pipetrain-fashion --stages 2 --microbatches 8 --schedule 1f1b --trace run.json --timeline
+//   run.svg pipetrain-fashion --model cnn --stages 3 --schedule zb-h1 --plan-only pipetrain-fashion
+//   --devices cpu:0..3 --stages 2 --dp 2 mpirun -np 4 pipetrain-fashion --stages 2 --dp 2
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -63,8 +62,8 @@ struct Flags {
 constexpr double kParityTolerance = 1e-6;
 
 int parity_check(const pt::TrainingOptions& par, const std::function<pt::Model()>& make_model,
-                 pt::TrainerConfig cfg, pt::FitOptions fit, const pt::Dataset& train, pt::TrainingEngine& pipelined,
-                 int threads, pt::Communicator* world) {
+                 pt::TrainerConfig cfg, pt::FitOptions fit, const pt::Dataset& train,
+                 pt::TrainingEngine& pipelined, int threads, pt::Communicator* world) {
   fmt::print("parity check: training the single-device reference on the same batches...\n");
   const bool exact = par.dp == 1 || (par.dp == 2 && cfg.microbatches == 1);
   cfg.microbatches *= par.dp;
@@ -77,7 +76,8 @@ int parity_check(const pt::TrainingOptions& par, const std::function<pt::Model()
   backend->bind_current_thread();
   pt::Trainer reference(reference_model, *backend, cfg);
   if (pipelined.step() != pt::planned_steps(fit, train.size()))
-    throw pt::UsageError("--parity-check does not combine with --resume: it replays the run from the start");
+    throw pt::UsageError(
+        "--parity-check does not combine with --resume: it replays the run from the start");
   pt::fit(reference, train, nullptr, fit);
   double worst = 0;
   size_t differing = 0, tensors = 0;
@@ -90,7 +90,8 @@ int parity_check(const pt::TrainingOptions& par, const std::function<pt::Model()
       while (j < ref_entries.size() && ref_entries[j].name != name) ++j;
       const pt::Tensor b = reference.parameters().param(j);
       double diff = 0;
-      for (int64_t k = 0; k < a.numel(); ++k) diff = std::max(diff, static_cast<double>(std::abs(a.f32()[k] - b.f32()[k])));
+      for (int64_t k = 0; k < a.numel(); ++k)
+        diff = std::max(diff, static_cast<double>(std::abs(a.f32()[k] - b.f32()[k])));
       fmt::print("  {:<24} max |pipeline - reference| = {:.3g}\n", name, diff);
       worst = std::max(worst, diff);
       differing += diff > 0;
@@ -107,17 +108,21 @@ int parity_check(const pt::TrainingOptions& par, const std::function<pt::Model()
     for (double x : all) worst = std::max(worst, x);
   }
   if (differing == 0) {
-    fmt::print("parity: all {} tensors are bit-identical to the single-device reference\n", tensors);
+    fmt::print("parity: all {} tensors are bit-identical to the single-device reference\n",
+               tensors);
     return 0;
   }
-  fmt::print("parity: {} of {} tensors differ; the largest difference is {:.3g}", differing, tensors, worst);
+  fmt::print("parity: {} of {} tensors differ; the largest difference is {:.3g}", differing,
+             tensors, worst);
   if (exact) {
     fmt::print(" but they should be bit-identical (same addition order)\n");
     return 3;
   }
   const bool ok = worst <= kParityTolerance;
-  fmt::print(" ({} the tolerance {:g}: {} replicas add their {} micro-batch gradients in another grouping)\n",
-             ok ? "within" : "OVER", kParityTolerance, par.dp, cfg.microbatches / par.dp);
+  fmt::print(
+      " ({} the tolerance {:g}: {} replicas add their {} micro-batch gradients in another "
+      "grouping)\n",
+      ok ? "within" : "OVER", kParityTolerance, par.dp, cfg.microbatches / par.dp);
   return ok ? 0 : 3;
 }
 
@@ -134,11 +139,13 @@ int run(const Flags& f, pt::Communicator* world) {
     throw pt::UsageError(fmt::format("unknown --model '{}': use mlp or cnn", f.model));
   if (f.epochs < 1 && f.steps < 1) throw pt::UsageError("give --epochs >= 1 or --steps >= 1");
   pt::TrainingOptions par = pt::examples::training_options(f.par);
-  par.force_pipeline = f.parity_check;  // the pipeline runtime even for one stage: that is what is checked
+  par.force_pipeline =
+      f.parity_check;  // the pipeline runtime even for one stage: that is what is checked
   par.check(f.batch);
   if (world && (!f.save.empty() || !f.resume.empty() || !f.save_init.empty()))
-    throw pt::UsageError("checkpoints (--save, --resume, --save-init) are not supported under mpirun yet: each "
-                         "process holds only its own stage; run without them, or in one process with --dp");
+    throw pt::UsageError(
+        "checkpoints (--save, --resume, --save-init) are not supported under mpirun yet: each "
+        "process holds only its own stage; run without them, or in one process with --dp");
   const auto schedule_kind = pt::LrSchedule::parse_kind(f.lr_schedule);
   const auto make_model = [&] { return f.model == "mlp" ? pt::fashion_mlp() : pt::fashion_cnn(); };
   pt::Model model = make_model();
@@ -172,13 +179,16 @@ int run(const Flags& f, pt::Communicator* world) {
 
   pt::TrainingRun setup = pt::make_training(par, model, make_model, cfg, f.batch, world);
 #ifdef PIPETRAIN_FAULT_INJECTION
-  auto trainer = pt::FaultInjection::wrap(std::move(setup.engine), world ? world->world_rank(world->rank()) : 0);
+  auto trainer = pt::FaultInjection::wrap(std::move(setup.engine),
+                                          world ? world->world_rank(world->rank()) : 0);
 #else
   std::unique_ptr<pt::TrainingEngine> trainer = std::move(setup.engine);
 #endif
-  fmt::print("pipetrain-fashion: {} ({} parameters) on {}, batch {}{} in {} micro-batch{}, {}, {} steps\n", f.model,
-             model.param_count(), setup.description, f.batch, par.dp > 1 ? " (split between the replicas)" : "",
-             par.microbatches, par.microbatches == 1 ? "" : "es", opt.str(), cfg.lr.total_steps);
+  fmt::print(
+      "pipetrain-fashion: {} ({} parameters) on {}, batch {}{} in {} micro-batch{}, {}, {} steps\n",
+      f.model, model.param_count(), setup.description, f.batch,
+      par.dp > 1 ? " (split between the replicas)" : "", par.microbatches,
+      par.microbatches == 1 ? "" : "es", opt.str(), cfg.lr.total_steps);
   const pt::FitResult r = pt::fit(*trainer, train, &test, fit);
   fmt::print("trained {} steps in {:.1f} s ({:.0f} samples/s); final train loss {:.4f}\n", r.steps,
              r.seconds, r.samples_per_second, r.last_loss);
@@ -186,7 +196,8 @@ int run(const Flags& f, pt::Communicator* world) {
              r.test.loss, r.test.samples);
   pt::report_pipeline(par, setup, world);
   if (f.parity_check)
-    return parity_check(par, make_model, cfg, fit, train, *trainer, setup.backends[0]->num_threads(), world);
+    return parity_check(par, make_model, cfg, fit, train, *trainer,
+                        setup.backends[0]->num_threads(), world);
   return 0;
 }
 
@@ -207,11 +218,14 @@ int main(int argc, char** argv) {
   app.add_option("--clip", f.clip, "clip the global gradient norm to this value (0: off)");
   app.add_option("--lr-schedule", f.lr_schedule, "constant or cosine")->capture_default_str();
   app.add_option("--warmup", f.warmup, "linear warm-up steps");
-  app.add_option("--seed", f.seed, "seed for initialisation, shuffling and dropout")->capture_default_str();
+  app.add_option("--seed", f.seed, "seed for initialisation, shuffling and dropout")
+      ->capture_default_str();
   app.add_flag("--no-shuffle", f.no_shuffle, "keep the data set's order");
   pt::examples::add_parallel_flags(app, f.par);
-  app.add_flag("--parity-check", f.parity_check, "also train the single-device reference and compare");
-  app.add_option("--data", f.data, "folder with the Fashion-MNIST IDX files")->capture_default_str();
+  app.add_flag("--parity-check", f.parity_check,
+               "also train the single-device reference and compare");
+  app.add_option("--data", f.data, "folder with the Fashion-MNIST IDX files")
+      ->capture_default_str();
   app.add_option("--metrics", f.metrics, "write metrics as JSON lines to this file");
   app.add_option("--save", f.save, "write a checkpoint (safetensors) here at the end");
   app.add_option("--save-every", f.save_every, "also write --save every N steps");

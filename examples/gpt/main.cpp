@@ -85,13 +85,20 @@ int run(const Flags& f, pt::Communicator* world) {
   opt.validate();
   if (f.steps < 1) throw pt::UsageError(fmt::format("--steps {} must be >= 1", f.steps));
   if (f.batch < 1) throw pt::UsageError(fmt::format("--batch {} must be >= 1", f.batch));
-  if (f.eval_every < 0) throw pt::UsageError(fmt::format("--eval-every {} must be >= 0 (0: only at the end)", f.eval_every));
-  if (f.sample_bytes < 0) throw pt::UsageError(fmt::format("--sample-bytes {} must be >= 0", f.sample_bytes));
+  if (f.eval_every < 0)
+    throw pt::UsageError(
+        fmt::format("--eval-every {} must be >= 0 (0: only at the end)", f.eval_every));
+  if (f.sample_bytes < 0)
+    throw pt::UsageError(fmt::format("--sample-bytes {} must be >= 0", f.sample_bytes));
   if (!(f.val_fraction > 0 && f.val_fraction < 1))
-    throw pt::UsageError(fmt::format("--val-fraction {} must be between 0 and 1 (the share of the text "
-                                     "held out for validation, e.g. 0.1)", f.val_fraction));
-  if (f.log_every < 1) throw pt::UsageError(fmt::format("--log-every {} must be >= 1", f.log_every));
-  if (f.clip < 0) throw pt::UsageError(fmt::format("--clip {} must be >= 0 (0: no clipping)", f.clip));
+    throw pt::UsageError(
+        fmt::format("--val-fraction {} must be between 0 and 1 (the share of the text "
+                    "held out for validation, e.g. 0.1)",
+                    f.val_fraction));
+  if (f.log_every < 1)
+    throw pt::UsageError(fmt::format("--log-every {} must be >= 1", f.log_every));
+  if (f.clip < 0)
+    throw pt::UsageError(fmt::format("--clip {} must be >= 0 (0: no clipping)", f.clip));
   pt::SamplingOptions sampling;
   sampling.max_new_tokens = f.sample_bytes;
   sampling.temperature = f.temperature;
@@ -99,8 +106,9 @@ int run(const Flags& f, pt::Communicator* world) {
   sampling.seed = f.seed;
   sampling.validate();
   if (f.sample_bytes > 0 && f.prompt.empty())
-    throw pt::UsageError("--prompt is empty; give at least one character to start the sample from "
-                         "(or --sample-bytes 0 to skip sampling)");
+    throw pt::UsageError(
+        "--prompt is empty; give at least one character to start the sample from "
+        "(or --sample-bytes 0 to skip sampling)");
   const pt::TrainingOptions par = pt::examples::training_options(f.par);
   par.check(f.batch);
   const auto schedule_kind = pt::LrSchedule::parse_kind(f.lr_schedule);
@@ -133,16 +141,16 @@ int run(const Flags& f, pt::Communicator* world) {
   pt::TrainingRun setup = pt::make_training(par, model, make_model, cfg, f.batch, world);
   pt::TrainingEngine& engine = *setup.engine;
   const int64_t tokens_per_step = f.batch * f.context;
-  fmt::print("pipetrain-gpt: gpt(context {}, d_model {}, {} layers, {} heads; {} parameters) on {}, "
-             "batch {} x {} bytes in {} micro-batch{}, {}, lr {} ({}{}), {} steps\n",
-             f.context, f.d_model, f.layers, f.heads, model.param_count(), setup.description, f.batch,
-             f.context, par.microbatches, par.microbatches == 1 ? "" : "es", opt.str(), f.lr,
-             f.lr_schedule, f.warmup > 0 ? fmt::format(", {} warm-up steps", f.warmup) : "", f.steps);
+  fmt::print(
+      "pipetrain-gpt: gpt(context {}, d_model {}, {} layers, {} heads; {} parameters) on {}, "
+      "batch {} x {} bytes in {} micro-batch{}, {}, lr {} ({}{}), {} steps\n",
+      f.context, f.d_model, f.layers, f.heads, model.param_count(), setup.description, f.batch,
+      f.context, par.microbatches, par.microbatches == 1 ? "" : "es", opt.str(), f.lr,
+      f.lr_schedule, f.warmup > 0 ? fmt::format(", {} warm-up steps", f.warmup) : "", f.steps);
 
   // ---- training ----
-  pt::MetricsWriter metrics = f.metrics.empty() || !pt::speaks(world)
-                                  ? pt::MetricsWriter()
-                                  : pt::MetricsWriter(f.metrics);
+  pt::MetricsWriter metrics =
+      f.metrics.empty() || !pt::speaks(world) ? pt::MetricsWriter() : pt::MetricsWriter(f.metrics);
   pt::Progress progress("train", f.steps, f.log_every);
   double train_seconds = 0, eval_seconds = 0, recent_loss = 0, val_loss = NAN;
   int64_t recent = 0;
@@ -153,7 +161,8 @@ int run(const Flags& f, pt::Communicator* world) {
     eval_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     fmt::print("step {}: validation loss {:.4f} nats/byte ({:.3f} bits/byte)\n", engine.step(),
                val_loss, val_loss / std::log(2.0));
-    metrics.write({{"event", std::string("eval")}, {"step", engine.step()}, {"val_loss", val_loss}});
+    metrics.write(
+        {{"event", std::string("eval")}, {"step", engine.step()}, {"val_loss", val_loss}});
   };
   while (engine.step() < f.steps) {
     const pt::TextBatch b = parts.train.sample_batch(f.batch, f.context, f.seed, engine.step());
@@ -164,38 +173,50 @@ int run(const Flags& f, pt::Communicator* world) {
     recent_loss += st.loss;
     ++recent;
     if (st.skipped)
-      fmt::print(stderr, "\nstep {}: gradients are not finite (norm {}): step skipped, parameters unchanged\n",
-                 engine.step() - 1, st.grad_norm);
-    metrics.write({{"step", engine.step()}, {"loss", st.loss}, {"lr", static_cast<double>(st.lr)},
+      fmt::print(
+          stderr,
+          "\nstep {}: gradients are not finite (norm {}): step skipped, parameters unchanged\n",
+          engine.step() - 1, st.grad_norm);
+    metrics.write({{"step", engine.step()},
+                   {"loss", st.loss},
+                   {"lr", static_cast<double>(st.lr)},
                    {"grad_norm", st.grad_norm},
                    {"tokens_per_s", static_cast<double>(tokens_per_step) / dt}});
-    progress.update(engine.step(), fmt::format("loss {:.4f}", recent_loss / static_cast<double>(recent)));
+    progress.update(engine.step(),
+                    fmt::format("loss {:.4f}", recent_loss / static_cast<double>(recent)));
     if (engine.step() % f.log_every == 0) {  // the progress loss is over the last log_every steps
       recent_loss = 0;
       recent = 0;
     }
-    if (f.eval_every > 0 && engine.step() % f.eval_every == 0 && engine.step() < f.steps) evaluate();
+    if (f.eval_every > 0 && engine.step() % f.eval_every == 0 && engine.step() < f.steps)
+      evaluate();
   }
   progress.finish();
   evaluate();
   const double tokens_per_s = static_cast<double>(f.steps * tokens_per_step) / train_seconds;
-  fmt::print("trained {} steps in {:.1f} s ({:.0f} tokens/s; evaluation took {:.1f} s more); "
-             "final validation loss {:.4f} nats/byte\n",
-             f.steps, train_seconds, tokens_per_s, eval_seconds, val_loss);
-  metrics.write({{"event", std::string("done")}, {"steps", f.steps}, {"train_seconds", train_seconds},
-                 {"tokens_per_s", tokens_per_s}, {"val_loss", val_loss}});
+  fmt::print(
+      "trained {} steps in {:.1f} s ({:.0f} tokens/s; evaluation took {:.1f} s more); "
+      "final validation loss {:.4f} nats/byte\n",
+      f.steps, train_seconds, tokens_per_s, eval_seconds, val_loss);
+  metrics.write({{"event", std::string("done")},
+                 {"steps", f.steps},
+                 {"train_seconds", train_seconds},
+                 {"tokens_per_s", tokens_per_s},
+                 {"val_loss", val_loss}});
   pt::report_pipeline(par, setup, world);
 
   // ---- sampling: the trained parameters copied onto one device ----
   if (f.sample_bytes > 0) {
-    auto device = pt::make_cpu_backend(static_cast<int>(setup.backends.size()), setup.backends[0]->num_threads());
+    auto device = pt::make_cpu_backend(static_cast<int>(setup.backends.size()),
+                                       setup.backends[0]->num_threads());
     device->bind_current_thread();
     pt::Model sampler = make_model();
     const auto t0 = std::chrono::steady_clock::now();
-    const std::string text = pt::generate(sampler, engine.stage_states(), *device, f.prompt, sampling, world);
+    const std::string text =
+        pt::generate(sampler, engine.stage_states(), *device, f.prompt, sampling, world);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    fmt::print("sample ({} bytes in {:.1f} s; temperature {}, top-k {}, seed {}):\n{}{}\n", f.sample_bytes, dt,
-               f.temperature, f.top_k, f.seed, f.prompt, text);
+    fmt::print("sample ({} bytes in {:.1f} s; temperature {}, top-k {}, seed {}):\n{}{}\n",
+               f.sample_bytes, dt, f.temperature, f.top_k, f.seed, f.prompt, text);
   }
   return 0;
 }
@@ -203,37 +224,52 @@ int run(const Flags& f, pt::Communicator* world) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"pipetrain-gpt: train a byte-level GPT on the King James Bible (or a text file) and sample from it"};
+  CLI::App app{
+      "pipetrain-gpt: train a byte-level GPT on the King James Bible (or a text file) and sample "
+      "from it"};
   Flags f;
   app.add_option("--context", f.context, "sequence length T (bytes)")->capture_default_str();
   app.add_option("--d-model", f.d_model, "model width")->capture_default_str();
   app.add_option("--layers", f.layers, "transformer blocks")->capture_default_str();
-  app.add_option("--heads", f.heads, "attention heads (must divide --d-model)")->capture_default_str();
+  app.add_option("--heads", f.heads, "attention heads (must divide --d-model)")
+      ->capture_default_str();
   app.add_option("--steps", f.steps, "optimizer steps")->capture_default_str();
-  app.add_option("--batch", f.batch, "global batch B (windows of --context bytes)")->capture_default_str();
+  app.add_option("--batch", f.batch, "global batch B (windows of --context bytes)")
+      ->capture_default_str();
   app.add_option("--lr", f.lr, "AdamW learning rate")->capture_default_str();
-  app.add_option("--weight-decay", f.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
-  app.add_option("--clip", f.clip, "clip the global gradient norm to this value (0: off)")->capture_default_str();
+  app.add_option("--weight-decay", f.weight_decay, "AdamW decoupled weight decay")
+      ->capture_default_str();
+  app.add_option("--clip", f.clip, "clip the global gradient norm to this value (0: off)")
+      ->capture_default_str();
   app.add_option("--lr-schedule", f.lr_schedule, "constant or cosine")->capture_default_str();
   app.add_option("--warmup", f.warmup, "linear warm-up steps")->capture_default_str();
-  app.add_option("--min-lr", f.min_lr, "cosine: the learning rate at the last step")->capture_default_str();
-  app.add_option("--seed", f.seed, "seed for initialisation, batches and sampling")->capture_default_str();
-  app.add_option("--data", f.data, "a text file to train on (default: the King James Bible from `bible`)");
+  app.add_option("--min-lr", f.min_lr, "cosine: the learning rate at the last step")
+      ->capture_default_str();
+  app.add_option("--seed", f.seed, "seed for initialisation, batches and sampling")
+      ->capture_default_str();
+  app.add_option("--data", f.data,
+                 "a text file to train on (default: the King James Bible from `bible`)");
   app.add_option("--val-fraction", f.val_fraction, "the tail of the text held out for validation")
       ->capture_default_str();
   app.add_option("--eval-every", f.eval_every, "validation loss every N steps (0: only at the end)")
       ->capture_default_str();
-  app.add_option("--eval-windows", f.eval_windows, "validation windows, spread over the held-out text (0: all)")
+  app.add_option("--eval-windows", f.eval_windows,
+                 "validation windows, spread over the held-out text (0: all)")
       ->capture_default_str();
   app.add_option("--prompt", f.prompt, "text the sample starts from")->capture_default_str();
-  app.add_option("--temperature", f.temperature, "sampling temperature (0: greedy)")->capture_default_str();
-  app.add_option("--top-k", f.top_k, "sample from the k most likely bytes (0: all)")->capture_default_str();
-  app.add_option("--sample-bytes", f.sample_bytes, "bytes to sample after training (0: none)")->capture_default_str();
+  app.add_option("--temperature", f.temperature, "sampling temperature (0: greedy)")
+      ->capture_default_str();
+  app.add_option("--top-k", f.top_k, "sample from the k most likely bytes (0: all)")
+      ->capture_default_str();
+  app.add_option("--sample-bytes", f.sample_bytes, "bytes to sample after training (0: none)")
+      ->capture_default_str();
   pt::examples::add_parallel_flags(app, f.par);
   app.add_option("--metrics", f.metrics, "write metrics as JSON lines to this file");
-  app.add_option("--log-every", f.log_every, "progress line interval when not on a terminal")->capture_default_str();
+  app.add_option("--log-every", f.log_every, "progress line interval when not on a terminal")
+      ->capture_default_str();
   app.add_flag("--summary", f.summary, "print the model summary table");
-  app.add_flag("--untied", f.untied, "give lm_head its own weight instead of sharing tok_emb's (GPT-2 ties them)");
+  app.add_flag("--untied", f.untied,
+               "give lm_head its own weight instead of sharing tok_emb's (GPT-2 ties them)");
   CLI11_PARSE(app, argc, argv);
   return pt::run_main(f.par.timeout, [&](pt::Communicator* world) { return run(f, world); });
 }

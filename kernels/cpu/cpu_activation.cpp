@@ -91,8 +91,8 @@ void CpuBackend::activation_forward(Activation f, const float* x, float* y, int6
 }
 
 // ReLU and GELU read x; Tanh reads y = tanh(x).
-void CpuBackend::activation_backward(Activation f, const float* x, const float* y,
-                                     const float* dy, float* dx, int64_t n) {
+void CpuBackend::activation_backward(Activation f, const float* x, const float* y, const float* dy,
+                                     float* dx, int64_t n) {
   void (*loop)(const float*, const float*, float*, int64_t) = nullptr;
   const float* in = x;
   int64_t cost = kTranscendentalWork;

@@ -52,8 +52,7 @@ HeadView head_view(const float* qkv, int64_t b, int64_t h, int64_t T, int64_t H,
 
 // kt (Dh, n) = rows [j0, j0 + n) of x (row stride `stride`), transposed; n <= kKeyBlock, the
 // row stride of kt is kKeyBlock.
-void transpose_block(const float* x, int64_t stride, int64_t j0, int64_t n, int64_t Dh,
-                     float* kt) {
+void transpose_block(const float* x, int64_t stride, int64_t j0, int64_t n, int64_t Dh, float* kt) {
   for (int64_t j = 0; j < n; ++j) {
     const float* row = x + (j0 + j) * stride;
     for (int64_t c = 0; c < Dh; ++c) kt[c * kKeyBlock + j] = row[c];
@@ -128,8 +127,8 @@ PT_CPU_SIMD_CLONES void attention_forward_head(const HeadView hv, float* out, in
 // scratch: 2 kKeyBlock * Dh (kt, vt) + 2 kKeyBlock * Dh (dk, dv) + 2 kKeyBlock (p, ds) + T (D).
 PT_CPU_SIMD_CLONES void attention_backward_head(const HeadView hv, const float* out,
                                                 const float* dout, int64_t out_stride,
-                                                const float* lse, float* dq, float* dk,
-                                                float* dv, int64_t T, int64_t Dh, float scale,
+                                                const float* lse, float* dq, float* dk, float* dv,
+                                                int64_t T, int64_t Dh, float scale,
                                                 float* scratch) {
   float* kt = scratch;
   float* vt = kt + kKeyBlock * Dh;

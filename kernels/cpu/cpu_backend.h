@@ -68,15 +68,14 @@ class CpuBackend final : public Backend {
   void add_bias(float* y, const float* bias, int64_t rows, int64_t cols) override;
   void sum_rows_accumulate(const float* x, float* out, int64_t rows, int64_t cols) override;
   void activation_forward(Activation f, const float* x, float* y, int64_t n) override;
-  void activation_backward(Activation f, const float* x, const float* y, const float* dy,
-                           float* dx, int64_t n) override;
+  void activation_backward(Activation f, const float* x, const float* y, const float* dy, float* dx,
+                           int64_t n) override;
   void dropout_forward(const float* x, float* y, int64_t n, float p, uint64_t key) override;
   void dropout_backward(const float* dy, float* dx, int64_t n, float p, uint64_t key) override;
 
   // ---- normalisation ----------------------------------------------------------------------
   void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,
-                         float* mean, float* rstd, int64_t rows, int64_t cols,
-                         float eps) override;
+                         float* mean, float* rstd, int64_t rows, int64_t cols, float eps) override;
   void layernorm_backward_input(const float* dy, const float* x, const float* gamma,
                                 const float* mean, const float* rstd, float* dx, int64_t rows,
                                 int64_t cols) override;
@@ -102,22 +101,21 @@ class CpuBackend final : public Backend {
                              float* dx) override;
   void conv2d_backward_weight(const Conv2dShape& s, const float* dy, const float* x, float* dw,
                               float* dbias) override;
-  void maxpool2d_forward(const Pool2dShape& s, const float* x, float* y,
-                         int32_t* argmax) override;
+  void maxpool2d_forward(const Pool2dShape& s, const float* x, float* y, int32_t* argmax) override;
   void maxpool2d_backward(const Pool2dShape& s, const float* dy, const int32_t* argmax,
                           float* dx) override;
   void avgpool2d_forward(const Pool2dShape& s, const float* x, float* y) override;
   void avgpool2d_backward(const Pool2dShape& s, const float* dy, float* dx) override;
 
   // ---- embedding --------------------------------------------------------------------------
-  void embedding_forward(const int32_t* ids, const float* table, float* y, int64_t n,
-                         int64_t dim, int64_t vocab) override;
+  void embedding_forward(const int32_t* ids, const float* table, float* y, int64_t n, int64_t dim,
+                         int64_t vocab) override;
   void embedding_backward_weight(const int32_t* ids, const float* dy, float* dtable, int64_t n,
                                  int64_t dim) override;
 
   // ---- attention (cpu_attention.cpp) ------------------------------------------------------
-  void attention_forward(const float* qkv, float* out, float* lse, int64_t B, int64_t T,
-                         int64_t H, int64_t Dh, float scale) override;
+  void attention_forward(const float* qkv, float* out, float* lse, int64_t B, int64_t T, int64_t H,
+                         int64_t Dh, float scale) override;
   void attention_backward(const float* qkv, const float* out, const float* dout, const float* lse,
                           float* dqkv, int64_t B, int64_t T, int64_t H, int64_t Dh,
                           float scale) override;

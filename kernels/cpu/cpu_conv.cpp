@@ -50,8 +50,10 @@ struct ConvKeyHash {
 };
 
 ConvKey make_key(ConvOp op, int threads, const Conv2dShape& s) {
-  return ConvKey{op, threads, {s.N, s.C, s.H, s.W, s.K, s.R, s.S, s.stride_h, s.stride_w, s.pad_h,
-                               s.pad_w, s.P, s.Q}};
+  return ConvKey{
+      op,
+      threads,
+      {s.N, s.C, s.H, s.W, s.K, s.R, s.S, s.stride_h, s.stride_w, s.pad_h, s.pad_w, s.P, s.Q}};
 }
 
 struct ConvPrimitive {
@@ -96,10 +98,10 @@ dnnl::primitive_attr user_scratchpad() {
 dnnl::convolution_forward::primitive_desc forward_pd(const ConvDescs& d, bool with_bias) {
   using F = dnnl::convolution_forward;
   const F::desc desc = with_bias
-      ? F::desc(prop_kind::forward_training, algorithm::convolution_direct, d.src, d.weights,
-                d.bias, d.dst, d.strides, d.pad_l, d.pad_r)
-      : F::desc(prop_kind::forward_training, algorithm::convolution_direct, d.src, d.weights,
-                d.dst, d.strides, d.pad_l, d.pad_r);
+                           ? F::desc(prop_kind::forward_training, algorithm::convolution_direct,
+                                     d.src, d.weights, d.bias, d.dst, d.strides, d.pad_l, d.pad_r)
+                           : F::desc(prop_kind::forward_training, algorithm::convolution_direct,
+                                     d.src, d.weights, d.dst, d.strides, d.pad_l, d.pad_r);
   return F::primitive_desc(desc, user_scratchpad(), cpu_engine());
 }
 
@@ -121,8 +123,8 @@ std::shared_ptr<const ConvPrimitive> create(ConvOp op, const Conv2dShape& s) {
           forward_pd(d, op == ConvOp::forward_bias));
     case ConvOp::backward_data: {
       using B = dnnl::convolution_backward_data;
-      const B::desc desc(algorithm::convolution_direct, d.src, d.weights, d.dst, d.strides,
-                         d.pad_l, d.pad_r);
+      const B::desc desc(algorithm::convolution_direct, d.src, d.weights, d.dst, d.strides, d.pad_l,
+                         d.pad_r);
       return wrap<B::primitive_desc, B>(
           B::primitive_desc(desc, user_scratchpad(), cpu_engine(), forward_pd(d, false)));
     }
@@ -142,10 +144,11 @@ std::shared_ptr<const ConvPrimitive> create(ConvOp op, const Conv2dShape& s) {
 }
 
 std::string shape_text(const Conv2dShape& s) {
-  return fmt::format("x ({}, {}, {}, {}), w ({}, {}, {}, {}), stride ({}, {}), pad ({}, {}), "
-                     "y ({}, {}, {}, {})",
-                     s.N, s.C, s.H, s.W, s.K, s.C, s.R, s.S, s.stride_h, s.stride_w, s.pad_h,
-                     s.pad_w, s.N, s.K, s.P, s.Q);
+  return fmt::format(
+      "x ({}, {}, {}, {}), w ({}, {}, {}, {}), stride ({}, {}), pad ({}, {}), "
+      "y ({}, {}, {}, {})",
+      s.N, s.C, s.H, s.W, s.K, s.C, s.R, s.S, s.stride_h, s.stride_w, s.pad_h, s.pad_w, s.N, s.K,
+      s.P, s.Q);
 }
 
 std::shared_ptr<const ConvPrimitive> lookup(ConvOp op, int threads, const Conv2dShape& s) {
@@ -167,9 +170,8 @@ std::shared_ptr<const ConvPrimitive> lookup(ConvOp op, int threads, const Conv2d
 }
 
 void check_shape(const Conv2dShape& s) {
-  const bool positive = s.N > 0 && s.C > 0 && s.H > 0 && s.W > 0 && s.K > 0 && s.R > 0 &&
-                        s.S > 0 && s.stride_h > 0 && s.stride_w > 0 && s.pad_h >= 0 &&
-                        s.pad_w >= 0;
+  const bool positive = s.N > 0 && s.C > 0 && s.H > 0 && s.W > 0 && s.K > 0 && s.R > 0 && s.S > 0 &&
+                        s.stride_h > 0 && s.stride_w > 0 && s.pad_h >= 0 && s.pad_w >= 0;
   if (!positive || s.H + 2 * s.pad_h < s.R || s.W + 2 * s.pad_w < s.S ||
       s.P != (s.H + 2 * s.pad_h - s.R) / s.stride_h + 1 ||
       s.Q != (s.W + 2 * s.pad_w - s.S) / s.stride_w + 1)

@@ -14,9 +14,9 @@ void CpuBackend::embedding_forward(const int32_t* ids, const float* table, float
                                    int64_t dim, int64_t vocab) {
   for (int64_t i = 0; i < n; ++i)
     if (ids[i] < 0 || ids[i] >= vocab)
-      throw UsageError(fmt::format(
-          "embedding_forward: id {} at position {} is outside the vocabulary [0, {})", ids[i], i,
-          vocab));
+      throw UsageError(
+          fmt::format("embedding_forward: id {} at position {} is outside the vocabulary [0, {})",
+                      ids[i], i, vocab));
   cpu::parallel_rows(threads_, n, dim, [=](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i)
       std::memcpy(y + i * dim, table + static_cast<int64_t>(ids[i]) * dim,

@@ -12,8 +12,8 @@ namespace {
 // Rows [r0, r1) of the forward pass.
 PT_CPU_SIMD_CLONES void layernorm_forward_rows(const float* x, const float* gamma,
                                                const float* beta, float* y, float* mean,
-                                               float* rstd, int64_t r0, int64_t r1,
-                                               int64_t cols, float eps) {
+                                               float* rstd, int64_t r0, int64_t r1, int64_t cols,
+                                               float eps) {
   const float inv_cols = 1.f / static_cast<float>(cols);
   for (int64_t r = r0; r < r1; ++r) {
     const float* __restrict xr = x + r * cols;
@@ -77,9 +77,8 @@ PT_CPU_SIMD_CLONES void layernorm_backward_input_rows(const float* dy, const flo
 // Columns [c0, c1) of the weight gradients, rows summed in order.
 PT_CPU_SIMD_CLONES void layernorm_backward_weight_block(const float* dy, const float* x,
                                                         const float* mean, const float* rstd,
-                                                        float* dgamma, float* dbeta,
-                                                        int64_t rows, int64_t cols, int64_t c0,
-                                                        int64_t c1) {
+                                                        float* dgamma, float* dbeta, int64_t rows,
+                                                        int64_t cols, int64_t c0, int64_t c1) {
   float acc_g[cpu::kColumnBlock] = {}, acc_b[cpu::kColumnBlock] = {};
   const int64_t w = c1 - c0;
   // Two rows per pass (fewer loads/stores of the accumulators); rows still add in order.
@@ -113,8 +112,8 @@ PT_CPU_SIMD_CLONES void layernorm_backward_weight_block(const float* dy, const f
 }  // namespace
 
 // y(rows, cols) = (x - mean) * rstd * gamma + beta; mean, rstd (rows) saved for backward.
-void CpuBackend::layernorm_forward(const float* x, const float* gamma, const float* beta,
-                                   float* y, float* mean, float* rstd, int64_t rows, int64_t cols,
+void CpuBackend::layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,
+                                   float* mean, float* rstd, int64_t rows, int64_t cols,
                                    float eps) {
   cpu::parallel_rows(threads_, rows, cols, [=](int64_t r0, int64_t r1) {
     layernorm_forward_rows(x, gamma, beta, y, mean, rstd, r0, r1, cols, eps);

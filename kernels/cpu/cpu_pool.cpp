@@ -102,25 +102,25 @@ void CpuBackend::avgpool2d_forward(const Pool2dShape& s, const float* x, float* 
 // dx (N, C, H, W) = 0, then each window's elements += dy / window size.
 void CpuBackend::avgpool2d_backward(const Pool2dShape& s, const float* dy, float* dx) {
   const int64_t in_plane = s.H * s.W, out_plane = s.P * s.Q;
-  cpu::parallel_rows(threads_, planes(s), in_plane + out_plane * s.R * s.S,
-                     [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      float* dxp = dx + b * in_plane;
-      const float* dyp = dy + b * out_plane;
-      std::fill(dxp, dxp + in_plane, 0.f);
-      for (int64_t p = 0; p < s.P; ++p) {
-        const int64_t h0 = p * s.stride_h - s.pad_h;
-        const int64_t hb = std::max<int64_t>(h0, 0), he = std::min(h0 + s.R, s.H);
-        for (int64_t q = 0; q < s.Q; ++q) {
-          const int64_t w0 = q * s.stride_w - s.pad_w;
-          const int64_t wb = std::max<int64_t>(w0, 0), we = std::min(w0 + s.S, s.W);
-          const float g = dyp[p * s.Q + q] / static_cast<float>(avg_divisor(s, h0, w0));
-          for (int64_t h = hb; h < he; ++h)
-            for (int64_t w = wb; w < we; ++w) dxp[h * s.W + w] += g;
+  cpu::parallel_rows(
+      threads_, planes(s), in_plane + out_plane * s.R * s.S, [&](int64_t b0, int64_t b1) {
+        for (int64_t b = b0; b < b1; ++b) {
+          float* dxp = dx + b * in_plane;
+          const float* dyp = dy + b * out_plane;
+          std::fill(dxp, dxp + in_plane, 0.f);
+          for (int64_t p = 0; p < s.P; ++p) {
+            const int64_t h0 = p * s.stride_h - s.pad_h;
+            const int64_t hb = std::max<int64_t>(h0, 0), he = std::min(h0 + s.R, s.H);
+            for (int64_t q = 0; q < s.Q; ++q) {
+              const int64_t w0 = q * s.stride_w - s.pad_w;
+              const int64_t wb = std::max<int64_t>(w0, 0), we = std::min(w0 + s.S, s.W);
+              const float g = dyp[p * s.Q + q] / static_cast<float>(avg_divisor(s, h0, w0));
+              for (int64_t h = hb; h < he; ++h)
+                for (int64_t w = wb; w < we; ++w) dxp[h * s.W + w] += g;
+            }
+          }
         }
-      }
-    }
-  });
+      });
 }
 
 }  // namespace pt

@@ -13,7 +13,8 @@ namespace {
 
 std::unique_ptr<Backend> open_cpu(const BackendOptions& options) {
   if (options.precision != Precision::fp32)
-    throw UsageError(fmt::format("cannot open cpu:{}: the CPU backend computes in fp32 only", options.index));
+    throw UsageError(
+        fmt::format("cannot open cpu:{}: the CPU backend computes in fp32 only", options.index));
   return make_cpu_backend(options.index, options.threads);
 }
 

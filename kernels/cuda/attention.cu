@@ -155,8 +155,8 @@ template <int kPerLane>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     attention_backward_dq_kernel(const float* __restrict__ qkv, const float* __restrict__ out,
                                  const float* __restrict__ dout, const float* __restrict__ lse,
-                                 float* __restrict__ dqkv, float* __restrict__ delta,
-                                 int64_t rows, int64_t T, int64_t H, int Dh, float scale) {
+                                 float* __restrict__ dqkv, float* __restrict__ delta, int64_t rows,
+                                 int64_t T, int64_t H, int Dh, float scale) {
   const int lane = static_cast<int>(threadIdx.x % kWarpSize);
   const int64_t d_model = H * Dh;
   const int64_t qkv_stride = 3 * d_model;
@@ -194,15 +194,15 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 template <int kPerLane>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     attention_backward_dkdv_kernel(const float* __restrict__ qkv, const float* __restrict__ dout,
-                                   const float* __restrict__ lse,
-                                   const float* __restrict__ delta, float* __restrict__ dqkv,
-                                   int64_t rows, int64_t T, int64_t H, int Dh, float scale) {
+                                   const float* __restrict__ lse, const float* __restrict__ delta,
+                                   float* __restrict__ dqkv, int64_t rows, int64_t T, int64_t H,
+                                   int Dh, float scale) {
   const int lane = static_cast<int>(threadIdx.x % kWarpSize);
   const int64_t d_model = H * Dh;
   const int64_t qkv_stride = 3 * d_model;
   for (int64_t row = grid_warp(); row < rows; row += grid_warps()) {
     const RowIndex r = row_index(row, T, H, Dh);
-    const int64_t s = r.t;  // this warp's row is a key
+    const int64_t s = r.t;              // this warp's row is a key
     const int64_t head_row0 = row - s;  // row of (b, h, 0) in lse and delta
     const float* q_rows = qkv + r.qkv_base;
     const float* g_rows = dout + r.out_base;
@@ -256,9 +256,8 @@ bool valid_shape(int64_t B, int64_t T, int64_t H, int64_t Dh) {
 
 }  // namespace
 
-cudaError_t launch_attention_forward(const float* qkv, float* out, float* lse, int64_t B,
-                                     int64_t T, int64_t H, int64_t Dh, float scale,
-                                     cudaStream_t stream) {
+cudaError_t launch_attention_forward(const float* qkv, float* out, float* lse, int64_t B, int64_t T,
+                                     int64_t H, int64_t Dh, float scale, cudaStream_t stream) {
   if (!valid_shape(B, T, H, Dh)) return cudaErrorInvalidValue;
   const int64_t rows = B * H * T;
   if (rows == 0) return cudaSuccess;

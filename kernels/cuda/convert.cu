@@ -36,16 +36,16 @@ __global__ void bf16_to_f32_kernel(const uint16_t* x, float* y, int64_t n) {
 cudaError_t launch_f32_to_bf16(const float* x, uint16_t* y, int64_t n, cudaStream_t stream) {
   const LaunchShape1d shape = launch_shape_1d(n);
   if (shape.blocks == 0) return cudaSuccess;
-  f32_to_bf16_kernel<<<static_cast<unsigned>(shape.blocks), static_cast<unsigned>(shape.threads),
-                       0, stream>>>(x, y, n);
+  f32_to_bf16_kernel<<<static_cast<unsigned>(shape.blocks), static_cast<unsigned>(shape.threads), 0,
+                       stream>>>(x, y, n);
   return cudaGetLastError();
 }
 
 cudaError_t launch_bf16_to_f32(const uint16_t* x, float* y, int64_t n, cudaStream_t stream) {
   const LaunchShape1d shape = launch_shape_1d(n);
   if (shape.blocks == 0) return cudaSuccess;
-  bf16_to_f32_kernel<<<static_cast<unsigned>(shape.blocks), static_cast<unsigned>(shape.threads),
-                       0, stream>>>(x, y, n);
+  bf16_to_f32_kernel<<<static_cast<unsigned>(shape.blocks), static_cast<unsigned>(shape.threads), 0,
+                       stream>>>(x, y, n);
   return cudaGetLastError();
 }
 

@@ -96,8 +96,8 @@ std::string describe(const PlanKey& k) {
   return std::string("cuBLASLt gemm (") + precision_name(k.precision) +
          ", trans_a=" + (k.trans_a ? "1" : "0") + " trans_b=" + (k.trans_b ? "1" : "0") +
          ", M=" + s(k.M) + " N=" + s(k.N) + " K=" + s(k.K) + ", lda=" + s(k.lda) +
-         " ldb=" + s(k.ldb) + " ldc=" + s(k.ldc) + ", pointer alignment A " + s(k.align_a) +
-         " B " + s(k.align_b) + " C " + s(k.align_c) + " bytes" + (k.bias ? ", bias epilogue" : "") + ")";
+         " ldb=" + s(k.ldb) + " ldc=" + s(k.ldc) + ", pointer alignment A " + s(k.align_a) + " B " +
+         s(k.align_b) + " C " + s(k.align_c) + " bytes" + (k.bias ? ", bias epilogue" : "") + ")";
 }
 
 std::string status_text(cublasStatus_t status) {
@@ -174,9 +174,8 @@ const Plan& LtGemm::State::plan_for(const PlanKey& key, const float* bias) {
   const ColumnMajorGemm cm =
       to_column_major(key.trans_a, key.trans_b, key.M, key.N, key.K, key.lda, key.ldb, key.ldc);
   const bool bf16 = key.precision == GemmPrecision::bf16;
-  const cublasComputeType_t compute = key.precision == GemmPrecision::tf32
-                                          ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                          : CUBLAS_COMPUTE_32F;
+  const cublasComputeType_t compute =
+      key.precision == GemmPrecision::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   const cudaDataType_t operand_type = bf16 ? CUDA_R_16BF : CUDA_R_32F;
 
   auto plan = std::make_unique<Plan>();
@@ -231,10 +230,10 @@ const Plan& LtGemm::State::plan_for(const PlanKey& key, const float* bias) {
 
   cublasLtMatmulHeuristicResult_t results[kHeuristicCandidates] = {};
   int returned = 0;
-  check(cublasLtMatmulAlgoGetHeuristic(handle, plan->matmul, plan->first, plan->second, plan->c,
-                                       plan->c, pref.get(), kHeuristicCandidates, results,
-                                       &returned),
-        "cublasLtMatmulAlgoGetHeuristic", key);
+  check(
+      cublasLtMatmulAlgoGetHeuristic(handle, plan->matmul, plan->first, plan->second, plan->c,
+                                     plan->c, pref.get(), kHeuristicCandidates, results, &returned),
+      "cublasLtMatmulAlgoGetHeuristic", key);
   const auto usable = std::find_if(results, results + returned, [&](const auto& r) {
     return r.state == CUBLAS_STATUS_SUCCESS && r.workspaceSize <= workspace_bytes;
   });
@@ -298,9 +297,9 @@ void LtGemm::gemm(GemmPrecision precision, bool trans_a, bool trans_b, int64_t M
   // Row strides as stored: A is (M,K) or, transposed, (K,M); B is (K,N) or (N,K).
   const int64_t a_cols = trans_a ? M : K, b_cols = trans_b ? K : N;
   if (lda < a_cols || ldb < b_cols || ldc < N)
-    throw std::invalid_argument(describe(key) + ": row stride too small (lda needs >= " +
-                                std::to_string(a_cols) + ", ldb >= " + std::to_string(b_cols) +
-                                ", ldc >= " + std::to_string(N) + ")");
+    throw std::invalid_argument(
+        describe(key) + ": row stride too small (lda needs >= " + std::to_string(a_cols) +
+        ", ldb >= " + std::to_string(b_cols) + ", ldc >= " + std::to_string(N) + ")");
   if (bf16 && (a_bf16 == nullptr || b_bf16 == nullptr))
     throw std::invalid_argument(describe(key) +
                                 ": bf16 precision needs the bf16 copies of A and B");
@@ -311,8 +310,8 @@ void LtGemm::gemm(GemmPrecision precision, bool trans_a, bool trans_b, int64_t M
                                          sizeof(bias)),
           "cublasLtMatmulDescSetAttribute(BIAS_POINTER)", key);
   // Column-major C^T = op(B)^T op(A)^T: B goes first. C is both input and output (in place).
-  check(cublasLtMatmul(state_->handle, plan.matmul, &alpha, b_data, plan.first, a_data,
-                       plan.second, &beta, C, plan.c, C, plan.c, &plan.algo, state_->workspace,
+  check(cublasLtMatmul(state_->handle, plan.matmul, &alpha, b_data, plan.first, a_data, plan.second,
+                       &beta, C, plan.c, C, plan.c, &plan.algo, state_->workspace,
                        state_->workspace_bytes, state_->stream),
         "cublasLtMatmul", key);
 }

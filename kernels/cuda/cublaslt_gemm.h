@@ -23,10 +23,10 @@ const char* precision_name(GemmPrecision precision);
 // C = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T: the first operand is B, the second
 // is A, m = N, n = M, and each operand keeps its own transpose flag. Nothing is materialised.
 struct ColumnMajorGemm {
-  bool trans_first, trans_second;      // op of the first (B) and second (A) operand
-  int64_t m, n, k;                     // C^T is m x n, the reduction runs over k
-  int64_t ld_first, ld_second, ld_c;   // column strides of B, A and C as cuBLAS sees them
-  bool first_is_b;                     // always true: documents the swap
+  bool trans_first, trans_second;     // op of the first (B) and second (A) operand
+  int64_t m, n, k;                    // C^T is m x n, the reduction runs over k
+  int64_t ld_first, ld_second, ld_c;  // column strides of B, A and C as cuBLAS sees them
+  bool first_is_b;                    // always true: documents the swap
 };
 
 // Pure (no CUDA calls), so the swap is unit tested on the CPU.

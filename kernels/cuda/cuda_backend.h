@@ -61,10 +61,12 @@ class CudaBackend final : public Backend {
   void bind_current_thread() override;
 
   // ---- ops ----------------------------------------------------------------------------------
-  void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) override;
-  void gemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-                 const float* B, int64_t ldb, const float* bias, float* C, int64_t ldc) override;
+  void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+            const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+            int64_t ldc) override;
+  void gemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
+                 int64_t lda, const float* B, int64_t ldb, const float* bias, float* C,
+                 int64_t ldc) override;
   void fill(float* x, float value, int64_t n) override;
   void add(const float* a, const float* b, float* y, int64_t n) override;
   void axpy(float alpha, const float* x, float* y, int64_t n) override;
@@ -76,25 +78,32 @@ class CudaBackend final : public Backend {
                            int64_t n) override;
   void dropout_forward(const float* x, float* y, int64_t n, float p, uint64_t key) override;
   void dropout_backward(const float* dy, float* dx, int64_t n, float p, uint64_t key) override;
-  void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
-                         float* rstd, int64_t rows, int64_t cols, float eps) override;
-  void layernorm_backward_input(const float* dy, const float* x, const float* gamma, const float* mean,
-                                const float* rstd, float* dx, int64_t rows, int64_t cols) override;
-  void layernorm_backward_weight(const float* dy, const float* x, const float* mean, const float* rstd,
-                                 float* dgamma, float* dbeta, int64_t rows, int64_t cols) override;
-  double softmax_xent_forward(const float* logits, const int32_t* labels, float* probs, int64_t rows,
-                              int64_t classes) override;
-  void softmax_xent_backward(const float* probs, const int32_t* labels, float* dlogits, int64_t rows,
-                             int64_t classes, float scale) override;
+  void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,
+                         float* mean, float* rstd, int64_t rows, int64_t cols, float eps) override;
+  void layernorm_backward_input(const float* dy, const float* x, const float* gamma,
+                                const float* mean, const float* rstd, float* dx, int64_t rows,
+                                int64_t cols) override;
+  void layernorm_backward_weight(const float* dy, const float* x, const float* mean,
+                                 const float* rstd, float* dgamma, float* dbeta, int64_t rows,
+                                 int64_t cols) override;
+  double softmax_xent_forward(const float* logits, const int32_t* labels, float* probs,
+                              int64_t rows, int64_t classes) override;
+  void softmax_xent_backward(const float* probs, const int32_t* labels, float* dlogits,
+                             int64_t rows, int64_t classes, float scale) override;
   double mse_forward(const float* pred, const float* target, int64_t n) override;
-  void mse_backward(const float* pred, const float* target, float* dpred, int64_t n, float scale) override;
-  int64_t count_correct(const float* logits, const int32_t* labels, int64_t rows, int64_t classes) override;
-  void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y) override;
-  void conv2d_backward_input(const Conv2dShape& s, const float* dy, const float* w, float* dx) override;
+  void mse_backward(const float* pred, const float* target, float* dpred, int64_t n,
+                    float scale) override;
+  int64_t count_correct(const float* logits, const int32_t* labels, int64_t rows,
+                        int64_t classes) override;
+  void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias,
+                      float* y) override;
+  void conv2d_backward_input(const Conv2dShape& s, const float* dy, const float* w,
+                             float* dx) override;
   void conv2d_backward_weight(const Conv2dShape& s, const float* dy, const float* x, float* dw,
                               float* dbias) override;
   void maxpool2d_forward(const Pool2dShape& s, const float* x, float* y, int32_t* argmax) override;
-  void maxpool2d_backward(const Pool2dShape& s, const float* dy, const int32_t* argmax, float* dx) override;
+  void maxpool2d_backward(const Pool2dShape& s, const float* dy, const int32_t* argmax,
+                          float* dx) override;
   void avgpool2d_forward(const Pool2dShape& s, const float* x, float* y) override;
   void avgpool2d_backward(const Pool2dShape& s, const float* dy, float* dx) override;
   void embedding_forward(const int32_t* ids, const float* table, float* y, int64_t n, int64_t dim,
@@ -104,7 +113,8 @@ class CudaBackend final : public Backend {
   void attention_forward(const float* qkv, float* out, float* lse, int64_t B, int64_t T, int64_t H,
                          int64_t Dh, float scale) override;
   void attention_backward(const float* qkv, const float* out, const float* dout, const float* lse,
-                          float* dqkv, int64_t B, int64_t T, int64_t H, int64_t Dh, float scale) override;
+                          float* dqkv, int64_t B, int64_t T, int64_t H, int64_t Dh,
+                          float scale) override;
   double sum_squares(const float* x, int64_t n) override;
   bool all_finite(const float* x, int64_t n) override;
   void sgd_update(float* param, const float* grad, float* momentum_buf, int64_t n,
@@ -124,8 +134,9 @@ class CudaBackend final : public Backend {
   // Copies `bytes` of device memory to the host and waits (for results of reductions).
   void read_back(void* host, const void* src, size_t bytes);
   void check(cudaError_t e, const char* call) const;
-  void lt_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-               int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias);
+  void lt_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+               int64_t ldc, const float* bias);
 
   int device_;
   int slot_;
@@ -138,7 +149,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<LtGemm> gemm_;
   std::unique_ptr<CudnnConv> conv_;
   Scratch gemm_workspace_, operands_, conv_workspace_, partials_;
-  std::mutex copy_mutex_;       // copy_to_peer from several threads shares the copy stream
+  std::mutex copy_mutex_;      // copy_to_peer from several threads shares the copy stream
   bool bias_epilogue_ = true;  // false once cuBLASLt had no algorithm with the bias epilogue
 };
 

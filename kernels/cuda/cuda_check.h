@@ -28,7 +28,8 @@ class DeviceGuard {
  public:
   explicit DeviceGuard(int device) {
     (void)cudaGetDevice(&previous_);
-    if (previous_ != device) check(cudaSetDevice(device), "cuda:" + std::to_string(device), "cudaSetDevice");
+    if (previous_ != device)
+      check(cudaSetDevice(device), "cuda:" + std::to_string(device), "cudaSetDevice");
   }
   ~DeviceGuard() {
     int now = -1;

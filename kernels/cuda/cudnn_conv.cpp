@@ -40,8 +40,8 @@ constexpr size_t kMaxWorkspaceBytes = size_t{256} << 20;
 
 std::string shape_text(const Conv2dShape& s) {
   auto t = [](int64_t v) { return std::to_string(v); };
-  return "x (" + t(s.N) + ", " + t(s.C) + ", " + t(s.H) + ", " + t(s.W) + "), w (" + t(s.K) +
-         ", " + t(s.C) + ", " + t(s.R) + ", " + t(s.S) + "), stride (" + t(s.stride_h) + ", " +
+  return "x (" + t(s.N) + ", " + t(s.C) + ", " + t(s.H) + ", " + t(s.W) + "), w (" + t(s.K) + ", " +
+         t(s.C) + ", " + t(s.R) + ", " + t(s.S) + "), stride (" + t(s.stride_h) + ", " +
          t(s.stride_w) + "), pad (" + t(s.pad_h) + ", " + t(s.pad_w) + "), y (" + t(s.N) + ", " +
          t(s.K) + ", " + t(s.P) + ", " + t(s.Q) + ")";
 }
@@ -80,8 +80,8 @@ struct ShapeKeyHash {
 };
 
 ShapeKey make_key(const Conv2dShape& s) {
-  return ShapeKey{{s.N, s.C, s.H, s.W, s.K, s.R, s.S, s.stride_h, s.stride_w, s.pad_h, s.pad_w,
-                   s.P, s.Q}};
+  return ShapeKey{
+      {s.N, s.C, s.H, s.W, s.K, s.R, s.S, s.stride_h, s.stride_w, s.pad_h, s.pad_w, s.P, s.Q}};
 }
 
 template <class Algo>
@@ -131,11 +131,10 @@ Choice<decltype(Perf::algo)> first_usable(const char* op, const std::vector<Perf
   }
   // Back to the requested math type, so a later retry asks the heuristic the same question.
   (void)cudnnSetConvolutionMathType(conv, allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH);
-  throw std::runtime_error("cuDNN conv2d for " + shape_text(s) + ": no usable " + op +
-                           " algorithm among " + std::to_string(returned) +
-                           " heuristic results (allow_tf32=" + (allow_tf32 ? "1" : "0") +
-                           ", workspace limit " + std::to_string(kMaxWorkspaceBytes) + " bytes" +
-                           passed_over + ")");
+  throw std::runtime_error(
+      "cuDNN conv2d for " + shape_text(s) + ": no usable " + op + " algorithm among " +
+      std::to_string(returned) + " heuristic results (allow_tf32=" + (allow_tf32 ? "1" : "0") +
+      ", workspace limit " + std::to_string(kMaxWorkspaceBytes) + " bytes" + passed_over + ")");
 }
 
 // The descriptors of one shape, and each op's algorithm once chosen. Destroys what it holds, so
@@ -224,8 +223,8 @@ ShapePlan& CudnnConv::State::plan_for(const Conv2dShape& s) {
 
   // cuDNN's own output size must be the one the caller allocated for.
   int out_n = 0, out_c = 0, out_h = 0, out_w = 0;
-  check(cudnnGetConvolution2dForwardOutputDim(plan->conv_forward, plan->x, plan->w, &out_n,
-                                              &out_c, &out_h, &out_w),
+  check(cudnnGetConvolution2dForwardOutputDim(plan->conv_forward, plan->x, plan->w, &out_n, &out_c,
+                                              &out_h, &out_w),
         "cudnnGetConvolution2dForwardOutputDim", s);
   if (out_n != n || out_c != k || out_h != p_out || out_w != q_out)
     throw ShapeError("conv2d (cuDNN): the output of " + shape_text(s) + " is (" +
@@ -235,9 +234,9 @@ ShapePlan& CudnnConv::State::plan_for(const Conv2dShape& s) {
                      "pad_w - S) / stride_w + 1");
 
   check(cudnnCreateTensorDescriptor(&plan->y), "cudnnCreateTensorDescriptor", s);
-  check(cudnnSetTensor4dDescriptor(plan->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, k, p_out,
-                                   q_out),
-        "cudnnSetTensor4dDescriptor(y)", s);
+  check(
+      cudnnSetTensor4dDescriptor(plan->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, k, p_out, q_out),
+      "cudnnSetTensor4dDescriptor(y)", s);
   // (1, K, 1, 1) broadcasts over N, P, Q in cudnnAddTensor and is what BackwardBias reduces to.
   check(cudnnCreateTensorDescriptor(&plan->bias), "cudnnCreateTensorDescriptor", s);
   check(cudnnSetTensor4dDescriptor(plan->bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, k, 1, 1),
@@ -260,8 +259,8 @@ const Choice<cudnnConvolutionFwdAlgo_t>& CudnnConv::State::forward_algo(ShapePla
   p.forward = first_usable(
       "forward", results, returned, allow_tf32, p.conv_forward,
       [&](cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
-        return cudnnGetConvolutionForwardWorkspaceSize(handle, p.x, p.w, p.conv_forward, p.y,
-                                                       algo, bytes);
+        return cudnnGetConvolutionForwardWorkspaceSize(handle, p.x, p.w, p.conv_forward, p.y, algo,
+                                                       bytes);
       },
       s);
   return *p.forward;
@@ -282,9 +281,8 @@ const Choice<cudnnConvolutionBwdDataAlgo_t>& CudnnConv::State::backward_data_alg
   p.backward_data = first_usable(
       "backward-data", results, returned, allow_tf32, p.conv_backward_data,
       [&](cudnnConvolutionBwdDataAlgo_t algo, size_t* bytes) {
-        return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, p.w, p.y,
-                                                            p.conv_backward_data, p.x, algo,
-                                                            bytes);
+        return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, p.w, p.y, p.conv_backward_data,
+                                                            p.x, algo, bytes);
       },
       s);
   return *p.backward_data;
@@ -298,16 +296,15 @@ const Choice<cudnnConvolutionBwdFilterAlgo_t>& CudnnConv::State::backward_filter
         "cudnnGetConvolutionBackwardFilterAlgorithmMaxCount", s);
   std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> results(
       static_cast<size_t>(count > 0 ? count : 1));
-  check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, p.x, p.y, p.conv_backward_filter,
-                                                      p.w, static_cast<int>(results.size()),
-                                                      &returned, results.data()),
+  check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, p.x, p.y, p.conv_backward_filter, p.w,
+                                                      static_cast<int>(results.size()), &returned,
+                                                      results.data()),
         "cudnnGetConvolutionBackwardFilterAlgorithm_v7", s);
   p.backward_filter = first_usable(
       "backward-filter", results, returned, allow_tf32, p.conv_backward_filter,
       [&](cudnnConvolutionBwdFilterAlgo_t algo, size_t* bytes) {
-        return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, p.x, p.y,
-                                                              p.conv_backward_filter, p.w, algo,
-                                                              bytes);
+        return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+            handle, p.x, p.y, p.conv_backward_filter, p.w, algo, bytes);
       },
       s);
   return *p.backward_filter;
@@ -359,10 +356,10 @@ void CudnnConv::backward_weight(const Conv2dShape& s, const float* dy, const flo
   const auto& algo = state_->backward_filter_algo(p, s);
   void* scratch = workspace_for(algo.workspace_bytes, workspace, s);
   const float one = 1.f;  // beta = 1: gradients accumulate over micro-batches
-  check(cudnnConvolutionBackwardFilter(state_->handle, &one, p.x, x, p.y, dy,
-                                       p.conv_backward_filter, algo.algo, scratch,
-                                       algo.workspace_bytes, &one, p.w, dw),
-        "cudnnConvolutionBackwardFilter", s);
+  check(
+      cudnnConvolutionBackwardFilter(state_->handle, &one, p.x, x, p.y, dy, p.conv_backward_filter,
+                                     algo.algo, scratch, algo.workspace_bytes, &one, p.w, dw),
+      "cudnnConvolutionBackwardFilter", s);
   if (dbias)
     check(cudnnConvolutionBackwardBias(state_->handle, &one, p.y, dy, &one, p.bias, dbias),
           "cudnnConvolutionBackwardBias", s);

@@ -20,7 +20,6 @@ namespace pt::cuda {
 
 namespace {
 
-
 // ---- simple elementwise ops -----------------------------------------------------------------
 
 struct AddOp {
@@ -55,7 +54,7 @@ struct AddBiasOp {
 constexpr int kColumnsPerBlock = 32;  // a warp reads 32 adjacent floats of a row: coalesced
 constexpr int kRowSlices = 32;        // warps per block, each summing every kRowSlices-th row
 
-__global__ void __launch_bounds__(kColumnsPerBlock * kRowSlices)
+__global__ void __launch_bounds__(kColumnsPerBlock* kRowSlices)
     column_sums_accumulate_kernel(const float* x, float* out, int64_t rows, int64_t cols) {
   __shared__ float slice_sums[kRowSlices][kColumnsPerBlock];
   const int lane = static_cast<int>(threadIdx.x);
@@ -206,8 +205,7 @@ cudaError_t launch_activation(Activation f, int64_t n, cudaStream_t stream, Args
     case Activation::relu: return launch_for_each(n, Op<Activation::relu>{args...}, stream);
     case Activation::gelu_tanh:
       return launch_for_each(n, Op<Activation::gelu_tanh>{args...}, stream);
-    case Activation::gelu_erf:
-      return launch_for_each(n, Op<Activation::gelu_erf>{args...}, stream);
+    case Activation::gelu_erf: return launch_for_each(n, Op<Activation::gelu_erf>{args...}, stream);
     case Activation::tanh: return launch_for_each(n, Op<Activation::tanh>{args...}, stream);
   }
   return cudaErrorInvalidValue;
@@ -272,8 +270,7 @@ cudaError_t launch_activation_forward(Activation f, const float* x, float* y, in
 }
 
 cudaError_t launch_activation_backward(Activation f, const float* x, const float* y,
-                                       const float* dy, float* dx, int64_t n,
-                                       cudaStream_t stream) {
+                                       const float* dy, float* dx, int64_t n, cudaStream_t stream) {
   return launch_activation<ActivationBackwardOp>(f, n, stream, x, y, dy, dx);
 }
 

@@ -38,8 +38,7 @@ cudaError_t launch_activation_forward(pt::Activation f, const float* x, float* y
 // dx = f'(x) dy. ReLU and GELU read x, Tanh reads y = tanh(x) (the other may be null).
 // Returns cudaErrorInvalidValue for an Activation value outside the enum.
 cudaError_t launch_activation_backward(pt::Activation f, const float* x, const float* y,
-                                       const float* dy, float* dx, int64_t n,
-                                       cudaStream_t stream);
+                                       const float* dy, float* dx, int64_t n, cudaStream_t stream);
 
 // Inverted dropout: element i is kept iff pt::counter_uniform(key, i) >= p and then scaled by
 // the float 1/(1-p); dropped elements are 0. p <= 0 keeps everything, p >= 1 drops everything.

@@ -18,11 +18,10 @@ namespace {
 
 __global__ void set_int_kernel(int* target, int value) { *target = value; }
 
-__global__ void find_first_bad_id_kernel(const int32_t* __restrict__ ids, int64_t n,
-                                         int64_t vocab, int* first_bad) {
+__global__ void find_first_bad_id_kernel(const int32_t* __restrict__ ids, int64_t n, int64_t vocab,
+                                         int* first_bad) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride)
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     if (ids[i] < 0 || ids[i] >= vocab) atomicMin(first_bad, static_cast<int>(i));
 }
 
@@ -41,8 +40,7 @@ __global__ void embedding_gather_kernel(const int32_t* __restrict__ ids,
 
 __global__ void embedding_scatter_add_kernel(const int32_t* __restrict__ ids,
                                              const float* __restrict__ dy,
-                                             float* __restrict__ dtable, int64_t n,
-                                             int64_t dim) {
+                                             float* __restrict__ dtable, int64_t n, int64_t dim) {
   const int64_t total = n * dim;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
@@ -82,8 +80,8 @@ cudaError_t launch_embedding_backward_weight(const int32_t* ids, const float* dy
   const LaunchShape1d shape = launch_shape_1d(n > 0 && dim > 0 ? n * dim : 0);
   if (shape.blocks == 0) return cudaSuccess;
   embedding_scatter_add_kernel<<<static_cast<unsigned>(shape.blocks),
-                                 static_cast<unsigned>(shape.threads), 0, stream>>>(ids, dy,
-                                                                                    dtable, n, dim);
+                                 static_cast<unsigned>(shape.threads), 0, stream>>>(ids, dy, dtable,
+                                                                                    n, dim);
   return cudaGetLastError();
 }
 

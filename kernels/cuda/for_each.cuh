@@ -14,7 +14,8 @@ namespace pt::cuda {
 template <class Op>
 __global__ void for_each_index_kernel(int64_t n, Op op) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) op(i);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    op(i);
 }
 
 // Queues op(i) for i in [0, n) on `stream`; n == 0 launches nothing.
@@ -22,8 +23,8 @@ template <class Op>
 cudaError_t launch_for_each(int64_t n, const Op& op, cudaStream_t stream) {
   const LaunchShape1d shape = launch_shape_1d(n);
   if (shape.blocks == 0) return cudaSuccess;
-  for_each_index_kernel<<<static_cast<unsigned>(shape.blocks), static_cast<unsigned>(shape.threads), 0, stream>>>(
-      n, op);
+  for_each_index_kernel<<<static_cast<unsigned>(shape.blocks), static_cast<unsigned>(shape.threads),
+                          0, stream>>>(n, op);
   return cudaGetLastError();
 }
 

@@ -10,8 +10,8 @@
 namespace pt::cuda {
 
 struct LaunchShape1d {
-  int64_t blocks = 0;   // 0 when n == 0: the caller launches nothing
-  int threads = 0;      // threads per block
+  int64_t blocks = 0;      // 0 when n == 0: the caller launches nothing
+  int threads = 0;         // threads per block
   int64_t per_thread = 0;  // elements the busiest thread handles in the grid-stride loop
 };
 

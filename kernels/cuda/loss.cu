@@ -25,8 +25,8 @@ constexpr unsigned kFullMask = 0xffffffffu;
 
 // Threads for a block that owns one row of `cols` columns: whole warps, no more than needed.
 int row_threads(int64_t cols) {
-  const int64_t warps = std::clamp<int64_t>(ceil_div(cols, kWarpSize), 1,
-                                            kMaxRowThreads / kWarpSize);
+  const int64_t warps =
+      std::clamp<int64_t>(ceil_div(cols, kWarpSize), 1, kMaxRowThreads / kWarpSize);
   return static_cast<int>(warps) * kWarpSize;
 }
 
@@ -70,12 +70,9 @@ __device__ float block_reduce(float v, Op op, float identity) {
 
 __global__ void set_int_kernel(int* target, int value) { *target = value; }
 
-__global__ void softmax_xent_forward_kernel(const float* __restrict__ logits,
-                                            const int32_t* __restrict__ labels,
-                                            float* __restrict__ probs,
-                                            double* __restrict__ row_loss,
-                                            int* __restrict__ first_bad_row, int64_t rows,
-                                            int64_t classes) {
+__global__ void softmax_xent_forward_kernel(
+    const float* __restrict__ logits, const int32_t* __restrict__ labels, float* __restrict__ probs,
+    double* __restrict__ row_loss, int* __restrict__ first_bad_row, int64_t rows, int64_t classes) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* xr = logits + r * classes;
     float* pr = probs + r * classes;
@@ -124,8 +121,7 @@ __global__ void mse_backward_kernel(const float* __restrict__ pred,
                                     const float* __restrict__ target, float* __restrict__ dpred,
                                     int64_t n, float k) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride)
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     dpred[i] = k * (pred[i] - target[i]);
 }
 
@@ -191,9 +187,9 @@ cudaError_t launch_softmax_xent_forward(const float* logits, const int32_t* labe
   return cudaGetLastError();
 }
 
-cudaError_t launch_softmax_xent_backward(const float* probs, const int32_t* labels,
-                                         float* dlogits, int64_t rows, int64_t classes,
-                                         float scale, cudaStream_t stream) {
+cudaError_t launch_softmax_xent_backward(const float* probs, const int32_t* labels, float* dlogits,
+                                         int64_t rows, int64_t classes, float scale,
+                                         cudaStream_t stream) {
   if (rows <= 0 || classes <= 0) return cudaSuccess;
   const LaunchShape1d shape = launch_shape_1d(rows * classes);
   softmax_xent_backward_kernel<<<static_cast<unsigned>(shape.blocks),
@@ -213,16 +209,14 @@ cudaError_t launch_mse_backward(const float* pred, const float* target, float* d
 }
 
 cudaError_t launch_count_correct(const float* logits, const int32_t* labels, int64_t rows,
-                                 int64_t classes, unsigned long long* count,
-                                 cudaStream_t stream) {
-  if (const cudaError_t err = cudaMemsetAsync(count, 0, sizeof(*count), stream);
-      err != cudaSuccess)
+                                 int64_t classes, unsigned long long* count, cudaStream_t stream) {
+  if (const cudaError_t err = cudaMemsetAsync(count, 0, sizeof(*count), stream); err != cudaSuccess)
     return err;
   if (rows <= 0 || classes <= 0) return cudaSuccess;  // the CPU counts nothing without classes
   constexpr int kThreads = 256;
   const int64_t blocks = std::min(ceil_div(rows, kThreads / kWarpSize), kMaxBlocks);
-  count_correct_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      logits, labels, rows, classes, count);
+  count_correct_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(logits, labels, rows,
+                                                                               classes, count);
   return cudaGetLastError();
 }
 

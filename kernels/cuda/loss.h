@@ -24,9 +24,9 @@ cudaError_t launch_softmax_xent_forward(const float* logits, const int32_t* labe
 
 // dlogits(rows, classes) = scale * (probs - onehot(labels)). A label outside [0, classes)
 // (rejected by the forward pass) contributes no one-hot. Nothing is launched for no elements.
-cudaError_t launch_softmax_xent_backward(const float* probs, const int32_t* labels,
-                                         float* dlogits, int64_t rows, int64_t classes,
-                                         float scale, cudaStream_t stream);
+cudaError_t launch_softmax_xent_backward(const float* probs, const int32_t* labels, float* dlogits,
+                                         int64_t rows, int64_t classes, float scale,
+                                         cudaStream_t stream);
 
 // dpred(n) = scale * 2 * (pred - target). Nothing is launched when n == 0.
 cudaError_t launch_mse_backward(const float* pred, const float* target, float* dpred, int64_t n,
@@ -36,7 +36,6 @@ cudaError_t launch_mse_backward(const float* pred, const float* target, float* d
 // label; a label outside [0, classes) never matches. *count is zeroed on the stream first, so
 // it is written even when there are no rows.
 cudaError_t launch_count_correct(const float* logits, const int32_t* labels, int64_t rows,
-                                 int64_t classes, unsigned long long* count,
-                                 cudaStream_t stream);
+                                 int64_t classes, unsigned long long* count, cudaStream_t stream);
 
 }  // namespace pt::cuda

@@ -23,8 +23,8 @@ constexpr unsigned kFullMask = 0xffffffffu;
 
 // Threads for a block that owns one row of `cols` columns: whole warps, no more than needed.
 int row_threads(int64_t cols) {
-  const int64_t warps = std::clamp<int64_t>(ceil_div(cols, kWarpSize), 1,
-                                            kMaxRowThreads / kWarpSize);
+  const int64_t warps =
+      std::clamp<int64_t>(ceil_div(cols, kWarpSize), 1, kMaxRowThreads / kWarpSize);
   return static_cast<int>(warps) * kWarpSize;
 }
 
@@ -87,13 +87,10 @@ __global__ void layernorm_forward_kernel(const float* __restrict__ x,
   }
 }
 
-__global__ void layernorm_backward_input_kernel(const float* __restrict__ dy,
-                                                const float* __restrict__ x,
-                                                const float* __restrict__ gamma,
-                                                const float* __restrict__ mean,
-                                                const float* __restrict__ rstd,
-                                                float* __restrict__ dx, int64_t rows,
-                                                int64_t cols) {
+__global__ void layernorm_backward_input_kernel(
+    const float* __restrict__ dy, const float* __restrict__ x, const float* __restrict__ gamma,
+    const float* __restrict__ mean, const float* __restrict__ rstd, float* __restrict__ dx,
+    int64_t rows, int64_t cols) {
   const float inv_cols = 1.f / static_cast<float>(cols);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* dyr = dy + r * cols;
@@ -118,12 +115,11 @@ __global__ void layernorm_backward_input_kernel(const float* __restrict__ dy,
 constexpr int kWeightTileCols = kWarpSize;  // one warp reads one row of the tile
 constexpr int kWeightRowGroups = 32;        // rows split among this many threads per column
 
-__global__ __launch_bounds__(kWeightTileCols * kWeightRowGroups) void
-layernorm_backward_weight_kernel(const float* __restrict__ dy, const float* __restrict__ x,
-                                 const float* __restrict__ mean, const float* __restrict__ rstd,
-                                 float* __restrict__ dgamma, float* __restrict__ dbeta,
-                                 int64_t rows, int64_t cols,
-                                 int64_t tiles /* ceil(cols / kWeightTileCols), a host helper */) {
+__global__
+__launch_bounds__(kWeightTileCols* kWeightRowGroups) void layernorm_backward_weight_kernel(
+    const float* __restrict__ dy, const float* __restrict__ x, const float* __restrict__ mean,
+    const float* __restrict__ rstd, float* __restrict__ dgamma, float* __restrict__ dbeta,
+    int64_t rows, int64_t cols, int64_t tiles /* ceil(cols / kWeightTileCols), a host helper */) {
   __shared__ float group_g[kWeightRowGroups][kWeightTileCols];
   __shared__ float group_b[kWeightRowGroups][kWeightTileCols];
   const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
@@ -156,8 +152,8 @@ layernorm_backward_weight_kernel(const float* __restrict__ dy, const float* __re
 }  // namespace
 
 cudaError_t launch_layernorm_forward(const float* x, const float* gamma, const float* beta,
-                                     float* y, float* mean, float* rstd, int64_t rows,
-                                     int64_t cols, float eps, cudaStream_t stream) {
+                                     float* y, float* mean, float* rstd, int64_t rows, int64_t cols,
+                                     float eps, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   layernorm_forward_kernel<<<row_blocks(rows), static_cast<unsigned>(row_threads(cols)), 0,
                              stream>>>(x, gamma, beta, y, mean, rstd, rows, cols, eps);
@@ -168,8 +164,8 @@ cudaError_t launch_layernorm_backward_input(const float* dy, const float* x, con
                                             const float* mean, const float* rstd, float* dx,
                                             int64_t rows, int64_t cols, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
-  layernorm_backward_input_kernel<<<row_blocks(rows), static_cast<unsigned>(row_threads(cols)),
-                                    0, stream>>>(dy, x, gamma, mean, rstd, dx, rows, cols);
+  layernorm_backward_input_kernel<<<row_blocks(rows), static_cast<unsigned>(row_threads(cols)), 0,
+                                    stream>>>(dy, x, gamma, mean, rstd, dx, rows, cols);
   return cudaGetLastError();
 }
 

@@ -15,8 +15,8 @@ namespace pt::cuda {
 // y(rows, cols) = (x - mean) * rstd * gamma(cols) + beta(cols); mean(rows) and rstd(rows) are
 // written for the backward pass.
 cudaError_t launch_layernorm_forward(const float* x, const float* gamma, const float* beta,
-                                     float* y, float* mean, float* rstd, int64_t rows,
-                                     int64_t cols, float eps, cudaStream_t stream);
+                                     float* y, float* mean, float* rstd, int64_t rows, int64_t cols,
+                                     float eps, cudaStream_t stream);
 
 // dx(rows, cols) = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)), with g = dy * gamma and
 // xhat = (x - mean) * rstd. Overwrites dx.

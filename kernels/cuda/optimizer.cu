@@ -18,7 +18,6 @@ namespace pt::cuda {
 
 namespace {
 
-
 // momentum == 0: p -= lr (g + wd p).
 struct SgdPlainOp {
   float* param;

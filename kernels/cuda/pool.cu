@@ -19,8 +19,8 @@ namespace {
 // o*stride - pad + size. Sets [first, stop) to those o within [0, count).
 __device__ void windows_covering(int64_t i, int64_t pad, int64_t size, int64_t stride,
                                  int64_t count, int64_t& first, int64_t& stop) {
-  const int64_t hi = i + pad;         // o*stride <= hi
-  const int64_t lo = hi - size + 1;   // o*stride >= lo
+  const int64_t hi = i + pad;        // o*stride <= hi
+  const int64_t lo = hi - size + 1;  // o*stride >= lo
   first = lo <= 0 ? 0 : (lo + stride - 1) / stride;
   stop = hi < 0 ? 0 : min(count, hi / stride + 1);
 }
@@ -141,14 +141,13 @@ cudaError_t launch_maxpool2d_forward(const Pool2dShape& s, const float* x, float
   return cudaGetLastError();
 }
 
-cudaError_t launch_maxpool2d_backward(const Pool2dShape& s, const float* dy,
-                                      const int32_t* argmax, float* dx, cudaStream_t stream) {
+cudaError_t launch_maxpool2d_backward(const Pool2dShape& s, const float* dy, const int32_t* argmax,
+                                      float* dx, cudaStream_t stream) {
   const LaunchShape1d shape = launch_shape_1d(input_elements(s));
   if (shape.blocks == 0) return cudaSuccess;
   if (!valid_strides(s)) return cudaErrorInvalidValue;  // the gather divides by the stride
   maxpool2d_backward_kernel<<<static_cast<unsigned>(shape.blocks),
-                              static_cast<unsigned>(shape.threads), 0, stream>>>(s, dy, argmax,
-                                                                                 dx);
+                              static_cast<unsigned>(shape.threads), 0, stream>>>(s, dy, argmax, dx);
   return cudaGetLastError();
 }
 

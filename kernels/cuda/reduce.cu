@@ -99,8 +99,8 @@ cudaError_t launch_count_nonfinite(const float* x, int64_t n, int* flag, cudaStr
     return e;
   const LaunchShape1d shape = launch_shape_1d(n);
   if (shape.blocks == 0) return cudaSuccess;
-  flag_nonfinite_kernel<<<static_cast<unsigned>(shape.blocks),
-                          static_cast<unsigned>(shape.threads), 0, stream>>>(x, n, flag);
+  flag_nonfinite_kernel<<<static_cast<unsigned>(shape.blocks), static_cast<unsigned>(shape.threads),
+                          0, stream>>>(x, n, flag);
   return cudaGetLastError();
 }
 

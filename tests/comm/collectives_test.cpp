@@ -19,8 +19,11 @@ namespace {
 template <typename T>
 T input(int r, int64_t i) {
   const int64_t h = (r * 7919 + i * 104729 + 17) % 2001 - 1000;
-  if constexpr (std::is_integral_v<T>) return static_cast<T>(h * 1000003 + r);
-  else return static_cast<T>(std::ldexp(static_cast<double>(h) + 0.123, static_cast<int>(i % 23) - 11));
+  if constexpr (std::is_integral_v<T>)
+    return static_cast<T>(h * 1000003 + r);
+  else
+    return static_cast<T>(
+        std::ldexp(static_cast<double>(h) + 0.123, static_cast<int>(i % 23) - 11));
 }
 
 // ((x0 + x1) + x2) + ..., then / R for the mean.
@@ -36,7 +39,9 @@ std::vector<T> reference(int R, int64_t n, ReduceOp op) {
 }
 
 // memcmp, but n == 0 is equal (an empty vector's data() may be null, which memcmp must not get).
-bool same_bytes(const void* a, const void* b, size_t n) { return n == 0 || std::memcmp(a, b, n) == 0; }
+bool same_bytes(const void* a, const void* b, size_t n) {
+  return n == 0 || std::memcmp(a, b, n) == 0;
+}
 
 template <typename T>
 void check_all_reduce(int R, int64_t n, ElemType type, ReduceOp op) {
@@ -47,12 +52,10 @@ void check_all_reduce(int R, int64_t n, ElemType type, ReduceOp op) {
   std::vector<std::vector<T>> data(R, std::vector<T>(n));
   for (int r = 0; r < R; ++r)
     for (int64_t i = 0; i < n; ++i) data[r][i] = input<T>(r, i);
-  test::rethrow_first(test::run_ranks(group, [&](Communicator& c) {
-    c.all_reduce(data[c.rank()].data(), n, type, op, "test");
-  }));
+  test::rethrow_first(test::run_ranks(
+      group, [&](Communicator& c) { c.all_reduce(data[c.rank()].data(), n, type, op, "test"); }));
   const std::vector<T> want = reference<T>(R, n, op);
-  for (int r = 0; r < R; ++r)
-    CHECK(same_bytes(data[r].data(), want.data(), n * sizeof(T)));
+  for (int r = 0; r < R; ++r) CHECK(same_bytes(data[r].data(), want.data(), n * sizeof(T)));
 }
 
 template <typename T>
@@ -148,8 +151,10 @@ TEST_CASE("in-process collectives: ranks that disagree on the size get a UsageEr
   auto group = make_in_process_group(2, 5.0, "mismatch");
   std::vector<float> a(10), b(12);
   auto errors = test::run_ranks(group, [&](Communicator& c) {
-    if (c.rank() == 0) c.all_reduce(a.data(), 10, ElemType::f32, ReduceOp::sum, "grads");
-    else c.all_reduce(b.data(), 12, ElemType::f32, ReduceOp::sum, "grads");
+    if (c.rank() == 0)
+      c.all_reduce(a.data(), 10, ElemType::f32, ReduceOp::sum, "grads");
+    else
+      c.all_reduce(b.data(), 12, ElemType::f32, ReduceOp::sum, "grads");
   });
   for (const auto& e : errors) {
     REQUIRE(e);

@@ -72,7 +72,8 @@ TEST_CASE("in-process recv of another size is a UsageError naming both sizes") {
   }
 }
 
-TEST_CASE("in-process recv times out naming the source's world rank; bad ranks and tags are refused") {
+TEST_CASE(
+    "in-process recv times out naming the source's world rank; bad ranks and tags are refused") {
   auto world = make_in_process_group(3, 0.2, "world");
   auto parts = test::run_ranks(world, [&](Communicator& c) {
     // Group {2, 0} (keys order it): its rank 1 is world rank 0.
@@ -84,7 +85,8 @@ TEST_CASE("in-process recv times out naming the source's world rank; bad ranks a
       part->recv(&b, 1, 1, 4, "grad of stage 2");
       FAIL("no timeout");
     } catch (const TimeoutError& e) {
-      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double waited =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       CHECK(waited >= 0.19);
       CHECK(waited < 2.0);
       const std::string m = e.what();

@@ -55,7 +55,8 @@ float rough_input(int r, int64_t i) {
 
 uint64_t fnv1a(const void* data, size_t bytes) {
   uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < bytes; ++i) h = (h ^ static_cast<const unsigned char*>(data)[i]) * 1099511628211ull;
+  for (size_t i = 0; i < bytes; ++i)
+    h = (h ^ static_cast<const unsigned char*>(data)[i]) * 1099511628211ull;
   return h;
 }
 
@@ -78,7 +79,8 @@ void all_reduce_exact(Communicator& c, Expect& expect, int64_t n, ElemType type,
 void check_all_reduce(Communicator& c, Expect& expect) {
   const int64_t chunk_f32 = (int64_t{4} << 20) / 4;  // elements in one 4 MiB piece
   for (ReduceOp op : {ReduceOp::sum, ReduceOp::mean})
-    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{1000}, chunk_f32 - 1, chunk_f32, chunk_f32 + 3}) {
+    for (int64_t n :
+         {int64_t{0}, int64_t{1}, int64_t{1000}, chunk_f32 - 1, chunk_f32, chunk_f32 + 3}) {
       all_reduce_exact<float>(c, expect, n, ElemType::f32, op);
       all_reduce_exact<double>(c, expect, n, ElemType::f64, op);
       all_reduce_exact<int64_t>(c, expect, n, ElemType::i64, op);
@@ -86,13 +88,15 @@ void check_all_reduce(Communicator& c, Expect& expect) {
 }
 
 void check_large_all_reduce(Communicator& c, Expect& expect) {
-  all_reduce_exact<float>(c, expect, (int64_t{9} << 20) / 4, ElemType::f32, ReduceOp::sum);  // 9 MiB
+  all_reduce_exact<float>(c, expect, (int64_t{9} << 20) / 4, ElemType::f32,
+                          ReduceOp::sum);  // 9 MiB
 }
 
 void check_same_bits_everywhere(Communicator& c, Expect& expect) {
   for (ReduceOp op : {ReduceOp::sum, ReduceOp::mean}) {
     std::vector<float> data((int64_t{5} << 20) / 4 + 7);  // crosses a chunk boundary
-    for (size_t i = 0; i < data.size(); ++i) data[i] = rough_input(c.rank(), static_cast<int64_t>(i));
+    for (size_t i = 0; i < data.size(); ++i)
+      data[i] = rough_input(c.rank(), static_cast<int64_t>(i));
     c.all_reduce(data.data(), static_cast<int64_t>(data.size()), ElemType::f32, op, "rough");
     const uint64_t mine = fnv1a(data.data(), data.size() * sizeof(float));
     std::vector<uint64_t> all(c.size());
@@ -106,7 +110,8 @@ void check_reduce_scatter(Communicator& c, Expect& expect) {
   for (ReduceOp op : {ReduceOp::sum, ReduceOp::mean})
     for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{1000}}) {
       std::vector<float> in(c.size() * count), out(count, -1.0f);
-      for (size_t i = 0; i < in.size(); ++i) in[i] = exact_input<float>(c.rank(), static_cast<int64_t>(i));
+      for (size_t i = 0; i < in.size(); ++i)
+        in[i] = exact_input<float>(c.rank(), static_cast<int64_t>(i));
       c.reduce_scatter(in.data(), out.data(), count, op, "rs");
       int64_t wrong = 0;
       for (int64_t i = 0; i < count; ++i) {
@@ -133,7 +138,8 @@ void check_all_gather_broadcast(Communicator& c, Expect& expect) {
   }
   for (size_t bytes : {size_t{1}, size_t{9} << 20})  // 9 MiB: three broadcast pieces
     for (int root = 0; root < c.size(); ++root) {
-      std::vector<unsigned char> data(bytes, static_cast<unsigned char>(c.rank() == root ? root + 1 : 0));
+      std::vector<unsigned char> data(bytes,
+                                      static_cast<unsigned char>(c.rank() == root ? root + 1 : 0));
       c.broadcast(data.data(), bytes, root, "bcast");
       size_t wrong = 0;
       for (unsigned char b : data) wrong += b != root + 1;
@@ -149,7 +155,8 @@ void check_split(Communicator& c, Expect& expect) {
   expect(part->size() == members, fmt::format("split size {} != {}", part->size(), members));
   for (int r = 0; r < part->size(); ++r) {
     const int want = c.rank() % 2 + 2 * (members - 1 - r);
-    expect(part->world_rank(r) == want, fmt::format("split world_rank({}) = {} != {}", r, part->world_rank(r), want));
+    expect(part->world_rank(r) == want,
+           fmt::format("split world_rank({}) = {} != {}", r, part->world_rank(r), want));
   }
   int64_t sum = c.rank();
   part->all_reduce(&sum, 1, ElemType::i64, ReduceOp::sum, "part");
@@ -203,9 +210,12 @@ void check_recv_timeout(Communicator& quick, Expect& expect) {
     quick.recv(&b, 1, prev, 99, "never sent");
     expect(false, "recv without a send did not time out");
   } catch (const pt::TimeoutError& e) {
-    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    expect(waited >= quick.timeout_s() * 0.9 && waited < quick.timeout_s() + 2, fmt::format("waited {} s", waited));
-    expect(std::string(e.what()).find(fmt::format("world rank {}", prev)) != std::string::npos, e.what());
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    expect(waited >= quick.timeout_s() * 0.9 && waited < quick.timeout_s() + 2,
+           fmt::format("waited {} s", waited));
+    expect(std::string(e.what()).find(fmt::format("world rank {}", prev)) != std::string::npos,
+           e.what());
   }
   quick.barrier("after recv timeout");  // a timed-out receive leaves the communicator usable
 }
@@ -223,10 +233,12 @@ int timeout_check(pt::MpiRuntime& mpi) {
       quick->all_reduce(buffer.data(), 1000, ElemType::f32, ReduceOp::sum, "skipped by rank 1");
       expect(false, "no TimeoutError");
     } catch (const pt::TimeoutError& e) {
-      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double waited =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const std::string m = e.what();
       expect(m.find("skipped by rank 1") != std::string::npos, m);
-      expect(m.find(mpi.world_size() == 2 ? "world rank 1" : "world ranks ") != std::string::npos, m);
+      expect(m.find(mpi.world_size() == 2 ? "world rank 1" : "world ranks ") != std::string::npos,
+             m);
       expect(waited >= 0.45 && waited < 3.0, fmt::format("waited {} s", waited));
       fmt::print(stderr, "[world rank {}] got, as expected: {}\n", mpi.world_rank(), m);
     }
@@ -252,7 +264,8 @@ int main(int argc, char** argv) {
   try {
     pt::MpiRuntime mpi;
     g_world_rank = mpi.world_rank();
-    if (!pt::launched_by_mpi()) fmt::print(stderr, "warning: launched_by_mpi() is false under mpirun\n");
+    if (!pt::launched_by_mpi())
+      fmt::print(stderr, "warning: launched_by_mpi() is false under mpirun\n");
     if (argc > 1 && std::string_view(argv[1]) == "--timeout-check") {
       const int rc = timeout_check(mpi);
       if (rc) pt::MpiRuntime::abort(rc);
@@ -262,17 +275,23 @@ int main(int argc, char** argv) {
     auto quick = pt::mpi_world(0.3);
     auto control = pt::mpi_world(60.0);  // reports results even when `world` broke
     const std::vector<std::pair<std::string, std::function<void(Expect&)>>> checks = {
-        {"world ranks", [&](Expect& e) {
+        {"world ranks",
+         [&](Expect& e) {
            e(world->size() == mpi.world_size() && world->rank() == mpi.world_rank(), "rank/size");
-           for (int r = 0; r < world->size(); ++r) e(world->world_rank(r) == r, "world_rank(r) == r");
+           for (int r = 0; r < world->size(); ++r)
+             e(world->world_rank(r) == r, "world_rank(r) == r");
          }},
-        {"all_reduce (every type and op, chunk boundaries)", [&](Expect& e) { check_all_reduce(*world, e); }},
+        {"all_reduce (every type and op, chunk boundaries)",
+         [&](Expect& e) { check_all_reduce(*world, e); }},
         {"all_reduce 9 MiB", [&](Expect& e) { check_large_all_reduce(*world, e); }},
-        {"all_reduce same bits on every rank", [&](Expect& e) { check_same_bits_everywhere(*world, e); }},
+        {"all_reduce same bits on every rank",
+         [&](Expect& e) { check_same_bits_everywhere(*world, e); }},
         {"reduce_scatter", [&](Expect& e) { check_reduce_scatter(*world, e); }},
-        {"all_gather, broadcast, barrier", [&](Expect& e) { check_all_gather_broadcast(*world, e); }},
+        {"all_gather, broadcast, barrier",
+         [&](Expect& e) { check_all_gather_broadcast(*world, e); }},
         {"split (two groups, nested)", [&](Expect& e) { check_split(*world, e); }},
-        {"isend/recv ring, tags, size mismatch", [&](Expect& e) { check_point_to_point(*world, e); }},
+        {"isend/recv ring, tags, size mismatch",
+         [&](Expect& e) { check_point_to_point(*world, e); }},
         {"recv timeout", [&](Expect& e) { check_recv_timeout(*quick, e); }},
     };
     int64_t failed_checks = 0;

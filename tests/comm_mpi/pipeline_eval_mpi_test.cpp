@@ -26,7 +26,16 @@ namespace {
 // linear(10): the skip goes from layer 2 (stage 0) to layer 6 (stage 1).
 pt::Model skip_model() {
   pt::ModelBuilder b(pt::Shape{16});
-  b.flatten().linear(1024).save("x").relu().linear(1024).relu().add_saved("x").linear(10).relu().linear(10);
+  b.flatten()
+      .linear(1024)
+      .save("x")
+      .relu()
+      .linear(1024)
+      .relu()
+      .add_saved("x")
+      .linear(10)
+      .relu()
+      .linear(10);
   return b.cross_entropy().build();
 }
 
@@ -71,8 +80,11 @@ int main() {
   pt::Model ref_model = skip_model();
   pt::Trainer ref(ref_model, *ref_device, trainer);
   const pt::EvalStats want = ref.evaluate(inputs, targets, kChunk);
-  const bool ok = std::isfinite(want.loss) && want.loss > 0 && got.loss == want.loss && got.accuracy == want.accuracy;
-  fmt::print("{}: 2-process evaluation with a 2 MiB skip message: loss {} vs single device {}, accuracy {} vs {}\n",
-             ok ? "PASS" : "FAIL", got.loss, want.loss, got.accuracy, want.accuracy);
+  const bool ok = std::isfinite(want.loss) && want.loss > 0 && got.loss == want.loss &&
+                  got.accuracy == want.accuracy;
+  fmt::print(
+      "{}: 2-process evaluation with a 2 MiB skip message: loss {} vs single device {}, accuracy "
+      "{} vs {}\n",
+      ok ? "PASS" : "FAIL", got.loss, want.loss, got.accuracy, want.accuracy);
   return ok ? 0 : 1;
 }

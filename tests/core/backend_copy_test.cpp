@@ -41,7 +41,9 @@ class HiddenMemoryBackend final : public Backend {
     ++to_host;
     std::memcpy(host_dst, src, bytes);
   }
-  void copy_within(void* dst, const void* src, size_t bytes) override { std::memmove(dst, src, bytes); }
+  void copy_within(void* dst, const void* src, size_t bytes) override {
+    std::memmove(dst, src, bytes);
+  }
   // Reaches no other backend, not even another of its own kind (GPUs without peer access).
   bool copy_to_peer(Backend&, void*, const void*, size_t) override { return false; }
   std::unique_ptr<Event> record_event() override { unused("record_event"); }
@@ -52,64 +54,99 @@ class HiddenMemoryBackend final : public Backend {
   void bind_current_thread() override {}
 
   // ---- ops: not used by copies ----
-  void gemm(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float, float*,
-            int64_t) override { unused("gemm"); }
+  void gemm(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
+            int64_t, float, float*, int64_t) override {
+    unused("gemm");
+  }
   void fill(float*, float, int64_t) override { unused("fill"); }
   void add(const float*, const float*, float*, int64_t) override { unused("add"); }
   void axpy(float, const float*, float*, int64_t) override { unused("axpy"); }
   void scale(float, float*, int64_t) override { unused("scale"); }
   void add_bias(float*, const float*, int64_t, int64_t) override { unused("add_bias"); }
-  void sum_rows_accumulate(const float*, float*, int64_t, int64_t) override { unused("sum_rows_accumulate"); }
-  void activation_forward(Activation, const float*, float*, int64_t) override { unused("activation_forward"); }
-  void activation_backward(Activation, const float*, const float*, const float*, float*, int64_t) override {
+  void sum_rows_accumulate(const float*, float*, int64_t, int64_t) override {
+    unused("sum_rows_accumulate");
+  }
+  void activation_forward(Activation, const float*, float*, int64_t) override {
+    unused("activation_forward");
+  }
+  void activation_backward(Activation, const float*, const float*, const float*, float*,
+                           int64_t) override {
     unused("activation_backward");
   }
-  void dropout_forward(const float*, float*, int64_t, float, uint64_t) override { unused("dropout_forward"); }
-  void dropout_backward(const float*, float*, int64_t, float, uint64_t) override { unused("dropout_backward"); }
-  void layernorm_forward(const float*, const float*, const float*, float*, float*, float*, int64_t, int64_t,
-                         float) override { unused("layernorm_forward"); }
-  void layernorm_backward_input(const float*, const float*, const float*, const float*, const float*, float*,
-                                int64_t, int64_t) override { unused("layernorm_backward_input"); }
-  void layernorm_backward_weight(const float*, const float*, const float*, const float*, float*, float*, int64_t,
-                                 int64_t) override { unused("layernorm_backward_weight"); }
+  void dropout_forward(const float*, float*, int64_t, float, uint64_t) override {
+    unused("dropout_forward");
+  }
+  void dropout_backward(const float*, float*, int64_t, float, uint64_t) override {
+    unused("dropout_backward");
+  }
+  void layernorm_forward(const float*, const float*, const float*, float*, float*, float*, int64_t,
+                         int64_t, float) override {
+    unused("layernorm_forward");
+  }
+  void layernorm_backward_input(const float*, const float*, const float*, const float*,
+                                const float*, float*, int64_t, int64_t) override {
+    unused("layernorm_backward_input");
+  }
+  void layernorm_backward_weight(const float*, const float*, const float*, const float*, float*,
+                                 float*, int64_t, int64_t) override {
+    unused("layernorm_backward_weight");
+  }
   double softmax_xent_forward(const float*, const int32_t*, float*, int64_t, int64_t) override {
     unused("softmax_xent_forward");
   }
-  void softmax_xent_backward(const float*, const int32_t*, float*, int64_t, int64_t, float) override {
+  void softmax_xent_backward(const float*, const int32_t*, float*, int64_t, int64_t,
+                             float) override {
     unused("softmax_xent_backward");
   }
   double mse_forward(const float*, const float*, int64_t) override { unused("mse_forward"); }
-  void mse_backward(const float*, const float*, float*, int64_t, float) override { unused("mse_backward"); }
-  int64_t count_correct(const float*, const int32_t*, int64_t, int64_t) override { unused("count_correct"); }
-  void conv2d_forward(const Conv2dShape&, const float*, const float*, const float*, float*) override {
+  void mse_backward(const float*, const float*, float*, int64_t, float) override {
+    unused("mse_backward");
+  }
+  int64_t count_correct(const float*, const int32_t*, int64_t, int64_t) override {
+    unused("count_correct");
+  }
+  void conv2d_forward(const Conv2dShape&, const float*, const float*, const float*,
+                      float*) override {
     unused("conv2d_forward");
   }
   void conv2d_backward_input(const Conv2dShape&, const float*, const float*, float*) override {
     unused("conv2d_backward_input");
   }
-  void conv2d_backward_weight(const Conv2dShape&, const float*, const float*, float*, float*) override {
+  void conv2d_backward_weight(const Conv2dShape&, const float*, const float*, float*,
+                              float*) override {
     unused("conv2d_backward_weight");
   }
-  void maxpool2d_forward(const Pool2dShape&, const float*, float*, int32_t*) override { unused("maxpool2d_forward"); }
+  void maxpool2d_forward(const Pool2dShape&, const float*, float*, int32_t*) override {
+    unused("maxpool2d_forward");
+  }
   void maxpool2d_backward(const Pool2dShape&, const float*, const int32_t*, float*) override {
     unused("maxpool2d_backward");
   }
-  void avgpool2d_forward(const Pool2dShape&, const float*, float*) override { unused("avgpool2d_forward"); }
-  void avgpool2d_backward(const Pool2dShape&, const float*, float*) override { unused("avgpool2d_backward"); }
+  void avgpool2d_forward(const Pool2dShape&, const float*, float*) override {
+    unused("avgpool2d_forward");
+  }
+  void avgpool2d_backward(const Pool2dShape&, const float*, float*) override {
+    unused("avgpool2d_backward");
+  }
   void embedding_forward(const int32_t*, const float*, float*, int64_t, int64_t, int64_t) override {
     unused("embedding_forward");
   }
   void embedding_backward_weight(const int32_t*, const float*, float*, int64_t, int64_t) override {
     unused("embedding_backward_weight");
   }
-  void attention_forward(const float*, float*, float*, int64_t, int64_t, int64_t, int64_t, float) override {
+  void attention_forward(const float*, float*, float*, int64_t, int64_t, int64_t, int64_t,
+                         float) override {
     unused("attention_forward");
   }
-  void attention_backward(const float*, const float*, const float*, const float*, float*, int64_t, int64_t, int64_t,
-                          int64_t, float) override { unused("attention_backward"); }
+  void attention_backward(const float*, const float*, const float*, const float*, float*, int64_t,
+                          int64_t, int64_t, int64_t, float) override {
+    unused("attention_backward");
+  }
   double sum_squares(const float*, int64_t) override { unused("sum_squares"); }
   bool all_finite(const float*, int64_t) override { unused("all_finite"); }
-  void sgd_update(float*, const float*, float*, int64_t, const SgdParams&) override { unused("sgd_update"); }
+  void sgd_update(float*, const float*, float*, int64_t, const SgdParams&) override {
+    unused("sgd_update");
+  }
   void adamw_update(float*, const float*, float*, float*, int64_t, const AdamWParams&) override {
     unused("adamw_update");
   }

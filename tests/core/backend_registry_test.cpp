@@ -46,7 +46,8 @@ TEST_CASE("backend registry: an unknown kind names the known ones") {
   CHECK(message.find("cannot open tpu:1") != std::string::npos);
   CHECK(message.find("no backend for device kind 'tpu'") != std::string::npos);
   std::string known;
-  for (const std::string& kind : registered_backend_kinds()) known += (known.empty() ? "" : ", ") + kind;
+  for (const std::string& kind : registered_backend_kinds())
+    known += (known.empty() ? "" : ", ") + kind;
   CHECK(message.find("(known kinds: " + known + ")") != std::string::npos);
   CHECK(known.find("cpu") != std::string::npos);
 }
@@ -54,7 +55,8 @@ TEST_CASE("backend registry: an unknown kind names the known ones") {
 TEST_CASE("backend registry: the factory's own errors come through") {
   BackendOptions options;
   options.precision = Precision::bf16;
-  CHECK(error_of("cpu", options).find("cpu:0: the CPU backend computes in fp32 only") != std::string::npos);
+  CHECK(error_of("cpu", options).find("cpu:0: the CPU backend computes in fp32 only") !=
+        std::string::npos);
   options.precision = Precision::fp32;
   options.threads = 0;
   CHECK(error_of("cpu", options).find("thread count must be at least 1") != std::string::npos);
@@ -73,7 +75,10 @@ TEST_CASE("backend registry: a new kind is one registration; a kind is registere
   options.index = 2;
   CHECK(open_backend("test-registry-kind", options)->device().str() == "cpu:42");
   CHECK(opened == 1);
-  CHECK_THROWS_WITH_AS(register_backend("cpu", [](const BackendOptions&) { return std::unique_ptr<Backend>(); }),
-                       "a backend for device kind 'cpu' is registered twice", UsageError);
-  CHECK_THROWS_AS(register_backend("", [](const BackendOptions&) { return std::unique_ptr<Backend>(); }), UsageError);
+  CHECK_THROWS_WITH_AS(
+      register_backend("cpu", [](const BackendOptions&) { return std::unique_ptr<Backend>(); }),
+      "a backend for device kind 'cpu' is registered twice", UsageError);
+  CHECK_THROWS_AS(
+      register_backend("", [](const BackendOptions&) { return std::unique_ptr<Backend>(); }),
+      UsageError);
 }

@@ -91,7 +91,8 @@ TEST_CASE("caching allocator: the limit refuses with a message naming device and
   a.deallocate(p, 3000);
 }
 
-TEST_CASE("caching allocator: when the device refuses, the cache is returned and the request retried") {
+TEST_CASE(
+    "caching allocator: when the device refuses, the cache is returned and the request retried") {
   FakeDevice dev;
   dev.capacity_left = 3 << 20;
   pt::CachingAllocator a("fake:0", dev.raw());

@@ -8,8 +8,8 @@
 #include <optional>
 #include <string>
 
-#include "engine/cuda/plugin_abi.h"
 #include "engine/core/error.h"
+#include "engine/cuda/plugin_abi.h"
 #include "engine/cuda_plugin.h"
 #include "engine/devices.h"
 
@@ -162,8 +162,9 @@ TEST_CASE("a shared library without the plugin's entry symbol") {
   EnvGuard env("PIPETRAIN_CUDA_PLUGIN", PIPETRAIN_TEST_NOT_A_CUDA_PLUGIN);
   const CudaStatus s = probe_cuda();
   check_consistent(s);
-  CHECK(contains(s.message, "is not a pipetrain CUDA plugin: it has no symbol "
-                            "pipetrain_cuda_plugin_api"));
+  CHECK(contains(s.message,
+                 "is not a pipetrain CUDA plugin: it has no symbol "
+                 "pipetrain_cuda_plugin_api"));
 }
 
 TEST_CASE("fake plugin: devices are listed when the probe succeeds") {
@@ -207,7 +208,8 @@ TEST_CASE("fake plugin: a different ABI version is refused") {
   EnvGuard mode("PT_FAKE_CUDA_PLUGIN_MODE", "bad_abi");
   const CudaStatus s = probe_cuda();
   check_consistent(s);
-  CHECK(contains(s.message, "speaks plugin ABI version 999 but this engine needs version " + std::to_string(PT_CUDA_PLUGIN_ABI_VERSION)));
+  CHECK(contains(s.message, "speaks plugin ABI version 999 but this engine needs version " +
+                                std::to_string(PT_CUDA_PLUGIN_ABI_VERSION)));
 }
 
 TEST_CASE("fake plugin: a NULL function table is refused") {
@@ -271,8 +273,9 @@ TEST_CASE("fake plugin: a plugin from another build is refused before any object
   EnvGuard mode("PT_FAKE_CUDA_PLUGIN_MODE", "other_build");
   const CudaStatus s = probe_cuda();
   check_consistent(s);
-  CHECK(contains(s.message, "was built from other sources or by another compiler (plugin build "
-                            "0.0.0-someotherbuild, engine build "));
+  CHECK(contains(s.message,
+                 "was built from other sources or by another compiler (plugin build "
+                 "0.0.0-someotherbuild, engine build "));
   CHECK(contains(s.message, "rebuild and reinstall pipetrain"));
   CHECK_THROWS_AS((void)make_cuda_backend(0, 0, CudaPrecision::fp32, s), UsageError);
 }
@@ -280,14 +283,17 @@ TEST_CASE("fake plugin: a plugin from another build is refused before any object
 TEST_CASE("precision names and device lists that cannot work") {
   CHECK(parse_precision("bf16") == CudaPrecision::bf16);
   CHECK(std::string(precision_name(CudaPrecision::tf32)) == "tf32");
-  CHECK_THROWS_WITH_AS(parse_precision("fp16"), "unknown precision 'fp16': use fp32, tf32 or bf16", UsageError);
-  CHECK_THROWS_WITH_AS(open_devices("cpu:0", 1, 1, CudaPrecision::bf16),
-                       "--precision bf16 needs CUDA devices (the CPU backend computes in fp32): use "
-                       "--precision fp32 or --devices cuda:N",
+  CHECK_THROWS_WITH_AS(parse_precision("fp16"), "unknown precision 'fp16': use fp32, tf32 or bf16",
                        UsageError);
-  CHECK_THROWS_WITH_AS(open_devices("cpu:0,cuda:0", 2, 1),
-                       "--devices cpu:0,cuda:0 mixes CPU and CUDA devices: use only cpu:N or only cuda:N",
-                       UsageError);
-  CHECK_THROWS_WITH_AS(open_devices("cpu:1,cpu:1", 2, 1), "device cpu:1 is listed twice in --devices cpu:1,cpu:1",
-                       UsageError);
+  CHECK_THROWS_WITH_AS(
+      open_devices("cpu:0", 1, 1, CudaPrecision::bf16),
+      "--precision bf16 needs CUDA devices (the CPU backend computes in fp32): use "
+      "--precision fp32 or --devices cuda:N",
+      UsageError);
+  CHECK_THROWS_WITH_AS(
+      open_devices("cpu:0,cuda:0", 2, 1),
+      "--devices cpu:0,cuda:0 mixes CPU and CUDA devices: use only cpu:N or only cuda:N",
+      UsageError);
+  CHECK_THROWS_WITH_AS(open_devices("cpu:1,cpu:1", 2, 1),
+                       "device cpu:1 is listed twice in --devices cpu:1,cpu:1", UsageError);
 }

@@ -45,7 +45,8 @@ TEST_CASE("bf16 rounding: the nearest bf16 for a sweep of floats") {
     const float down = from_bits(static_cast<uint32_t>(b) & 0xffff0000u);
     const float up = from_bits((static_cast<uint32_t>(b) & 0xffff0000u) + 0x10000u);
     REQUIRE((r == down || r == up));
-    CHECK(std::fabs(static_cast<double>(r) - f) <= std::fabs(static_cast<double>(r == down ? up : down) - f));
+    CHECK(std::fabs(static_cast<double>(r) - f) <=
+          std::fabs(static_cast<double>(r == down ? up : down) - f));
     ++checked;
   }
   CHECK(checked > 1000000);

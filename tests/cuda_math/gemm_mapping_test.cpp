@@ -14,8 +14,9 @@
 namespace {
 
 // cuBLAS semantics: C = alpha op(X) op(Y) + beta C, every matrix column-major.
-void column_major_gemm(bool tx, bool ty, int64_t m, int64_t n, int64_t k, float alpha, const float* X, int64_t ldx,
-                       const float* Y, int64_t ldy, float beta, float* C, int64_t ldc) {
+void column_major_gemm(bool tx, bool ty, int64_t m, int64_t n, int64_t k, float alpha,
+                       const float* X, int64_t ldx, const float* Y, int64_t ldy, float beta,
+                       float* C, int64_t ldc) {
   for (int64_t j = 0; j < n; ++j)
     for (int64_t i = 0; i < m; ++i) {
       double acc = 0;
@@ -45,8 +46,8 @@ TEST_CASE("row-major GEMM as a column-major GEMM on swapped operands") {
             CAPTURE(N);
             CAPTURE(K);
             const int64_t lda = (ta ? M : K) + 2, ldb = (tb ? K : N) + 1, ldc = N + 3;
-            std::vector<float> A(static_cast<size_t>((ta ? K : M) * lda)), B(static_cast<size_t>((tb ? N : K) * ldb)),
-                C(static_cast<size_t>(M * ldc));
+            std::vector<float> A(static_cast<size_t>((ta ? K : M) * lda)),
+                B(static_cast<size_t>((tb ? N : K) * ldb)), C(static_cast<size_t>(M * ldc));
             for (float& v : A) v = uniform();
             for (float& v : B) v = uniform();
             for (float& v : C) v = uniform();
@@ -56,19 +57,22 @@ TEST_CASE("row-major GEMM as a column-major GEMM on swapped operands") {
               for (int64_t j = 0; j < N; ++j) {
                 double acc = 0;
                 for (int64_t p = 0; p < K; ++p)
-                  acc += static_cast<double>(ta ? A[static_cast<size_t>(p * lda + i)] : A[static_cast<size_t>(i * lda + p)]) *
-                         (tb ? B[static_cast<size_t>(j * ldb + p)] : B[static_cast<size_t>(p * ldb + j)]);
+                  acc += static_cast<double>(ta ? A[static_cast<size_t>(p * lda + i)]
+                                                : A[static_cast<size_t>(i * lda + p)]) *
+                         (tb ? B[static_cast<size_t>(j * ldb + p)]
+                             : B[static_cast<size_t>(p * ldb + j)]);
                 float& r = ref[static_cast<size_t>(i * ldc + j)];
                 r = static_cast<float>(alpha * acc + beta * r);
               }
-            const pt::cuda::ColumnMajorGemm cm = pt::cuda::to_column_major(ta, tb, M, N, K, lda, ldb, ldc);
+            const pt::cuda::ColumnMajorGemm cm =
+                pt::cuda::to_column_major(ta, tb, M, N, K, lda, ldb, ldc);
             REQUIRE(cm.first_is_b);
             // Each stored operand's leading dimension covers its rows as cuBLAS sees them.
             CHECK(cm.ld_first >= (cm.trans_first ? cm.k : cm.m));
             CHECK(cm.ld_second >= (cm.trans_second ? cm.n : cm.k));
             CHECK(cm.ld_c >= cm.m);
-            column_major_gemm(cm.trans_first, cm.trans_second, cm.m, cm.n, cm.k, alpha, B.data(), cm.ld_first,
-                              A.data(), cm.ld_second, beta, C.data(), cm.ld_c);
+            column_major_gemm(cm.trans_first, cm.trans_second, cm.m, cm.n, cm.k, alpha, B.data(),
+                              cm.ld_first, A.data(), cm.ld_second, beta, C.data(), cm.ld_c);
             float worst = 0;
             for (size_t i = 0; i < C.size(); ++i) worst = std::max(worst, std::fabs(C[i] - ref[i]));
             CHECK(worst <= 1e-5f);

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "temp_dir.h"
 #include "engine/core/error.h"
 #include "engine/data/dataset.h"
+#include "temp_dir.h"
 
 using namespace pt;
 namespace fs = std::filesystem;

@@ -26,7 +26,9 @@ namespace {
 constexpr int64_t kVocab = 256, kContext = 8, kD = 16;
 
 // Untied: what is checked here is sampling, and the expected greedy text was learnt untied.
-Model tiny_gpt() { return gpt(kVocab, kContext, kD, /*n_layers=*/1, /*n_heads=*/2, /*tie_weights=*/false); }
+Model tiny_gpt() {
+  return gpt(kVocab, kContext, kD, /*n_layers=*/1, /*n_heads=*/2, /*tie_weights=*/false);
+}
 
 std::vector<float> host_values(const StageParameters& p, size_t i) {
   const Tensor t = p.param(i);
@@ -111,8 +113,8 @@ TEST_CASE("generate: deterministic for a seed, different for another") {
 TEST_CASE("generate: temperature 0 and top-k 1 are greedy, the arg-max of the trained model") {
   Trained t;
   const std::string greedy = t.sample("abca", opts(6, 0.f, 0, 1));
-  CHECK(t.sample("abca", opts(6, 1.f, 1, 99)) == greedy);    // top-k 1, any seed
-  CHECK(t.sample("abca", opts(6, 1e-4f, 0, 3)) == greedy);   // temperature -> 0
+  CHECK(t.sample("abca", opts(6, 1.f, 1, 99)) == greedy);   // top-k 1, any seed
+  CHECK(t.sample("abca", opts(6, 1e-4f, 0, 3)) == greedy);  // temperature -> 0
   // By hand on the trained (pipeline-free) model itself: forward, arg-max of the last row.
   std::vector<int32_t> tokens{'a', 'b', 'c', 'a'};
   std::string want;
@@ -134,7 +136,8 @@ TEST_CASE("generate: temperature 0 and top-k 1 are greedy, the arg-max of the tr
   CHECK(greedy.substr(0, 2) == "bd");  // it learnt the text: "abca" -> "bd..." (abcabd)
 }
 
-TEST_CASE("generate: a model with a skip connection (save/add_saved) samples its own forward pass") {
+TEST_CASE(
+    "generate: a model with a skip connection (save/add_saved) samples its own forward pass") {
   auto be = make_cpu_backend(0, 1);
   Model m = ModelBuilder(Shape{kContext}, DType::i32)
                 .embedding(kVocab, kD)
@@ -170,7 +173,8 @@ TEST_CASE("generate: top-k keeps only the k most likely tokens") {
   Trained t;
   const std::string best = t.sample("ab", opts(1, 0.f, 0, 0));
   std::set<char> firsts;
-  for (uint64_t seed = 0; seed < 60; ++seed) firsts.insert(t.sample("ab", opts(1, 20.f, 2, seed))[0]);
+  for (uint64_t seed = 0; seed < 60; ++seed)
+    firsts.insert(t.sample("ab", opts(1, 20.f, 2, seed))[0]);
   CHECK(firsts.size() == 2);  // hot enough that both show up in 60 draws
   CHECK(firsts.count(best[0]) == 1);
   std::set<char> any;
@@ -187,9 +191,10 @@ TEST_CASE("generate: a prompt longer than the context is cropped to its last T b
 
 TEST_CASE("generate: bad arguments are UsageErrors") {
   Trained t;
-  CHECK_THROWS_WITH_AS(t.sample("ab", opts(5, -1.f, 0, 0)), doctest::Contains("temperature must be >= 0"),
-                       UsageError);
-  CHECK_THROWS_AS(t.sample("ab", opts(5, std::numeric_limits<float>::quiet_NaN(), 0, 0)), UsageError);
+  CHECK_THROWS_WITH_AS(t.sample("ab", opts(5, -1.f, 0, 0)),
+                       doctest::Contains("temperature must be >= 0"), UsageError);
+  CHECK_THROWS_AS(t.sample("ab", opts(5, std::numeric_limits<float>::quiet_NaN(), 0, 0)),
+                  UsageError);
   CHECK_THROWS_WITH_AS(t.sample("ab", opts(5, 1.f, -2, 0)), doctest::Contains("top-k must be >= 0"),
                        UsageError);
   CHECK_THROWS_AS(t.sample("ab", opts(-1, 1.f, 0, 0)), UsageError);

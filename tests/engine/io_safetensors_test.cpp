@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "temp_dir.h"
 #include "engine/core/error.h"
 #include "engine/io/safetensors.h"
+#include "temp_dir.h"
 
 using namespace pt;
 namespace fs = std::filesystem;

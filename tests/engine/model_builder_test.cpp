@@ -29,8 +29,12 @@ std::string error_of(const std::function<void()>& f) {
 
 TEST_CASE("builder infers shapes through a CNN") {
   Model m = ModelBuilder({1, 28, 28})
-                .conv2d(32, 3).relu().max_pool(2)
-                .flatten().linear(10).name("head")
+                .conv2d(32, 3)
+                .relu()
+                .max_pool(2)
+                .flatten()
+                .linear(10)
+                .name("head")
                 .cross_entropy()
                 .build();
   CHECK(m.num_layers() == 5);
@@ -46,7 +50,9 @@ TEST_CASE("builder infers shapes through a CNN") {
 TEST_CASE("builder errors name the layer index, kind and both shapes") {
   // Linear acts on the last dimension (as in PyTorch), so (1, 28, 28) -> (1, 28, 10) is fine,
   // but a convolution needs (C, H, W) and gets (10).
-  const std::string e1 = error_of([] { ModelBuilder({1, 28, 28}).flatten().linear(10).conv2d(4, 3); });
+  const std::string e1 = error_of([] {
+    ModelBuilder({1, 28, 28}).flatten().linear(10).conv2d(4, 3);
+  });
   CHECK(e1.find("layer 2") != std::string::npos);
   CHECK(e1.find("conv2d") != std::string::npos);
   CHECK(e1.find("(10)") != std::string::npos);
@@ -57,9 +63,8 @@ TEST_CASE("builder errors name the layer index, kind and both shapes") {
   const std::string e3 = error_of([] { ModelBuilder({1, 28, 28}).flatten().linear(10).build(); });
   CHECK(e3.find("no loss") != std::string::npos);
 
-  const std::string e4 = error_of([] {
-    ModelBuilder({8}).residual([](ModelBuilder& b) { b.linear(4); });
-  });
+  const std::string e4 =
+      error_of([] { ModelBuilder({8}).residual([](ModelBuilder& b) { b.linear(4); }); });
   CHECK(e4.find("residual") != std::string::npos);
 
   CHECK_THROWS_AS(ModelBuilder({1, 0, 28}), ShapeError);

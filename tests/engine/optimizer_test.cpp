@@ -40,7 +40,9 @@ OptimizerConfig sgd(float momentum, bool nesterov = false, float wd = 0.f) {
 
 }  // namespace
 
-TEST_CASE("SGD without momentum") { CHECK(OneParam().run(sgd(0.f), 2, 0.1f) == doctest::Approx(0.9f)); }
+TEST_CASE("SGD without momentum") {
+  CHECK(OneParam().run(sgd(0.f), 2, 0.1f) == doctest::Approx(0.9f));
+}
 
 TEST_CASE("SGD with momentum: buffer starts at g, then buf = 0.9 buf + g") {
   // step 1: buf = 0.5, p = 0.95; step 2: buf = 0.95, p = 0.855.

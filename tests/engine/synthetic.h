@@ -21,7 +21,8 @@ inline Dataset synthetic_dataset(int64_t n, Shape sample_shape, int32_t classes,
       d.inputs[static_cast<size_t>(i * k + j)] = v;
       s += v * static_cast<double>(j % 3 + 1);
     }
-    d.labels[static_cast<size_t>(i)] = static_cast<int32_t>(static_cast<int64_t>(std::abs(s) * 3) % classes);
+    d.labels[static_cast<size_t>(i)] =
+        static_cast<int32_t>(static_cast<int64_t>(std::abs(s) * 3) % classes);
   }
   return d;
 }

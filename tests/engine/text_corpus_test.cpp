@@ -60,8 +60,8 @@ TEST_CASE("load_text_corpus reads bytes; a missing or empty file is a FileError"
     CHECK(std::string(e.what()).find("No such file") != std::string::npos);
   }
   std::ofstream(dir.path / "empty.txt").flush();
-  CHECK_THROWS_WITH_AS(load_text_corpus(dir.path / "empty.txt"),
-                       doctest::Contains("is empty"), FileError);
+  CHECK_THROWS_WITH_AS(load_text_corpus(dir.path / "empty.txt"), doctest::Contains("is empty"),
+                       FileError);
 }
 
 TEST_CASE("sample_batch: deterministic for (seed, step), targets are inputs shifted by one") {
@@ -146,7 +146,8 @@ TEST_CASE("evaluation windows: fixed, non-overlapping, all or spread evenly") {
   CHECK(some.windows() == 10);
   std::vector<int32_t> firsts;
   while (some.next(b))
-    for (int64_t r = 0; r < b.batch; ++r) firsts.push_back(b.input_ids[static_cast<size_t>(r * 10)]);
+    for (int64_t r = 0; r < b.batch; ++r)
+      firsts.push_back(b.input_ids[static_cast<size_t>(r * 10)]);
   REQUIRE(firsts.size() == 10);
   for (size_t k = 0; k < 10; ++k) CHECK(firsts[k] == static_cast<uint8_t>(text[k * 9 * 10]));
 

@@ -12,8 +12,8 @@
 #include "engine/checkpoint.h"
 #include "engine/core/error.h"
 #include "engine/fit.h"
-#include "engine/trainer.h"
 #include "engine/io/safetensors.h"
+#include "engine/trainer.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "layers/zoo.h"
 #include "synthetic.h"
@@ -47,7 +47,8 @@ TrainerConfig config(int microbatches) {
 }
 
 std::filesystem::path temp_dir() {
-  auto dir = std::filesystem::temp_directory_path() / ("pipetrain_trainer_test_" + std::to_string(::getpid()));
+  auto dir = std::filesystem::temp_directory_path() /
+             ("pipetrain_trainer_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   return dir;
 }
@@ -86,8 +87,10 @@ TEST_CASE("training is deterministic: same seed, same bits") {
     Trainer t(m, *backend, config(4));
     for (int i = 0; i < 3; ++i) t.train_step(b.x, b.y);
     auto p = host_copy(t.parameters().params_flat());
-    if (run == 0) first = p;
-    else CHECK(std::memcmp(first.data(), p.data(), p.size() * sizeof(float)) == 0);
+    if (run == 0)
+      first = p;
+    else
+      CHECK(std::memcmp(first.data(), p.data(), p.size() * sizeof(float)) == 0);
   }
 }
 
@@ -110,7 +113,8 @@ TEST_CASE("more micro-batches than samples is refused with the numbers") {
   Batch b(3);
   Model m = deep_mlp(1, 8, {1, 4, 4});
   Trainer t(m, *backend, config(4));
-  CHECK_THROWS_WITH_AS(t.train_step(b.x, b.y), doctest::Contains("3 samples into 4 micro-batches"), UsageError);
+  CHECK_THROWS_WITH_AS(t.train_step(b.x, b.y), doctest::Contains("3 samples into 4 micro-batches"),
+                       UsageError);
 }
 
 TEST_CASE("checkpoint: resume continues bit for bit") {
@@ -179,8 +183,8 @@ TEST_CASE("checkpoint: refuses another model, another optimizer and corrupt file
   ac.optimizer.momentum = 0.f;
   Trainer ta(same, *backend, ac);
   StageState sa{&ta.parameters(), &ta.optimizer()};
-  CHECK_THROWS_WITH_AS(load_checkpoint(path, same, std::span(&sa, 1)), doctest::Contains("--optim sgd"),
-                       FileError);
+  CHECK_THROWS_WITH_AS(load_checkpoint(path, same, std::span(&sa, 1)),
+                       doctest::Contains("--optim sgd"), FileError);
 
   // Truncated file.
   const auto size = std::filesystem::file_size(path);

@@ -15,12 +15,15 @@ using namespace pt;
 #define CHECK_USAGE(expr, text) CHECK_THROWS_WITH_AS(expr, doctest::Contains(text), UsageError)
 
 TEST_CASE("ScheduleChoice: every form parses and prints back; others name the valid forms") {
-  for (const char* text : {"gpipe", "1f1b", "interleaved:1", "interleaved:3", "zb-h1", "file:dir/my schedule.txt"})
+  for (const char* text :
+       {"gpipe", "1f1b", "interleaved:1", "interleaved:3", "zb-h1", "file:dir/my schedule.txt"})
     CHECK(ScheduleChoice::parse(text).str() == text);
-  CHECK(ScheduleChoice::parse("interleaved:2") == ScheduleChoice{ScheduleChoice::Kind::interleaved, 2, {}});
+  CHECK(ScheduleChoice::parse("interleaved:2") ==
+        ScheduleChoice{ScheduleChoice::Kind::interleaved, 2, {}});
   CHECK(ScheduleChoice::parse("file:s.txt").path == "s.txt");
   CHECK(ScheduleChoice{}.str() == "1f1b");
-  CHECK_USAGE(ScheduleChoice::parse("2f2b"), "unknown schedule '2f2b': use gpipe, 1f1b, interleaved:V");
+  CHECK_USAGE(ScheduleChoice::parse("2f2b"),
+              "unknown schedule '2f2b': use gpipe, 1f1b, interleaved:V");
   CHECK_USAGE(ScheduleChoice::parse("interleaved:0"), "V must be an integer >= 1");
   CHECK_USAGE(ScheduleChoice::parse("interleaved:x"), "as in interleaved:2");
   CHECK_USAGE(ScheduleChoice::parse("file:"), "names no file");
@@ -30,7 +33,8 @@ TEST_CASE("PartitionMethod and CostSource: parse, print back, refuse") {
   for (const char* text : {"uniform", "params", "time", "memory", "layout:3,3,2", "layout:8"})
     CHECK(PartitionMethod::parse(text).str() == text);
   CHECK(PartitionMethod::parse("layout:4,1").layout == std::vector<int>{4, 1});
-  CHECK_USAGE(PartitionMethod::parse("fastest"), "unknown partition method 'fastest': use one of uniform");
+  CHECK_USAGE(PartitionMethod::parse("fastest"),
+              "unknown partition method 'fastest': use one of uniform");
   CHECK_USAGE(PartitionMethod::parse("layout:3,x"), "'x' is not a number");
   for (const char* text : {"estimate", "profile"}) CHECK(CostSource::parse(text).str() == text);
   CHECK_USAGE(CostSource::parse("guess"), "unknown --costs 'guess': use estimate or profile");
@@ -38,7 +42,9 @@ TEST_CASE("PartitionMethod and CostSource: parse, print back, refuse") {
 
 namespace {
 
-Model small_mlp() { return ModelBuilder({8}).linear(16).relu().linear(16).relu().linear(3).cross_entropy().build(); }
+Model small_mlp() {
+  return ModelBuilder({8}).linear(16).relu().linear(16).relu().linear(3).cross_entropy().build();
+}
 
 TrainerConfig sgd() {
   TrainerConfig c;
@@ -51,9 +57,11 @@ TrainerConfig sgd() {
 TEST_CASE("make_training: a 2-stage pipeline on two CPU devices learns") {
   const int64_t B = 32;
   Dataset data = test::synthetic_dataset(B, Shape{8}, 3, 5);
-  for (int64_t i = 0; i < B; ++i) {  // an easy rule, so that 20 steps visibly learn: the largest of x[0..2]
+  for (int64_t i = 0; i < B;
+       ++i) {  // an easy rule, so that 20 steps visibly learn: the largest of x[0..2]
     const float* f = &data.inputs[static_cast<size_t>(i * 8)];
-    data.labels[static_cast<size_t>(i)] = f[0] > f[1] ? (f[0] > f[2] ? 0 : 2) : (f[1] > f[2] ? 1 : 2);
+    data.labels[static_cast<size_t>(i)] =
+        f[0] > f[1] ? (f[0] > f[2] ? 0 : 2) : (f[1] > f[2] ? 1 : 2);
   }
   const Tensor x = Tensor::borrow(data.inputs.data(), data.sample_shape.with_batch(B));
   const Tensor y = Tensor::borrow(data.labels.data(), Shape{B}, DType::i32);
@@ -81,7 +89,8 @@ TEST_CASE("make_training: a 2-stage pipeline on two CPU devices learns") {
   CHECK(run.engine->step() == 21);
 }
 
-TEST_CASE("make_training: one device is the Trainer; plan_only builds no engine; bad options say why") {
+TEST_CASE(
+    "make_training: one device is the Trainer; plan_only builds no engine; bad options say why") {
   Model model = small_mlp();
   TrainingOptions opt;
   opt.devices = "cpu:0";
@@ -100,12 +109,15 @@ TEST_CASE("make_training: one device is the Trainer; plan_only builds no engine;
 
   opt.plan_only = false;
   opt.devices = "cpu:0";
-  CHECK_USAGE(make_training(opt, model, small_mlp, sgd(), 8), "lists 1 device but --stages 2 x --dp 1 needs 2");
+  CHECK_USAGE(make_training(opt, model, small_mlp, sgd(), 8),
+              "lists 1 device but --stages 2 x --dp 1 needs 2");
   opt.devices = "cpu:0,cpu:1";
   opt.microbatches = 16;
-  CHECK_USAGE(make_training(opt, model, small_mlp, sgd(), 8), "--microbatches 16 is more than the --batch of 8");
+  CHECK_USAGE(make_training(opt, model, small_mlp, sgd(), 8),
+              "--microbatches 16 is more than the --batch of 8");
   opt.microbatches = 2;
   TrainerConfig three = sgd();
   three.microbatches = 3;
-  CHECK_USAGE(make_training(opt, model, small_mlp, three, 8), "the trainer's config says 3 micro-batches");
+  CHECK_USAGE(make_training(opt, model, small_mlp, three, 8),
+              "the trainer's config says 3 micro-batches");
 }

@@ -19,12 +19,14 @@ namespace {
 std::vector<float> values(size_t n, uint64_t seed) {
   CounterRng rng(seed);
   std::vector<float> v(n);
-  for (float& x : v) x = static_cast<float>(rng.next_below(1000)) - 500.f;  // integers: sums are exact
+  for (float& x : v)
+    x = static_cast<float>(rng.next_below(1000)) - 500.f;  // integers: sums are exact
   return v;
 }
 
 // Each rank's values on its GPU, all-reduced, read back; plus all_gather and broadcast.
-void exercise(Communicator& bootstrap, Backend& gpu, int ranks, std::vector<std::vector<float>>& out) {
+void exercise(Communicator& bootstrap, Backend& gpu, int ranks,
+              std::vector<std::vector<float>>& out) {
   auto nccl = make_nccl_communicator(bootstrap, gpu, "nccl test");
   CHECK(nccl->device_memory());
   CHECK(nccl->size() == ranks);
@@ -33,7 +35,8 @@ void exercise(Communicator& bootstrap, Backend& gpu, int ranks, std::vector<std:
   std::vector<float> mine = values(n, 10 + static_cast<uint64_t>(r));
   Tensor t = gpu.empty(Shape{static_cast<int64_t>(n)});
   gpu.copy_from_host(t.data(), mine.data(), n * sizeof(float));
-  nccl->all_reduce(t.data(), static_cast<int64_t>(n), ElemType::f32, ReduceOp::sum, "test all-reduce");
+  nccl->all_reduce(t.data(), static_cast<int64_t>(n), ElemType::f32, ReduceOp::sum,
+                   "test all-reduce");
   std::vector<float> reduced(n);
   gpu.copy_to_host(reduced.data(), t.data(), n * sizeof(float));
   out[static_cast<size_t>(r)] = reduced;
@@ -46,7 +49,8 @@ void exercise(Communicator& bootstrap, Backend& gpu, int ranks, std::vector<std:
   std::vector<float> g(static_cast<size_t>(ranks) * 4);
   gpu.copy_to_host(g.data(), gathered.data(), g.size() * sizeof(float));
   for (int k = 0; k < ranks; ++k)
-    for (int i = 0; i < 4; ++i) CHECK(g[static_cast<size_t>(k * 4 + i)] == static_cast<float>(k + 1));
+    for (int i = 0; i < 4; ++i)
+      CHECK(g[static_cast<size_t>(k * 4 + i)] == static_cast<float>(k + 1));
 
   nccl->broadcast(piece.data(), sizeof(float) * 4, 0, "test broadcast");
   std::vector<float> b(4);

@@ -6,33 +6,41 @@
 //
 // Tolerances, fp32 unless the row says otherwise, and why:
 //   op                                        atol              rtol    why
-//   fill, dropout mask, maxpool y and argmax,  0                 0       data movement and integer decisions
-//   embedding forward, count_correct, copies,                            (ties included): must be identical
-//   gemm K = 0 (C = beta C), gemm C padding
-//   add, axpy, scale, add_bias, activations,   1e-7              1e-6    kernels/cuda repeats the CPU's float
-//   dropout values, softmax and mse backward,                            operations in the CPU's order (documented
-//   pooling, maxpool backward, sgd, adamw                                bit-identical); 1e-6 is ~8 ulp of slack
-//   (adamw v: atol 1e-12, as v ~ 1e-3 g^2 is small)
-//   sum_rows_accumulate, layernorm dgamma and  2e-6 sqrt(rows)   1e-5    float column sums in another (fixed)
-//   dbeta                                                                order: rounding grows like sqrt(terms)
-//   layernorm y / mean / rstd                  1e-5 / 1e-6 / 0   1e-5    row sums in another order
-//   layernorm backward_input                   1e-5              1e-4    two row sums feed every element
-//   softmax probs                              1e-9              1e-5    expf vs the CPU exp_f32 polynomial (a few ulp), another sum order
-//   softmax loss (host double)                 0                 1e-6    per-row logs of float sums
-//   sum_squares, mse loss (host double)        0                 1e-10   exact squares in double, order differs
-//   embedding backward_weight                  1e-6              1e-6    float atomicAdd: repeats add in any order
-//   conv2d (cuDNN, true fp32 math)             2e-5 sqrt(terms)  1e-4    other algorithms (implicit GEMM, Winograd,
-//                                                                        FFT) and orders; terms = products summed
-//   attention out, lse, dqkv                   5e-5              5e-4    float online softmax in another order;
-//                                                                        each side is within 2e-5 + 2e-4 |x| of a
-//                                                                        double reference (tests/kernels)
-//   gemm fp32                                  1e-5 sqrt(K)      1e-5    cuBLASLt vs oneDNN, both fp32 sums
-//   gemm tf32                                  2.5e-3 sqrt(K)    5e-3    operands keep 10 mantissa bits (error up
-//                                                                        to 2^-10 each, truncation allowed): for
-//                                                                        inputs in [-1, 1] ~3.5e-4 rms per product,
-//                                                                        a random walk over K; ~7 sigma
-//   gemm bf16                                  4e-3 sqrt(K)      2e-2    operands rounded to 8 bits (2^-9 each):
-//                                                                        ~5.3e-4 rms per product; ~7.5 sigma
+//   fill, dropout mask, maxpool y and argmax,  0                 0       data movement and integer
+//   decisions embedding forward, count_correct, copies,                            (ties included):
+//   must be identical gemm K = 0 (C = beta C), gemm C padding add, axpy, scale, add_bias,
+//   activations,   1e-7              1e-6    kernels/cuda repeats the CPU's float dropout values,
+//   softmax and mse backward,                            operations in the CPU's order (documented
+//   pooling, maxpool backward, sgd, adamw                                bit-identical); 1e-6 is ~8
+//   ulp of slack (adamw v: atol 1e-12, as v ~ 1e-3 g^2 is small) sum_rows_accumulate, layernorm
+//   dgamma and  2e-6 sqrt(rows)   1e-5    float column sums in another (fixed) dbeta order:
+//   rounding grows like sqrt(terms) layernorm y / mean / rstd                  1e-5 / 1e-6 / 0 1e-5
+//   row sums in another order layernorm backward_input                   1e-5              1e-4 two
+//   row sums feed every element softmax probs                              1e-9              1e-5
+//   expf vs the CPU exp_f32 polynomial (a few ulp), another sum order softmax loss (host double) 0
+//   1e-6    per-row logs of float sums sum_squares, mse loss (host double)        0 1e-10   exact
+//   squares in double, order differs embedding backward_weight                  1e-6 1e-6    float
+//   atomicAdd: repeats add in any order conv2d (cuDNN, true fp32 math)             2e-5 sqrt(terms)
+//   1e-4    other algorithms (implicit GEMM, Winograd,
+//                                                                        FFT) and orders; terms =
+//                                                                        products summed
+//   attention out, lse, dqkv                   5e-5              5e-4    float online softmax in
+//   another order;
+//                                                                        each side is within 2e-5 +
+//                                                                        2e-4 |x| of a double
+//                                                                        reference (tests/kernels)
+//   gemm fp32                                  1e-5 sqrt(K)      1e-5    cuBLASLt vs oneDNN, both
+//   fp32 sums gemm tf32                                  2.5e-3 sqrt(K)    5e-3    operands keep 10
+//   mantissa bits (error up
+//                                                                        to 2^-10 each, truncation
+//                                                                        allowed): for inputs in
+//                                                                        [-1, 1] ~3.5e-4 rms per
+//                                                                        product, a random walk
+//                                                                        over K; ~7 sigma
+//   gemm bf16                                  4e-3 sqrt(K)      2e-2    operands rounded to 8 bits
+//   (2^-9 each):
+//                                                                        ~5.3e-4 rms per product;
+//                                                                        ~7.5 sigma
 // A real bug (wrong transpose, stride, element, mask) is off by O(1) relative, far outside all of
 // these; the GEMM tests print the largest error seen per precision for calibration.
 #include <doctest/doctest.h>
@@ -108,8 +116,9 @@ double expect_close(const std::string& name, const std::vector<float>& got,
   double worst_excess = -std::numeric_limits<double>::infinity(), max_err = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     const double err = std::abs(static_cast<double>(got[i]) - static_cast<double>(ref[i]));
-    const double excess = std::isnan(err) ? std::numeric_limits<double>::infinity()
-                                          : err - (atol + rtol * std::abs(static_cast<double>(ref[i])));
+    const double excess = std::isnan(err)
+                              ? std::numeric_limits<double>::infinity()
+                              : err - (atol + rtol * std::abs(static_cast<double>(ref[i])));
     if (!(excess <= 0)) ++bad;
     if (!std::isnan(err) && err > max_err) max_err = err;
     if (excess > worst_excess) {
@@ -117,8 +126,8 @@ double expect_close(const std::string& name, const std::vector<float>& got,
       worst = i;
     }
   }
-  INFO(name << ": " << bad << " of " << got.size() << " elements outside |cuda - cpu| <= "
-            << atol << " + " << rtol << " |cpu|; worst at [" << worst << "]: cuda "
+  INFO(name << ": " << bad << " of " << got.size() << " elements outside |cuda - cpu| <= " << atol
+            << " + " << rtol << " |cpu|; worst at [" << worst << "]: cuda "
             << num(got.empty() ? 0.0 : got[worst]) << ", cpu "
             << num(ref.empty() ? 0.0 : ref[worst]) << ", |diff| "
             << num(got.empty() ? 0.0 : std::abs(static_cast<double>(got[worst]) - ref[worst])));
@@ -245,12 +254,13 @@ void gemm_suite(CudaPrecision p) {
     for (bool ta : {false, true})
       for (bool tb : {false, true})
         for (float beta : {-0.5f, 0.f}) {
-          const double e = gemm_case(P, prec, gemm_tol(p, z.K), ta, tb, z.M, z.N, z.K, 0.75f,
-                                     beta, 100 + 10 * ta + 20 * tb);
+          const double e = gemm_case(P, prec, gemm_tol(p, z.K), ta, tb, z.M, z.N, z.K, 0.75f, beta,
+                                     100 + 10 * ta + 20 * tb);
           worst = std::max(worst, e);
         }
-    MESSAGE("gemm " << std::string(prec) << " " << z.M << "x" << z.N << "x" << z.K << ": largest |cuda - cpu| "
-                    << worst << " (atol " << gemm_tol(p, z.K).atol << ")");
+    MESSAGE("gemm " << std::string(prec) << " " << z.M << "x" << z.N << "x" << z.K
+                    << ": largest |cuda - cpu| " << worst << " (atol " << gemm_tol(p, z.K).atol
+                    << ")");
   }
   // K = 0: C = beta C exactly, nothing multiplied; beta 0 overwrites (NaN) with zeros.
   for (bool ta : {false, true})
@@ -259,15 +269,36 @@ void gemm_suite(CudaPrecision p) {
 
 // ---- shapes -----------------------------------------------------------------------------------
 
-Conv2dShape conv_shape(int64_t N, int64_t C, int64_t H, int64_t W, int64_t K, int64_t R,
-                       int64_t S, int64_t stride, int64_t pad) {
-  return Conv2dShape{N, C, H, W, K, R, S, stride, stride, pad, pad,
-                     (H + 2 * pad - R) / stride + 1, (W + 2 * pad - S) / stride + 1};
+Conv2dShape conv_shape(int64_t N, int64_t C, int64_t H, int64_t W, int64_t K, int64_t R, int64_t S,
+                       int64_t stride, int64_t pad) {
+  return Conv2dShape{N,
+                     C,
+                     H,
+                     W,
+                     K,
+                     R,
+                     S,
+                     stride,
+                     stride,
+                     pad,
+                     pad,
+                     (H + 2 * pad - R) / stride + 1,
+                     (W + 2 * pad - S) / stride + 1};
 }
 
 Pool2dShape pool_shape(int64_t N, int64_t C, int64_t H, int64_t W, int64_t R, int64_t stride,
                        int64_t pad) {
-  return Pool2dShape{N, C, H, W, R, R, stride, stride, pad, pad, (H + 2 * pad - R) / stride + 1,
+  return Pool2dShape{N,
+                     C,
+                     H,
+                     W,
+                     R,
+                     R,
+                     stride,
+                     stride,
+                     pad,
+                     pad,
+                     (H + 2 * pad - R) / stride + 1,
                      (W + 2 * pad - R) / stride + 1};
 }
 
@@ -285,9 +316,12 @@ TEST_CASE("cuda vs cpu: gemm_bias (fused bias epilogue)") {
   for (CudaPrecision p : {CudaPrecision::fp32, CudaPrecision::tf32, CudaPrecision::bf16}) {
     Pair P(p);
     const int64_t M = 65, N = 130, K = 96;
-    Twin x = P.upload(randf(sz(M * K), 41)), w = P.upload(randf(sz(N * K), 42)), b = P.upload(randf(sz(N), 43));
+    Twin x = P.upload(randf(sz(M * K), 41)), w = P.upload(randf(sz(N * K), 42)),
+         b = P.upload(randf(sz(N), 43));
     Twin y = P.upload(nans(sz(M * N)));
-    P.run([&](Backend& be, int s) { be.gemm_bias(false, true, M, N, K, x.f(s), K, w.f(s), K, b.f(s), y.f(s), N); });
+    P.run([&](Backend& be, int s) {
+      be.gemm_bias(false, true, M, N, K, x.f(s), K, w.f(s), K, b.f(s), y.f(s), N);
+    });
     P.compare(std::string("gemm_bias ") + precision_name(p), y, gemm_tol(p, K));
   }
 }
@@ -326,8 +360,8 @@ TEST_CASE("cuda vs cpu: add_bias and sum_rows_accumulate") {
     Twin x = P.upload(randf(sz(c.rows * c.cols), 5));
     Twin out = P.upload(randf(sz(c.cols), 6));  // accumulates onto what is there
     P.run([&](Backend& be, int s) { be.sum_rows_accumulate(x.f(s), out.f(s), c.rows, c.cols); });
-    P.compare("sum_rows_accumulate " + std::to_string(c.rows) + "x" + std::to_string(c.cols),
-              out, column_sums(c.rows));
+    P.compare("sum_rows_accumulate " + std::to_string(c.rows) + "x" + std::to_string(c.cols), out,
+              column_sums(c.rows));
   }
 }
 
@@ -398,8 +432,8 @@ TEST_CASE("cuda vs cpu: layernorm forward, backward_input, backward_weight") {
          beta = P.upload(randf(sz(cols), 13)), dy = P.upload(randf(n, 14));
     Twin y = P.upload(nans(n)), mean = P.upload(nans(sz(rows))), rstd = P.upload(nans(sz(rows)));
     P.run([&](Backend& be, int s) {
-      be.layernorm_forward(x.f(s), gamma.f(s), beta.f(s), y.f(s), mean.f(s), rstd.f(s), rows,
-                           cols, 1e-5f);
+      be.layernorm_forward(x.f(s), gamma.f(s), beta.f(s), y.f(s), mean.f(s), rstd.f(s), rows, cols,
+                           1e-5f);
     });
     P.compare("layernorm_forward y", y, {1e-5, 1e-5});
     P.compare("layernorm_forward mean", mean, {1e-6, 1e-5});
@@ -408,14 +442,14 @@ TEST_CASE("cuda vs cpu: layernorm forward, backward_input, backward_weight") {
     P.mirror(rstd);
     Twin dx = P.upload(nans(n));
     P.run([&](Backend& be, int s) {
-      be.layernorm_backward_input(dy.f(s), x.f(s), gamma.f(s), mean.f(s), rstd.f(s), dx.f(s),
-                                  rows, cols);
+      be.layernorm_backward_input(dy.f(s), x.f(s), gamma.f(s), mean.f(s), rstd.f(s), dx.f(s), rows,
+                                  cols);
     });
     P.compare("layernorm_backward_input", dx, {1e-5, 1e-4});
     Twin dgamma = P.upload(randf(sz(cols), 15)), dbeta = P.upload(randf(sz(cols), 16));
     P.run([&](Backend& be, int s) {
-      be.layernorm_backward_weight(dy.f(s), x.f(s), mean.f(s), rstd.f(s), dgamma.f(s),
-                                   dbeta.f(s), rows, cols);
+      be.layernorm_backward_weight(dy.f(s), x.f(s), mean.f(s), rstd.f(s), dgamma.f(s), dbeta.f(s),
+                                   rows, cols);
     });
     P.compare("layernorm_backward_weight dgamma (accumulated)", dgamma, column_sums(rows));
     P.compare("layernorm_backward_weight dbeta (accumulated)", dbeta, column_sums(rows));
@@ -453,12 +487,12 @@ TEST_CASE("cuda vs cpu: softmax cross-entropy forward, backward, bad labels") {
       P.set(labels, 0, B);
       P.set(labels, 1, B);
       CAPTURE(bad_label);
-      CHECK_THROWS_AS((void)P.cpu->softmax_xent_forward(logits.f(0), labels.i(0), probs.f(0),
-                                                        rows, classes),
-                      UsageError);
-      CHECK_THROWS_AS((void)P.gpu->softmax_xent_forward(logits.f(1), labels.i(1), probs.f(1),
-                                                        rows, classes),
-                      UsageError);
+      CHECK_THROWS_AS(
+          (void)P.cpu->softmax_xent_forward(logits.f(0), labels.i(0), probs.f(0), rows, classes),
+          UsageError);
+      CHECK_THROWS_AS(
+          (void)P.gpu->softmax_xent_forward(logits.f(1), labels.i(1), probs.f(1), rows, classes),
+          UsageError);
     }
   }
 }
@@ -503,15 +537,14 @@ TEST_CASE("cuda vs cpu: mse forward and backward, count_correct") {
 
 TEST_CASE("cuda vs cpu: conv2d forward, backward_input, backward_weight") {
   Pair P;
-  for (const Conv2dShape& s : {conv_shape(2, 5, 11, 13, 6, 3, 3, 1, 1),
-                               conv_shape(2, 3, 17, 15, 8, 5, 5, 2, 0)}) {
-    INFO("conv x (" << s.N << "," << s.C << "," << s.H << "," << s.W << ") w (" << s.K << ","
-                    << s.C << "," << s.R << "," << s.S << ") stride " << s.stride_h << " pad "
-                    << s.pad_h);
+  for (const Conv2dShape& s :
+       {conv_shape(2, 5, 11, 13, 6, 3, 3, 1, 1), conv_shape(2, 3, 17, 15, 8, 5, 5, 2, 0)}) {
+    INFO("conv x (" << s.N << "," << s.C << "," << s.H << "," << s.W << ") w (" << s.K << "," << s.C
+                    << "," << s.R << "," << s.S << ") stride " << s.stride_h << " pad " << s.pad_h);
     const size_t nx = sz(s.N * s.C * s.H * s.W), nw = sz(s.K * s.C * s.R * s.S),
                  ny = sz(s.N * s.K * s.P * s.Q);
-    Twin x = P.upload(randf(nx, 23)), w = P.upload(randf(nw, 24)), bias = P.upload(randf(sz(s.K), 25)),
-         dy = P.upload(randf(ny, 26));
+    Twin x = P.upload(randf(nx, 23)), w = P.upload(randf(nw, 24)),
+         bias = P.upload(randf(sz(s.K), 25)), dy = P.upload(randf(ny, 26));
     Twin y = P.upload(nans(ny));
     P.run([&](Backend& be, int i) { be.conv2d_forward(s, x.f(i), w.f(i), nullptr, y.f(i)); });
     P.compare("conv2d_forward", y, conv_tol(s.C * s.R * s.S));
@@ -576,11 +609,16 @@ TEST_CASE("cuda vs cpu: embedding forward, backward_weight, bad ids") {
   auto ids = randi(sz(n), 33, static_cast<int32_t>(vocab));
   ids[0] = 0;
   ids[1] = static_cast<int32_t>(vocab - 1);
-  Twin id = P.upload(ids), table = P.upload(randf(sz(vocab * dim), 34)), y = P.upload(nans(sz(n * dim)));
-  P.run([&](Backend& be, int s) { be.embedding_forward(id.i(s), table.f(s), y.f(s), n, dim, vocab); });
+  Twin id = P.upload(ids), table = P.upload(randf(sz(vocab * dim), 34)),
+       y = P.upload(nans(sz(n * dim)));
+  P.run([&](Backend& be, int s) {
+    be.embedding_forward(id.i(s), table.f(s), y.f(s), n, dim, vocab);
+  });
   P.compare("embedding_forward", y, kExact);
   Twin dy = P.upload(randf(sz(n * dim), 35)), dtable = P.upload(randf(sz(vocab * dim), 36));
-  P.run([&](Backend& be, int s) { be.embedding_backward_weight(id.i(s), dy.f(s), dtable.f(s), n, dim); });
+  P.run([&](Backend& be, int s) {
+    be.embedding_backward_weight(id.i(s), dy.f(s), dtable.f(s), n, dim);
+  });
   P.compare("embedding_backward_weight (accumulated, repeated ids)", dtable, {1e-6, 1e-6});
   for (int32_t bad : {static_cast<int32_t>(vocab), -1}) {
     CAPTURE(bad);
@@ -588,8 +626,10 @@ TEST_CASE("cuda vs cpu: embedding forward, backward_weight, bad ids") {
     B[sz(n - 3)] = bad;
     P.set(id, 0, B);
     P.set(id, 1, B);
-    CHECK_THROWS_AS(P.cpu->embedding_forward(id.i(0), table.f(0), y.f(0), n, dim, vocab), UsageError);
-    CHECK_THROWS_AS(P.gpu->embedding_forward(id.i(1), table.f(1), y.f(1), n, dim, vocab), UsageError);
+    CHECK_THROWS_AS(P.cpu->embedding_forward(id.i(0), table.f(0), y.f(0), n, dim, vocab),
+                    UsageError);
+    CHECK_THROWS_AS(P.gpu->embedding_forward(id.i(1), table.f(1), y.f(1), n, dim, vocab),
+                    UsageError);
   }
 }
 
@@ -600,7 +640,8 @@ TEST_CASE("cuda vs cpu: attention forward and backward") {
   struct Dims {
     int64_t B, T, H, Dh;
   };
-  for (const Dims& d : {Dims{2, 1, 1, 8}, Dims{2, 17, 3, 16}, Dims{1, 64, 2, 64}, Dims{1, 33, 1, 128}}) {
+  for (const Dims& d :
+       {Dims{2, 1, 1, 8}, Dims{2, 17, 3, 16}, Dims{1, 64, 2, 64}, Dims{1, 33, 1, 128}}) {
     INFO("attention B=" << d.B << " T=" << d.T << " H=" << d.H << " Dh=" << d.Dh);
     const size_t n_out = sz(d.B * d.T * d.H * d.Dh), n_lse = sz(d.B * d.H * d.T);
     const float scale = 1.f / std::sqrt(static_cast<float>(d.Dh));
@@ -614,8 +655,8 @@ TEST_CASE("cuda vs cpu: attention forward and backward") {
     P.mirror(out);
     P.mirror(lse);
     P.run([&](Backend& be, int s) {
-      be.attention_backward(qkv.f(s), out.f(s), dout.f(s), lse.f(s), dqkv.f(s), d.B, d.T, d.H,
-                            d.Dh, scale);
+      be.attention_backward(qkv.f(s), out.f(s), dout.f(s), lse.f(s), dqkv.f(s), d.B, d.T, d.H, d.Dh,
+                            scale);
     });
     P.compare("attention_backward dqkv", dqkv, kAttention);
   }
@@ -639,8 +680,8 @@ TEST_CASE("cuda vs cpu: sum_squares and all_finite") {
     CHECK(std::abs(ss[1] - ss[0]) <= 1e-10 * ss[0]);
     CHECK(finite[0]);
     CHECK(finite[1]);
-    for (float bad : {kNaN, std::numeric_limits<float>::infinity(),
-                      -std::numeric_limits<float>::infinity()})
+    for (float bad :
+         {kNaN, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()})
       for (int64_t at : {int64_t{0}, n / 2, n - 1}) {
         auto B = X;
         B[sz(at)] = bad;
@@ -661,9 +702,10 @@ TEST_CASE("cuda vs cpu: sgd_update (momentum, nesterov, weight decay, first step
     bool nesterov;
     float dampening;
   };
-  for (const Config& c : {Config{0.9f, false, 0.f}, Config{0.9f, true, 0.f}, Config{0.9f, false, 0.1f},
-                          Config{0.f, false, 0.f}}) {
-    INFO("sgd momentum " << c.momentum << " nesterov " << c.nesterov << " dampening " << c.dampening);
+  for (const Config& c : {Config{0.9f, false, 0.f}, Config{0.9f, true, 0.f},
+                          Config{0.9f, false, 0.1f}, Config{0.f, false, 0.f}}) {
+    INFO("sgd momentum " << c.momentum << " nesterov " << c.nesterov << " dampening "
+                         << c.dampening);
     Twin param = P.upload(randf(sz(n), 40)), buf = P.upload(nans(sz(n)));
     SgdParams sp;
     sp.lr = 0.05f;
@@ -695,7 +737,8 @@ TEST_CASE("cuda vs cpu: adamw_update, two steps") {
   for (int64_t step = 1; step <= 2; ++step) {
     ap.step = step;
     Twin grad = P.upload(randf(sz(n), 44 + static_cast<uint64_t>(step), -2.f, 2.f));
-    P.run([&](Backend& be, int s) { be.adamw_update(param.f(s), grad.f(s), m.f(s), v.f(s), n, ap); });
+    P.run(
+        [&](Backend& be, int s) { be.adamw_update(param.f(s), grad.f(s), m.f(s), v.f(s), n, ap); });
     const std::string at = " step " + std::to_string(step);
     P.compare("adamw_update param" + at, param, kElementwise);
     P.compare("adamw_update m" + at, m, kElementwise);
@@ -746,8 +789,8 @@ TEST_CASE("cuda memory: accounting, peak, limit") {
   CHECK(message.find("cuda:0") != std::string::npos);
   CHECK(message.find(std::to_string(size_t{2} << 20)) != std::string::npos);
   CHECK_THROWS_AS((void)gpu->empty(Shape{1 << 19}), OutOfMemory);  // 2 MiB
-  CHECK(gpu->memory_stats().current_bytes == base + 1000);  // failures changed nothing
-  void* c = gpu->allocate(size_t{1} << 20);                 // exactly up to the limit is fine
+  CHECK(gpu->memory_stats().current_bytes == base + 1000);         // failures changed nothing
+  void* c = gpu->allocate(size_t{1} << 20);  // exactly up to the limit is fine
   CHECK(gpu->memory_stats().current_bytes == limit);
   gpu->deallocate(c, size_t{1} << 20);
   gpu->set_memory_limit(0);
@@ -811,15 +854,17 @@ TEST_CASE("cuda copies: slot to slot on one GPU, and to and from the CPU") {
   peer_round_trip(*gpu0, *gpu1, "cuda:0 slot 0 -> slot 1");
   {
     Tensor x = gpu0->zeros(Shape{4}), y = gpu1->empty(Shape{4});
-    CHECK(gpu0->copy_to_peer(*gpu1, y.data(), x.data(), x.bytes()));  // slots of one GPU reach each other
+    CHECK(gpu0->copy_to_peer(*gpu1, y.data(), x.data(),
+                             x.bytes()));  // slots of one GPU reach each other
   }
 
   const int64_t n = (int64_t{1} << 20) + 3;
   const auto data = randf(sz(n), 53);
   Tensor g = gpu0->empty(Shape{n}), h = cpu->empty(Shape{n});
   gpu0->copy_from_host(g.data(), data.data(), g.bytes());
-  CHECK_FALSE(gpu0->copy_to_peer(*cpu, h.data(), g.data(), g.bytes()));  // not its kind: copy_to stages
-  gpu0->copy_to(*cpu, h.data(), g.data(), g.bytes());                      // into host memory
+  CHECK_FALSE(
+      gpu0->copy_to_peer(*cpu, h.data(), g.data(), g.bytes()));  // not its kind: copy_to stages
+  gpu0->copy_to(*cpu, h.data(), g.data(), g.bytes());            // into host memory
   std::vector<float> got(sz(n));
   std::memcpy(got.data(), h.data(), h.bytes());
   expect_equal("cuda:0 -> cpu:0 copy_to (raw)", got, data);

@@ -64,8 +64,8 @@ void expect_close(const std::map<std::string, std::vector<float>>& got,
       if (diff > kAtol + kRtol * std::fabs(ref[i])) ++bad;
       if (diff > worst) worst = diff, worst_at = i;
     }
-    INFO(fmt::format("{}: {} of {} elements off; worst at [{}]: cuda {} cpu {}", name, bad, ref.size(), worst_at,
-                     g[worst_at], ref[worst_at]));
+    INFO(fmt::format("{}: {} of {} elements off; worst at [{}]: cuda {} cpu {}", name, bad,
+                     ref.size(), worst_at, g[worst_at], ref[worst_at]));
     CHECK(bad == 0);
   }
 }
@@ -84,7 +84,8 @@ TrainBatch images(int64_t B, uint64_t seed) {
   b.y.resize(static_cast<size_t>(B));
   CounterRng rng(seed);
   for (float& v : b.x) v = static_cast<float>(rng.next_double());
-  for (int64_t i = 0; i < B; ++i) b.y[static_cast<size_t>(i)] = static_cast<int32_t>(rng.next_below(10));
+  for (int64_t i = 0; i < B; ++i)
+    b.y[static_cast<size_t>(i)] = static_cast<int32_t>(rng.next_below(10));
   b.hx = Tensor::borrow(b.x.data(), Shape{B, 1, 28, 28});
   b.hy = Tensor::borrow(b.y.data(), Shape{B}, DType::i32);
   return b;
@@ -117,8 +118,8 @@ Run train_single(Backend& backend, Model (*make)(), const std::vector<TrainBatch
   return r;
 }
 
-Run train_pipeline(const std::vector<Backend*>& devices, Model (*make)(), const std::vector<TrainBatch>& data,
-                   const std::string& schedule, int M) {
+Run train_pipeline(const std::vector<Backend*>& devices, Model (*make)(),
+                   const std::vector<TrainBatch>& data, const std::string& schedule, int M) {
   Model m = make();
   const int D = static_cast<int>(devices.size());
   PipelineTrainer t(m, devices, test::pipeline_config(m, adamw_config(M), schedule, D, M, 120));
@@ -165,7 +166,8 @@ TEST_CASE("cuda: pipelines over two CUDA backends train as one CPU device, every
   }
 }
 
-TEST_CASE("cuda: a tiny GPT (attention, layer norm, tied embeddings) pipelined trains as on the CPU") {
+TEST_CASE(
+    "cuda: a tiny GPT (attention, layer norm, tied embeddings) pipelined trains as on the CPU") {
   constexpr int64_t kVocab = 64, kContext = 16;
   std::vector<TrainBatch> data;
   for (uint64_t seed : {1u, 2u, 3u}) {

@@ -42,7 +42,8 @@ AttentionRef attention_ref(const std::vector<float>& qkv, const std::vector<floa
         double mx = -std::numeric_limits<double>::infinity();
         for (int64_t j = 0; j <= i; ++j) {
           double dot = 0;
-          for (int64_t c = 0; c < s.Dh; ++c) dot += double(qkv[at(b, i, 0, h) + c]) * qkv[at(b, j, 1, h) + c];
+          for (int64_t c = 0; c < s.Dh; ++c)
+            dot += double(qkv[at(b, i, 0, h) + c]) * qkv[at(b, j, 1, h) + c];
           p[j] = scale * dot;
           mx = std::max(mx, p[j]);
         }
@@ -164,6 +165,7 @@ TEST_CASE("attention rows depend only on earlier positions (causal)") {
   for (size_t i = static_cast<size_t>((t + 1) * row); i < QKV.size(); ++i) QKV[i] += 1.f;
   const AttentionRun b = run_attention(be, QKV, DO, s, 0.3f);
   const size_t keep = static_cast<size_t>((t + 1) * s.H * s.Dh);  // rows 0 .. t of out
-  CHECK(std::equal(a.out.begin(), a.out.begin() + static_cast<std::ptrdiff_t>(keep), b.out.begin()));
+  CHECK(
+      std::equal(a.out.begin(), a.out.begin() + static_cast<std::ptrdiff_t>(keep), b.out.begin()));
   CHECK_FALSE(std::equal(a.out.begin(), a.out.end(), b.out.begin()));
 }

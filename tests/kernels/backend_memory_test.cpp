@@ -142,7 +142,8 @@ TEST_CASE("cpu backend: copies, peer copies and events") {
   const std::vector<float> host = random_floats(1000, 1);
   Floats src(a, host);
   Floats dst(b, 1000, 0.f);
-  CHECK(a.copy_to_peer(b, dst.get(), src.get(), 1000 * sizeof(float)));  // CPU devices reach each other
+  CHECK(a.copy_to_peer(b, dst.get(), src.get(),
+                       1000 * sizeof(float)));  // CPU devices reach each other
   a.record_event()->synchronize();
   CHECK(same_bits(dst.read(), host));
 

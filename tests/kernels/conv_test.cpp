@@ -13,8 +13,8 @@ namespace {
 
 Conv2dShape conv_shape(int64_t N, int64_t C, int64_t H, int64_t W, int64_t K, int64_t R, int64_t S,
                        int64_t sh, int64_t sw, int64_t ph, int64_t pw) {
-  return Conv2dShape{N, C, H, W, K, R, S, sh, sw, ph, pw, (H + 2 * ph - R) / sh + 1,
-                     (W + 2 * pw - S) / sw + 1};
+  return Conv2dShape{
+      N, C, H, W, K, R, S, sh, sw, ph, pw, (H + 2 * ph - R) / sh + 1, (W + 2 * pw - S) / sw + 1};
 }
 
 size_t x_index(const Conv2dShape& s, int64_t n, int64_t c, int64_t h, int64_t w) {
@@ -47,9 +47,9 @@ void for_each_tap(const Conv2dShape& s, F f) {
 TEST_CASE("conv2d forward, backward_input, backward_weight") {
   CpuBackend be(0, 1);
   const Conv2dShape shapes[] = {
-      conv_shape(2, 3, 7, 9, 5, 3, 3, 2, 2, 1, 1),  // stride 2, padding 1, odd sizes
-      conv_shape(3, 2, 6, 5, 4, 3, 3, 2, 2, 0, 0),  // stride leaves a row over (pad_r = -1)
-      conv_shape(1, 4, 5, 8, 3, 2, 3, 1, 2, 0, 1),  // non-square kernel, mixed strides
+      conv_shape(2, 3, 7, 9, 5, 3, 3, 2, 2, 1, 1),    // stride 2, padding 1, odd sizes
+      conv_shape(3, 2, 6, 5, 4, 3, 3, 2, 2, 0, 0),    // stride leaves a row over (pad_r = -1)
+      conv_shape(1, 4, 5, 8, 3, 2, 3, 1, 2, 0, 1),    // non-square kernel, mixed strides
       conv_shape(2, 1, 28, 28, 8, 5, 5, 1, 1, 2, 2),  // LeNet-like "same" conv
   };
   for (const Conv2dShape& s : shapes) {

@@ -140,8 +140,8 @@ TEST_CASE("every op is bit-identical when repeated, and (except oneDNN's) across
   check_same(b1, b2, true);
   check_same(a1, b1, false);
   // oneDNN may split its sums differently with 2 threads: close, not necessarily identical.
-  for (const char* name : {"gemm", "conv forward", "conv backward_input", "conv backward_weight",
-                           "conv dbias"}) {
+  for (const char* name :
+       {"gemm", "conv forward", "conv backward_input", "conv backward_weight", "conv dbias"}) {
     CAPTURE(name);
     check_close(b1.at(name), to_double(a1.at(name)), 1e-4, 1e-4, name);
   }

@@ -32,8 +32,10 @@ double max_rel_error(F f, R ref, double lo, double hi, int n = 200001) {
 }  // namespace
 
 TEST_CASE("exp_f32: a few ulp over the whole range, inf above, 0 below, NaN through") {
-  CHECK(max_rel_error(exp_f32, [](double x) { return std::exp(x); }, -87.3, 88.3) < 4e-7);
-  CHECK(max_rel_error(exp_f32, [](double x) { return std::exp(x); }, -1, 1) < 2.5e-7);
+  CHECK(max_rel_error(
+            exp_f32, [](double x) { return std::exp(x); }, -87.3, 88.3) < 4e-7);
+  CHECK(max_rel_error(
+            exp_f32, [](double x) { return std::exp(x); }, -1, 1) < 2.5e-7);
   CHECK(exp_f32(0.f) == 1.f);
   CHECK(exp_f32(89.f) == kInf);
   CHECK(exp_f32(kInf) == kInf);

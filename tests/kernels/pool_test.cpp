@@ -13,8 +13,8 @@ namespace {
 
 Pool2dShape pool_shape(int64_t N, int64_t C, int64_t H, int64_t W, int64_t R, int64_t S, int64_t sh,
                        int64_t sw, int64_t ph, int64_t pw) {
-  return Pool2dShape{N, C, H, W, R, S, sh, sw, ph, pw, (H + 2 * ph - R) / sh + 1,
-                     (W + 2 * pw - S) / sw + 1};
+  return Pool2dShape{
+      N, C, H, W, R, S, sh, sw, ph, pw, (H + 2 * ph - R) / sh + 1, (W + 2 * pw - S) / sw + 1};
 }
 
 }  // namespace

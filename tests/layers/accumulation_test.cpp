@@ -116,8 +116,7 @@ TEST_CASE("accumulation over 3 uneven micro-batches: layernorm") {
 
 TEST_CASE("accumulation over 3 uneven micro-batches: embedding") {
   Embedding e(Shape{5}, 6, 4);
-  check_accumulation(e, to_device_i32(backend(), random_ids(4, 35, 6), Shape{7, 5}), {3, 1, 3},
-                     14);
+  check_accumulation(e, to_device_i32(backend(), random_ids(4, 35, 6), Shape{7, 5}), {3, 1, 3}, 14);
 }
 
 TEST_CASE("accumulation over 3 uneven micro-batches: residual (linear, gelu, linear)") {

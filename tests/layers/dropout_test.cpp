@@ -60,8 +60,10 @@ TEST_CASE("dropout keeps about 1 - p of the elements and scales them by 1/(1 - p
   int64_t zeros = 0, wrong_scale = 0;
   double sum = 0;
   for (float v : yh) {
-    if (v == 0.f) ++zeros;
-    else if (std::abs(v - 1.f / (1.f - p)) > 1e-6f) ++wrong_scale;
+    if (v == 0.f)
+      ++zeros;
+    else if (std::abs(v - 1.f / (1.f - p)) > 1e-6f)
+      ++wrong_scale;
     sum += v;
   }
   CHECK(wrong_scale == 0);
@@ -104,7 +106,8 @@ TEST_CASE("dropout is the identity in evaluation and with p = 0") {
 }
 
 TEST_CASE("dropout rejects p outside [0, 1)") {
-  CHECK_THROWS_WITH_AS(Dropout(Shape{4}, 1.f), "dropout: p must be in [0, 1) but got 1", ShapeError);
+  CHECK_THROWS_WITH_AS(Dropout(Shape{4}, 1.f), "dropout: p must be in [0, 1) but got 1",
+                       ShapeError);
   CHECK_THROWS_WITH_AS(Dropout(Shape{4}, -0.5f), "dropout: p must be in [0, 1) but got -0.5",
                        ShapeError);
   CHECK_NOTHROW(Dropout(Shape{4}, 0.f));

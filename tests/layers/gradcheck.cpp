@@ -26,7 +26,8 @@ const StepInfo& check_step_info() {
 Tensor to_device(Backend& be, const std::vector<float>& host, const Shape& shape) {
   Tensor t = be.empty(shape);
   if (static_cast<int64_t>(host.size()) != shape.numel())
-    throw std::logic_error(fmt::format("to_device: {} values for shape {}", host.size(), shape.str()));
+    throw std::logic_error(
+        fmt::format("to_device: {} values for shape {}", host.size(), shape.str()));
   if (t.bytes()) be.copy_from_host(t.data(), host.data(), t.bytes());
   return t;
 }
@@ -34,7 +35,8 @@ Tensor to_device(Backend& be, const std::vector<float>& host, const Shape& shape
 Tensor to_device_i32(Backend& be, const std::vector<int32_t>& host, const Shape& shape) {
   Tensor t = be.empty(shape, DType::i32);
   if (static_cast<int64_t>(host.size()) != shape.numel())
-    throw std::logic_error(fmt::format("to_device_i32: {} values for shape {}", host.size(), shape.str()));
+    throw std::logic_error(
+        fmt::format("to_device_i32: {} values for shape {}", host.size(), shape.str()));
   if (t.bytes()) be.copy_from_host(t.data(), host.data(), t.bytes());
   return t;
 }
@@ -92,10 +94,11 @@ BoundParams bind_random(Layer& layer, Backend& be, uint64_t seed, float scale, b
   for (const ParamSpec& spec : layer.param_specs()) {
     Tensor p = be.zeros(spec.shape);
     Tensor g = be.zeros(spec.shape);
-    be.copy_from_host(p.data(), random_uniform(hash_keys(seed, ++k), p.numel(), -scale, scale).data(),
-                      p.bytes());
+    be.copy_from_host(
+        p.data(), random_uniform(hash_keys(seed, ++k), p.numel(), -scale, scale).data(), p.bytes());
     if (grad_random)
-      be.copy_from_host(g.data(), random_uniform(hash_keys(seed, ++k), g.numel()).data(), g.bytes());
+      be.copy_from_host(g.data(), random_uniform(hash_keys(seed, ++k), g.numel()).data(),
+                        g.bytes());
     bp.params.push_back(p);
     bp.grads.push_back(g);
   }
@@ -143,8 +146,9 @@ void compare(GradReport& rep, const std::string& label, const Tensor& v,
     if (!(err <= bound)) {
       ++failures;
       if (shown++ < 5)
-        details += fmt::format("    {}[{}]: analytic {:.7g} vs numeric {:.7g} (|diff| {:.3g} > {:.3g})\n",
-                               label, i, a, numeric, err, bound);
+        details +=
+            fmt::format("    {}[{}]: analytic {:.7g} vs numeric {:.7g} (|diff| {:.3g} > {:.3g})\n",
+                        label, i, a, numeric, err, bound);
     }
   }
   rep.checked += static_cast<int64_t>(idx.size());
@@ -206,8 +210,9 @@ GradReport gradcheck_layer(Layer& layer, const Tensor& x, const GradcheckOptions
   };
   if (opt.check_input) {
     if (!dx.defined() || dx.shape() != x.shape())
-      fail(rep, fmt::format("backward_input returned {} for input {}",
-                            dx.defined() ? dx.shape().str() : "an undefined tensor", x.shape().str()));
+      fail(rep,
+           fmt::format("backward_input returned {} for input {}",
+                       dx.defined() ? dx.shape().str() : "an undefined tensor", x.shape().str()));
     else
       compare(rep, "dx", x, to_host(be, dx), objective, opt);
   }

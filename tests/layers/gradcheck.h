@@ -66,17 +66,17 @@ inline constexpr Tolerance kSmooth{1e-2f, 2e-4, 2e-3};
 struct GradReport {
   int64_t checked = 0;
   int64_t failures = 0;
-  double worst = 0;   // max over elements of |a - b| / (atol + rtol |numeric|); < 1 passes
-  std::string text;   // per tensor: checked count, worst ratio, the first failures
+  double worst = 0;  // max over elements of |a - b| / (atol + rtol |numeric|); < 1 passes
+  std::string text;  // per tensor: checked count, worst ratio, the first failures
   bool ok() const { return failures == 0 && checked > 0; }
 };
 
 struct GradcheckOptions {
   Tolerance tol = kSmooth;
-  uint64_t seed = 1;            // for dy (and for the parameters)
-  float param_scale = 0.5f;     // parameters uniform in [-param_scale, param_scale)
-  bool check_input = true;      // false for integer inputs (embedding ids)
-  int64_t max_per_tensor = 400; // elements checked per tensor (a fixed random subset beyond)
+  uint64_t seed = 1;             // for dy (and for the parameters)
+  float param_scale = 0.5f;      // parameters uniform in [-param_scale, param_scale)
+  bool check_input = true;       // false for integer inputs (embedding ids)
+  int64_t max_per_tensor = 400;  // elements checked per tensor (a fixed random subset beyond)
 };
 
 // Binds random parameters to `layer`, runs forward / backward_input / backward_weight on x

@@ -60,23 +60,23 @@ TEST_CASE("gradcheck: activations") {
   SUBCASE("relu (inputs kept 0.1 away from the kink)") {
     ActivationLayer a(Shape{3, 7}, Activation::relu);
     const Shape s{4, 3, 7};
-    check_ok(gradcheck_layer(a, to_device(backend(), random_away_from_zero(21, s.numel()), s),
-                             exact()));
+    check_ok(
+        gradcheck_layer(a, to_device(backend(), random_away_from_zero(21, s.numel()), s), exact()));
   }
   SUBCASE("gelu (erf)") {
     ActivationLayer a(Shape{10}, Activation::gelu_erf);
-    check_ok(gradcheck_layer(a, to_device(backend(), random_uniform(22, 40, -3.f, 3.f), Shape{4, 10}),
-                             smooth()));
+    check_ok(gradcheck_layer(
+        a, to_device(backend(), random_uniform(22, 40, -3.f, 3.f), Shape{4, 10}), smooth()));
   }
   SUBCASE("gelu (tanh)") {
     ActivationLayer a(Shape{10}, Activation::gelu_tanh);
-    check_ok(gradcheck_layer(a, to_device(backend(), random_uniform(23, 40, -3.f, 3.f), Shape{4, 10}),
-                             smooth()));
+    check_ok(gradcheck_layer(
+        a, to_device(backend(), random_uniform(23, 40, -3.f, 3.f), Shape{4, 10}), smooth()));
   }
   SUBCASE("tanh") {
     ActivationLayer a(Shape{10}, Activation::tanh);
-    check_ok(gradcheck_layer(a, to_device(backend(), random_uniform(24, 40, -2.f, 2.f), Shape{4, 10}),
-                             smooth()));
+    check_ok(gradcheck_layer(
+        a, to_device(backend(), random_uniform(24, 40, -2.f, 2.f), Shape{4, 10}), smooth()));
   }
 }
 
@@ -233,7 +233,8 @@ class ScaleLayer final : public Layer {
   }
   void backward_weight(const Tensor& dy, LayerContext& ctx) override {
     // da (+)= sum(dy * x), on the host: a test double, not a real layer.
-    const std::vector<float> d = to_host(ctx.backend(), dy), x = to_host(ctx.backend(), ctx.saved(0));
+    const std::vector<float> d = to_host(ctx.backend(), dy),
+                             x = to_host(ctx.backend(), ctx.saved(0));
     float s = 0;
     for (size_t i = 0; i < d.size(); ++i) s += d[i] * x[i];
     std::vector<float> g = to_host(ctx.backend(), grads_[0]);

@@ -80,7 +80,8 @@ TEST_CASE("mse: PyTorch mean over every element of the global batch") {
   const Tensor t = to_device(be, th, Shape{4, 2, 3});
   const int64_t G = 5;
   double ref = 0;
-  for (size_t i = 0; i < ph.size(); ++i) ref += (ph[i] - static_cast<double>(th[i])) * (ph[i] - th[i]);
+  for (size_t i = 0; i < ph.size(); ++i)
+    ref += (ph[i] - static_cast<double>(th[i])) * (ph[i] - th[i]);
 
   LayerContext ctx(be, check_step_info(), 3);
   CHECK(loss.forward(p, t, G, ctx) == doctest::Approx(ref / (G * 6)).epsilon(1e-6));
@@ -138,8 +139,8 @@ TEST_CASE("softmax cross-entropy counts correct samples and tokens") {
   Backend& be = backend();
   SoftmaxCrossEntropy loss(Shape{3});
   // arg-maxes 2, 0, 1, 1 against labels 2, 1, 1, 0: two right.
-  const Tensor z = to_device(be, {0.f, 1.f, 5.f, 3.f, 2.f, 1.f, 0.f, 4.f, 1.f, -1.f, 0.f, -2.f},
-                             Shape{4, 3});
+  const Tensor z =
+      to_device(be, {0.f, 1.f, 5.f, 3.f, 2.f, 1.f, 0.f, 4.f, 1.f, -1.f, 0.f, -2.f}, Shape{4, 3});
   const Tensor y = to_device_i32(be, {2, 1, 1, 0}, Shape{4});
   CHECK(loss.count_correct(z, y, be) == 2);
 
@@ -149,9 +150,10 @@ TEST_CASE("softmax cross-entropy counts correct samples and tokens") {
 
 TEST_CASE("loss errors") {
   Backend& be = backend();
-  CHECK_THROWS_WITH_AS(SoftmaxCrossEntropy(Shape{2, 3, 4}),
-                       "softmax_cross_entropy: expects predictions (classes) or (T, classes) but got (2, 3, 4)",
-                       ShapeError);
+  CHECK_THROWS_WITH_AS(
+      SoftmaxCrossEntropy(Shape{2, 3, 4}),
+      "softmax_cross_entropy: expects predictions (classes) or (T, classes) but got (2, 3, 4)",
+      ShapeError);
   CHECK_THROWS_WITH_AS(SoftmaxCrossEntropy(Shape{0}),
                        "softmax_cross_entropy: classes must be positive but got 0", ShapeError);
   CHECK_THROWS_WITH_AS(SoftmaxCrossEntropy(Shape{10}).check_input(Shape{12}),
@@ -169,7 +171,8 @@ TEST_CASE("loss errors") {
   CHECK_THROWS_WITH_AS(loss.forward(z, be.zeros(Shape{3}, DType::i32), 4, ctx),
                        "softmax_cross_entropy: 4 predictions but 3 targets", ShapeError);
   CHECK_THROWS_WITH_AS(loss.forward(z, be.zeros(Shape{4}), 4, ctx),
-                       "softmax_cross_entropy: expects targets of type I32 but got F32", ShapeError);
+                       "softmax_cross_entropy: expects targets of type I32 but got F32",
+                       ShapeError);
   CHECK_THROWS_AS(loss.forward(z, be.zeros(Shape{4}, DType::i32), 2, ctx), UsageError);
   CHECK_THROWS_AS(loss.backward(ctx), UsageError);  // nothing saved yet
 }

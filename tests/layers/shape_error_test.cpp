@@ -20,14 +20,14 @@ TEST_CASE("linear shape errors") {
                        ShapeError);
   CHECK_THROWS_WITH_AS(Linear(Shape{784}, -3), "linear: out_features must be positive but got -3",
                        ShapeError);
-  CHECK_THROWS_WITH_AS(Linear(Shape{0}, 3),
-                       "linear: in_features (the input's last dimension) must be positive but got 0",
-                       ShapeError);
+  CHECK_THROWS_WITH_AS(
+      Linear(Shape{0}, 3),
+      "linear: in_features (the input's last dimension) must be positive but got 0", ShapeError);
   CHECK_THROWS_WITH_AS(Linear(Shape{0, 5}, 3), "linear: input size must be positive but got 0",
                        ShapeError);
-  CHECK_THROWS_WITH_AS(Linear::check_in_features(Shape{1, 28, 28}, 784),
-                       "linear: expects input (..., 784) but got (1, 28, 28); add .flatten() before it",
-                       ShapeError);
+  CHECK_THROWS_WITH_AS(
+      Linear::check_in_features(Shape{1, 28, 28}, 784),
+      "linear: expects input (..., 784) but got (1, 28, 28); add .flatten() before it", ShapeError);
   CHECK_THROWS_WITH_AS(Linear::check_in_features(Shape{100}, 784),
                        "linear: expects input (..., 784) but got (100)", ShapeError);
   CHECK_NOTHROW(Linear::check_in_features(Shape{3, 784}, 784));
@@ -53,11 +53,11 @@ TEST_CASE("embedding shape errors") {
                        ShapeError);
   CHECK_THROWS_WITH_AS(Embedding(Shape{8}, 10, -1), "embedding: dim must be positive but got -1",
                        ShapeError);
-  CHECK_THROWS_WITH_AS(Embedding(Shape{0}, 10, 4), "embedding: input size must be positive but got 0",
-                       ShapeError);
-  CHECK_THROWS_WITH_AS(Embedding((Shape{1, 2, 3, 4, 5}), 10, 4),
-                       "embedding: expects ids of rank below 5 (usually (T)) but got (1, 2, 3, 4, 5)",
-                       ShapeError);
+  CHECK_THROWS_WITH_AS(Embedding(Shape{0}, 10, 4),
+                       "embedding: input size must be positive but got 0", ShapeError);
+  CHECK_THROWS_WITH_AS(
+      Embedding((Shape{1, 2, 3, 4, 5}), 10, 4),
+      "embedding: expects ids of rank below 5 (usually (T)) but got (1, 2, 3, 4, 5)", ShapeError);
 }
 
 TEST_CASE("flatten and reshape shape errors") {
@@ -68,42 +68,46 @@ TEST_CASE("flatten and reshape shape errors") {
                        "reshape: every output dimension must be positive but got (-1, 12)",
                        ShapeError);
   CHECK_THROWS_WITH_AS(Flatten(Shape{3, 0}),
-                       "flatten: every input dimension must be positive but got (3, 0)", ShapeError);
+                       "flatten: every input dimension must be positive but got (3, 0)",
+                       ShapeError);
   CHECK(Flatten(Shape{1, 28, 28}).output_shape() == Shape{784});
 }
 
 TEST_CASE("conv2d shape errors") {
-  CHECK_THROWS_WITH_AS(Conv2d(Shape{784}, 8, 3),
-                       "conv2d: expects input (C, H, W) but got (784)", ShapeError);
-  CHECK_THROWS_WITH_AS(Conv2d(Shape{1, 2, 2}, 8, 5),
-                       "conv2d: kernel 5 is larger than the padded input (1, 2, 2) (H, W = 2, 2 with padding 0)",
+  CHECK_THROWS_WITH_AS(Conv2d(Shape{784}, 8, 3), "conv2d: expects input (C, H, W) but got (784)",
                        ShapeError);
-  CHECK_THROWS_WITH_AS(Conv2d(Shape{1, 8, 8}, 0, 3), "conv2d: out_channels must be positive but got 0",
-                       ShapeError);
+  CHECK_THROWS_WITH_AS(
+      Conv2d(Shape{1, 2, 2}, 8, 5),
+      "conv2d: kernel 5 is larger than the padded input (1, 2, 2) (H, W = 2, 2 with padding 0)",
+      ShapeError);
+  CHECK_THROWS_WITH_AS(Conv2d(Shape{1, 8, 8}, 0, 3),
+                       "conv2d: out_channels must be positive but got 0", ShapeError);
   CHECK_THROWS_WITH_AS(Conv2d(Shape{1, 8, 8}, 4, 0), "conv2d: kernel must be positive but got 0",
                        ShapeError);
   CHECK_THROWS_WITH_AS(Conv2d(Shape{1, 8, 8}, 4, 3, 0), "conv2d: stride must be positive but got 0",
                        ShapeError);
   CHECK_THROWS_WITH_AS(Conv2d(Shape{1, 8, 8}, 4, 3, 1, -1),
                        "conv2d: padding must be >= 0 but got -1", ShapeError);
-  CHECK_THROWS_WITH_AS(Conv2d(Shape{0, 8, 8}, 4, 3), "conv2d: input size must be positive but got 0",
-                       ShapeError);
+  CHECK_THROWS_WITH_AS(Conv2d(Shape{0, 8, 8}, 4, 3),
+                       "conv2d: input size must be positive but got 0", ShapeError);
 }
 
 TEST_CASE("pool shape errors") {
   CHECK_THROWS_WITH_AS(MaxPool2d(Shape{10}, 2), "maxpool2d: expects input (C, H, W) but got (10)",
                        ShapeError);
-  CHECK_THROWS_WITH_AS(AvgPool2d(Shape{2, 5}, 2), "avgpool2d: expects input (C, H, W) but got (2, 5)",
-                       ShapeError);
+  CHECK_THROWS_WITH_AS(AvgPool2d(Shape{2, 5}, 2),
+                       "avgpool2d: expects input (C, H, W) but got (2, 5)", ShapeError);
   CHECK_THROWS_WITH_AS(MaxPool2d(Shape{1, 4, 4}, 2, 2, 2),
-                       "maxpool2d: padding must be in [0, kernel / 2] = [0, 1] but got 2", ShapeError);
-  CHECK_THROWS_WITH_AS(AvgPool2d(Shape{1, 2, 2}, 3),
-                       "avgpool2d: kernel 3 is larger than the padded input (1, 2, 2) (H, W = 2, 2 with padding 0)",
+                       "maxpool2d: padding must be in [0, kernel / 2] = [0, 1] but got 2",
                        ShapeError);
+  CHECK_THROWS_WITH_AS(
+      AvgPool2d(Shape{1, 2, 2}, 3),
+      "avgpool2d: kernel 3 is larger than the padded input (1, 2, 2) (H, W = 2, 2 with padding 0)",
+      ShapeError);
   CHECK_THROWS_WITH_AS(MaxPool2d(Shape{1, 4, 4}, 0), "maxpool2d: kernel must be positive but got 0",
                        ShapeError);
-  CHECK_THROWS_WITH_AS(MaxPool2d(Shape{1, 4, 4}, 2, -1), "maxpool2d: stride must be positive but got -1",
-                       ShapeError);
+  CHECK_THROWS_WITH_AS(MaxPool2d(Shape{1, 4, 4}, 2, -1),
+                       "maxpool2d: stride must be positive but got -1", ShapeError);
   // stride 0 means stride = kernel
   const MaxPool2d p(Shape{3, 28, 28}, 2);
   CHECK(p.stride() == 2);
@@ -114,26 +118,29 @@ TEST_CASE("residual shape errors") {
   {
     std::vector<std::unique_ptr<Layer>> body;
     body.push_back(std::make_unique<Linear>(Shape{4}, 3));
-    CHECK_THROWS_WITH_AS(Residual(Shape{4}, std::move(body)),
-                         "residual: the body maps (4) to (3); its output must equal its input to add them",
-                         ShapeError);
+    CHECK_THROWS_WITH_AS(
+        Residual(Shape{4}, std::move(body)),
+        "residual: the body maps (4) to (3); its output must equal its input to add them",
+        ShapeError);
   }
   {
     std::vector<std::unique_ptr<Layer>> body;
     body.push_back(std::make_unique<Linear>(Shape{4}, 3));
     body.push_back(std::make_unique<Linear>(Shape{5}, 4));
     CHECK_THROWS_WITH_AS(Residual(Shape{4}, std::move(body)),
-                         "residual: body layer 1 (linear) expects input (5) but gets (3)", ShapeError);
+                         "residual: body layer 1 (linear) expects input (5) but gets (3)",
+                         ShapeError);
   }
   {
     std::vector<std::unique_ptr<Layer>> body;
     body.push_back(std::make_unique<Embedding>(Shape{4}, 10, 4));
-    CHECK_THROWS_WITH_AS(Residual(Shape{4}, std::move(body)),
-                         "residual: body layer 0 (embedding) takes I32 input; the residual stream is F32",
-                         ShapeError);
+    CHECK_THROWS_WITH_AS(
+        Residual(Shape{4}, std::move(body)),
+        "residual: body layer 0 (embedding) takes I32 input; the residual stream is F32",
+        ShapeError);
   }
-  CHECK_THROWS_WITH_AS(Residual(Shape{4}, {}), "residual: the body is empty; add at least one layer",
-                       ShapeError);
+  CHECK_THROWS_WITH_AS(Residual(Shape{4}, {}),
+                       "residual: the body is empty; add at least one layer", ShapeError);
 }
 
 TEST_CASE("forward and backward refuse misuse") {

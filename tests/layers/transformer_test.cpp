@@ -142,8 +142,8 @@ TEST_CASE("gradcheck: a tiny gpt() end to end (every parameter of every layer)")
   for (int i = 0; i < m.num_layers(); ++i)
     bound.push_back(bind_random(m.layer(i), be, 100 + static_cast<uint64_t>(i), 0.5f, false));
   const ModelRunner run{m, to_device_i32(be, random_ids(1, B * context, vocab), Shape{B, context}),
-                        to_device_i32(be, random_ids(2, B * context, vocab), Shape{B, context}),
-                        B, context};
+                        to_device_i32(be, random_ids(2, B * context, vocab), Shape{B, context}), B,
+                        context};
   run.backward();
   const float eps = kSmooth.eps;
   const double scale = static_cast<double>(B * context);  // run.loss() sums over tokens
@@ -166,7 +166,8 @@ TEST_CASE("gradcheck: a tiny gpt() end to end (every parameter of every layer)")
         *at = orig;
         const double numeric = (lp - lm) / (2.0 * static_cast<double>(eps));
         const double a = analytic[static_cast<size_t>(j)] * scale;
-        const double ratio = std::abs(a - numeric) / (kSmooth.atol + kSmooth.rtol * std::abs(numeric));
+        const double ratio =
+            std::abs(a - numeric) / (kSmooth.atol + kSmooth.rtol * std::abs(numeric));
         tensor_worst = std::max(tensor_worst, ratio);
         ++checked;
         if (!(ratio <= 1.0) && failures++ < 8)
@@ -348,10 +349,10 @@ TEST_CASE("transformer block: parameter names, GPT-2 init, saved bytes match cos
   TransformerBlock blk(8, 2, 5, 4, /*residual_proj_std=*/0.01f);
   std::vector<std::string> names;
   for (const ParamSpec& s : blk.param_specs()) names.push_back(s.name);
-  CHECK(names == std::vector<std::string>{
-                     "ln1.weight", "ln1.bias", "attn.qkv.weight", "attn.qkv.bias",
-                     "attn.proj.weight", "attn.proj.bias", "ln2.weight", "ln2.bias",
-                     "mlp.fc.weight", "mlp.fc.bias", "mlp.proj.weight", "mlp.proj.bias"});
+  CHECK(names == std::vector<std::string>{"ln1.weight", "ln1.bias", "attn.qkv.weight",
+                                          "attn.qkv.bias", "attn.proj.weight", "attn.proj.bias",
+                                          "ln2.weight", "ln2.bias", "mlp.fc.weight", "mlp.fc.bias",
+                                          "mlp.proj.weight", "mlp.proj.bias"});
   CHECK(blk.param_count() == 12 * 8 * 8 + 13 * 8);
   const auto specs = blk.param_specs();
   CHECK(specs[2].init.kind == ParamInit::Kind::normal);
@@ -402,8 +403,7 @@ TEST_CASE("gpt(): one top-level layer per block, names, parameter count") {
   CHECK(m.layer(L + 3).name() == "lm_head");
   CHECK(m.output_shape() == Shape{context, vocab});
   CHECK(m.loss().target_shape() == Shape{context});
-  CHECK(m.param_count() ==
-        vocab * d + context * d + L * (12 * d * d + 13 * d) + 2 * d + d * vocab);
+  CHECK(m.param_count() == vocab * d + context * d + L * (12 * d * d + 13 * d) + 2 * d + d * vocab);
   // Residual projections start at 0.02 / sqrt(2 L).
   CHECK(m.layer(2).param_specs()[4].init.a == doctest::Approx(0.02 / std::sqrt(6.0)));
   CHECK(m.summary().find("block2") != std::string::npos);

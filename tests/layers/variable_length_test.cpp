@@ -111,8 +111,8 @@ ModelOutput run_model(Model& m, const Tensor& ids, const Tensor& targets, int64_
   ModelOutput out;
   out.shape = h.shape();
   out.logits = to_host(backend(), h);
-  out.loss = m.loss().forward(h, targets, global_batch,
-                              root.child(static_cast<size_t>(m.num_layers())));
+  out.loss =
+      m.loss().forward(h, targets, global_batch, root.child(static_cast<size_t>(m.num_layers())));
   return out;
 }
 
@@ -143,7 +143,8 @@ TEST_CASE("variable length: embedding, linear and layernorm at T' = 3 and T' = 8
       const auto x8 = random_uniform(4, B * T * C);
       LayerContext c8(be, check_step_info(), 1), c3(be, check_step_info(), 1);
       const Tensor y8 = l->forward(to_device(be, x8, Shape{B, T, C}), c8);
-      const Tensor y3 = l->forward(to_device(be, first_positions(x8, B, T, C, 3), Shape{B, 3, C}), c3);
+      const Tensor y3 =
+          l->forward(to_device(be, first_positions(x8, B, T, C, 3), Shape{B, 3, C}), c3);
       CHECK(y8.shape() == Shape{B, T, out});
       CHECK(y3.shape() == Shape{B, 3, out});
       // A GEMM of another height may round differently: allow float rounding.
@@ -181,9 +182,9 @@ TEST_CASE("gradcheck at T' = 3 on layers built for T = 8") {
   }
   SUBCASE("softmax cross-entropy over (8, classes) fed (B, 3, classes)") {
     SoftmaxCrossEntropy loss(Shape{T, C});
-    check_ok(gradcheck_loss(loss, to_device(be, random_uniform(9, B * Ts * C, -2.f, 2.f), Shape{B, Ts, C}),
-                            to_device_i32(be, random_ids(10, B * Ts, C), Shape{B, Ts}), B,
-                            options(kSmooth, 9)));
+    check_ok(gradcheck_loss(
+        loss, to_device(be, random_uniform(9, B * Ts * C, -2.f, 2.f), Shape{B, Ts, C}),
+        to_device_i32(be, random_ids(10, B * Ts, C), Shape{B, Ts}), B, options(kSmooth, 9)));
   }
 }
 
@@ -214,7 +215,8 @@ TEST_CASE("cross-entropy at T' < T: the mean over the B * T' tokens, shares add 
   for (float v : g) total += v;
   CHECK(std::abs(total) < 1e-6);
   double grad_at_targets = 0;
-  for (int64_t r = 0; r < B * Ts; ++r) grad_at_targets += g[static_cast<size_t>(r * V + y[static_cast<size_t>(r)])];
+  for (int64_t r = 0; r < B * Ts; ++r)
+    grad_at_targets += g[static_cast<size_t>(r * V + y[static_cast<size_t>(r)])];
   double probs_at_targets = 0;  // sum of p at the targets over the tokens, from the reference
   for (int64_t r = 0; r < B * Ts; ++r) {
     const float* row = z.data() + r * V;
@@ -222,8 +224,9 @@ TEST_CASE("cross-entropy at T' < T: the mean over the B * T' tokens, shares add 
     for (int64_t v = 0; v < V; ++v) s += std::exp(static_cast<double>(row[v]));
     probs_at_targets += std::exp(static_cast<double>(row[y[static_cast<size_t>(r)]])) / s;
   }
-  CHECK(grad_at_targets ==
-        doctest::Approx((probs_at_targets - static_cast<double>(B * Ts)) / static_cast<double>(B * Ts)).epsilon(1e-5));
+  CHECK(grad_at_targets == doctest::Approx((probs_at_targets - static_cast<double>(B * Ts)) /
+                                           static_cast<double>(B * Ts))
+                               .epsilon(1e-5));
 
   // Two micro-batches of 2 (global batch 4): the shares add up to the full-batch mean.
   LayerContext c0(be, check_step_info(), 1), c1(be, check_step_info(), 1);
@@ -261,8 +264,9 @@ TEST_CASE("gpt() (context 8) runs on T' = 3 and T' = 8; logits of the first 3 po
   const auto tg8 = random_ids(31, B * context, vocab);
   const ModelOutput o8 = run_model(m, to_device_i32(be, ids8, Shape{B, context}),
                                    to_device_i32(be, tg8, Shape{B, context}), B);
-  const ModelOutput o3 = run_model(m, to_device_i32(be, first_ids(ids8, B, context, 3), Shape{B, 3}),
-                                   to_device_i32(be, first_ids(tg8, B, context, 3), Shape{B, 3}), B);
+  const ModelOutput o3 =
+      run_model(m, to_device_i32(be, first_ids(ids8, B, context, 3), Shape{B, 3}),
+                to_device_i32(be, first_ids(tg8, B, context, 3), Shape{B, 3}), B);
   CHECK(o8.shape == Shape{B, context, vocab});
   CHECK(o3.shape == Shape{B, 3, vocab});
   CHECK(max_abs_diff(first_positions(o8.logits, B, context, vocab, 3), o3.logits) <= 1e-5);
@@ -317,8 +321,8 @@ TEST_CASE("gradcheck: gpt() (context 6) end to end at T' = 3, every parameter") 
         const double a = analytic[static_cast<size_t>(j)] * scale;
         ++checked;
         if (!(std::abs(a - numeric) <= tol.atol + tol.rtol * std::abs(numeric)) && failures++ < 8)
-          text += m.layer(i).name() + "." + specs[k].name + "[" + std::to_string(j) + "]: analytic " +
-                  std::to_string(a) + " numeric " + std::to_string(numeric) + "\n";
+          text += m.layer(i).name() + "." + specs[k].name + "[" + std::to_string(j) +
+                  "]: analytic " + std::to_string(a) + " numeric " + std::to_string(numeric) + "\n";
       }
     }
   }
@@ -374,10 +378,11 @@ TEST_CASE("variable length: errors say what was expected, what came") {
   Linear lin(Shape{8, 5}, 4);
   lin.set_name("lm_head");
   bind_random(lin, be, 70);
-  CHECK_THROWS_WITH_AS(lin.forward(to_device(be, random_uniform(71, 2 * 9 * 5), Shape{2, 9, 5}), ctx),
-                       "linear 'lm_head': expects input (B, T', 5) with 1 <= T' <= 8 (the sequence "
-                       "length it was built for) but got (2, 9, 5)",
-                       ShapeError);
+  CHECK_THROWS_WITH_AS(
+      lin.forward(to_device(be, random_uniform(71, 2 * 9 * 5), Shape{2, 9, 5}), ctx),
+      "linear 'lm_head': expects input (B, T', 5) with 1 <= T' <= 8 (the sequence "
+      "length it was built for) but got (2, 9, 5)",
+      ShapeError);
   CHECK_THROWS_AS(lin.forward(be.zeros(Shape{2, 0, 5}), ctx), ShapeError);
   CHECK_THROWS_AS(lin.forward(be.zeros(Shape{2, 3, 6}), ctx), ShapeError);
   CHECK_THROWS_AS(lin.forward(be.zeros(Shape{6, 5}), ctx), ShapeError);
@@ -404,13 +409,15 @@ TEST_CASE("variable length: errors say what was expected, what came") {
                        "embedding: expects input of type I32 but got F32", ShapeError);
 
   SoftmaxCrossEntropy loss(Shape{8, 4});
-  CHECK_THROWS_WITH_AS(loss.forward(be.zeros(Shape{2, 9, 4}), be.zeros(Shape{2, 9}, DType::i32), 2, ctx),
-                       "softmax_cross_entropy: expects predictions (B, T', 4) with 1 <= T' <= 8 (the "
-                       "sequence length it was built for) but got (2, 9, 4)",
-                       ShapeError);
-  CHECK_THROWS_WITH_AS(loss.forward(be.zeros(Shape{2, 3, 4}), be.zeros(Shape{2, 5}, DType::i32), 2, ctx),
-                       "softmax_cross_entropy: predictions (2, 3, 4) need targets (2, 3) but got (2, 5)",
-                       ShapeError);
+  CHECK_THROWS_WITH_AS(
+      loss.forward(be.zeros(Shape{2, 9, 4}), be.zeros(Shape{2, 9}, DType::i32), 2, ctx),
+      "softmax_cross_entropy: expects predictions (B, T', 4) with 1 <= T' <= 8 (the "
+      "sequence length it was built for) but got (2, 9, 4)",
+      ShapeError);
+  CHECK_THROWS_WITH_AS(
+      loss.forward(be.zeros(Shape{2, 3, 4}), be.zeros(Shape{2, 5}, DType::i32), 2, ctx),
+      "softmax_cross_entropy: predictions (2, 3, 4) need targets (2, 3) but got (2, 5)",
+      ShapeError);
 
   // Layers not built on a sequence keep the exact check and its message.
   Linear flat(Shape{6}, 4);

@@ -76,10 +76,18 @@ TEST_CASE("profile_costs: layers bound before (a trainer's stage) are bound back
   CHECK(m.layer(1).grads()[0].data() == stage.grad(0).data());
 }
 
-TEST_CASE("profile_costs: a model with a skip connection (save/add_saved) is profiled layer by layer") {
+TEST_CASE(
+    "profile_costs: a model with a skip connection (save/add_saved) is profiled layer by layer") {
   auto backend = make_cpu_backend(0, 1);
-  const Model m =
-      ModelBuilder({8}).linear(8).save("x").relu().linear(8).add_saved("x").linear(3).cross_entropy().build();
+  const Model m = ModelBuilder({8})
+                      .linear(8)
+                      .save("x")
+                      .relu()
+                      .linear(8)
+                      .add_saved("x")
+                      .linear(3)
+                      .cross_entropy()
+                      .build();
   const auto c = profile_costs(m, *backend, 4, 2);
   REQUIRE(c.size() == static_cast<size_t>(m.num_layers()));
   for (int l = 0; l < m.num_layers(); ++l) {

@@ -13,6 +13,7 @@
 #include <functional>
 #include <limits>
 
+#include "../engine/synthetic.h"
 #include "engine/comm/in_process.h"
 #include "engine/core/error.h"
 #include "engine/data/batching.h"
@@ -23,7 +24,6 @@
 #include "schedule/generators.h"
 #include "schedule/lowering.h"
 #include "schedule/validate.h"
-#include "../engine/synthetic.h"
 
 using namespace pt;
 
@@ -68,10 +68,12 @@ struct Result {
   std::vector<std::vector<float>> replica_params;  // per replica
 };
 
-PipelineConfig pipeline_config(const Model& m, const std::string& schedule, int D, int M, size_t bucket_bytes) {
+PipelineConfig pipeline_config(const Model& m, const std::string& schedule, int D, int M,
+                               size_t bucket_bytes) {
   PipelineConfig pc;
   pc.trainer = trainer_config(M);
-  pc.schedule = sched::add_grad_reduction(sched::add_communication(sched::generate(schedule, D, M)));
+  pc.schedule =
+      sched::add_grad_reduction(sched::add_communication(sched::generate(schedule, D, M)));
   sched::require_valid(pc.schedule);
   const auto sizes = split_sizes(m.num_layers(), pc.schedule.num_stages);
   pc.layers_per_stage.assign(sizes.begin(), sizes.end());
@@ -80,8 +82,8 @@ PipelineConfig pipeline_config(const Model& m, const std::string& schedule, int 
   return pc;
 }
 
-Result data_parallel(const std::function<Model()>& make, const Data& data, const std::string& schedule, int D,
-                     int R, int M, size_t bucket_bytes) {
+Result data_parallel(const std::function<Model()>& make, const Data& data,
+                     const std::string& schedule, int D, int R, int M, size_t bucket_bytes) {
   std::vector<std::unique_ptr<Backend>> owned;
   std::vector<Backend*> devices;
   for (int i = 0; i < R * D; ++i) {
@@ -92,7 +94,8 @@ Result data_parallel(const std::function<Model()>& make, const Data& data, const
   auto trainer = make_local_data_parallel(make, devices, pc, R);
   Result out;
   for (int k = 0; k < kSteps; ++k) out.losses.push_back(trainer->train_step(data.x, data.y).loss);
-  for (int r = 0; r < R; ++r) out.replica_params.push_back(gather(trainer->replica(r).stage_states()));
+  for (int r = 0; r < R; ++r)
+    out.replica_params.push_back(gather(trainer->replica(r).stage_states()));
   return out;
 }
 
@@ -108,7 +111,8 @@ Result reference(const std::function<Model()>& make, const Data& data, int micro
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(a[i] - b[i])));
+  for (size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, static_cast<double>(std::fabs(a[i] - b[i])));
   return worst;
 }
 
@@ -118,8 +122,10 @@ void check(const std::function<Model()>& make, Shape sample, int64_t batch) {
   for (const auto& [D, R] : {std::pair{1, 2}, std::pair{2, 2}, std::pair{1, 4}, std::pair{2, 1}})
     for (int M : {1, 2, 3})
       for (const std::string schedule : {"gpipe", "1f1b", "zb-h1"})
-        for (size_t bucket : {size_t{1}, size_t{64} << 10, size_t{25} << 20}) {  // per layer .. one bucket
-          if (D == 1 && schedule != "1f1b") continue;  // one device: every schedule is the same list
+        for (size_t bucket :
+             {size_t{1}, size_t{64} << 10, size_t{25} << 20}) {  // per layer .. one bucket
+          if (D == 1 && schedule != "1f1b")
+            continue;  // one device: every schedule is the same list
           CAPTURE(D);
           CAPTURE(R);
           CAPTURE(M);
@@ -128,7 +134,8 @@ void check(const std::function<Model()>& make, Shape sample, int64_t batch) {
           const Result ref = reference(make, data, R * M);
           const Result got = data_parallel(make, data, schedule, D, R, M, bucket);
           for (int r = 1; r < R; ++r)  // replicas stay identical, bit for bit
-            CHECK(std::memcmp(got.replica_params[static_cast<size_t>(r)].data(), got.replica_params[0].data(),
+            CHECK(std::memcmp(got.replica_params[static_cast<size_t>(r)].data(),
+                              got.replica_params[0].data(),
                               got.replica_params[0].size() * sizeof(float)) == 0);
           REQUIRE(got.replica_params[0].size() == ref.replica_params[0].size());
           const bool same_order = R == 1 || (R == 2 && M == 1);
@@ -139,7 +146,8 @@ void check(const std::function<Model()>& make, Shape sample, int64_t batch) {
             CHECK(diff <= kTolerance);
           }
           for (int k = 0; k < kSteps; ++k)
-            CHECK(std::fabs(got.losses[static_cast<size_t>(k)] - ref.losses[static_cast<size_t>(k)]) <= 1e-6);
+            CHECK(std::fabs(got.losses[static_cast<size_t>(k)] -
+                            ref.losses[static_cast<size_t>(k)]) <= 1e-6);
           ++runs;
         }
   CHECK(runs == 9 + 27 + 9 + 27);
@@ -147,7 +155,9 @@ void check(const std::function<Model()>& make, Shape sample, int64_t batch) {
 
 }  // namespace
 
-TEST_CASE("data parallel parity: deep MLP, S x R in {1x2, 2x2, 1x4, 2x1}, every schedule and bucket size") {
+TEST_CASE(
+    "data parallel parity: deep MLP, S x R in {1x2, 2x2, 1x4, 2x1}, every schedule and bucket "
+    "size") {
   check([] { return deep_mlp(3, 32, {1, 4, 4}); }, Shape{1, 4, 4}, 24);
 }
 
@@ -162,8 +172,10 @@ TEST_CASE("data parallel parity: Fashion-MNIST CNN") {
     CHECK(std::memcmp(got.replica_params[1].data(), got.replica_params[0].data(),
                       got.replica_params[0].size() * sizeof(float)) == 0);
     const double diff = max_abs_diff(got.replica_params[0], ref.replica_params[0]);
-    if (M == 1) CHECK(diff == 0.0);
-    else CHECK(diff <= kTolerance);
+    if (M == 1)
+      CHECK(diff == 0.0);
+    else
+      CHECK(diff <= kTolerance);
   }
 }
 
@@ -192,7 +204,8 @@ TEST_CASE("gradient buckets tile the stage's gradient arena, last layer first") 
   }
 }
 
-TEST_CASE("a replica that never arrives: the others fail within the timeout, naming the all-reduce") {
+TEST_CASE(
+    "a replica that never arrives: the others fail within the timeout, naming the all-reduce") {
   const auto make = [] { return deep_mlp(1, 16, {1, 4, 4}); };
   const Data data(8, Shape{1, 4, 4});
   auto backend = make_cpu_backend(0, 1);
@@ -226,7 +239,8 @@ TEST_CASE("data parallel setup errors name what to change") {
   auto b2 = make_cpu_backend(1, 1);
   auto trainer = make_local_data_parallel(make, {backend.get(), b2.get()}, pc, 2);
   const Data data(3, Shape{1, 4, 4});
-  CHECK_THROWS_WITH_AS(trainer->train_step(data.x, data.y), doctest::Contains("raise --batch to >= 4"), UsageError);
+  CHECK_THROWS_WITH_AS(trainer->train_step(data.x, data.y),
+                       doctest::Contains("raise --batch to >= 4"), UsageError);
 }
 
 TEST_CASE("a non-finite gradient on one replica makes every replica skip the step together") {

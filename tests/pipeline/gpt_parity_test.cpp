@@ -14,10 +14,10 @@
 #include "engine/pipeline/pipeline_trainer.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "layers/zoo.h"
-#include "tests/pipeline/pipeline_test_util.h"
 #include "schedule/generators.h"
 #include "schedule/lowering.h"
 #include "schedule/validate.h"
+#include "tests/pipeline/pipeline_test_util.h"
 
 using namespace pt;
 
@@ -42,7 +42,8 @@ TrainerConfig trainer_config(int M) {
 struct Tokens {
   std::vector<int32_t> x, y;
   Tensor hx, hy;
-  Tokens(int64_t B, int64_t T, uint64_t seed) : x(static_cast<size_t>(B * T)), y(static_cast<size_t>(B * T)) {
+  Tokens(int64_t B, int64_t T, uint64_t seed)
+      : x(static_cast<size_t>(B * T)), y(static_cast<size_t>(B * T)) {
     CounterRng rng(seed);
     for (size_t i = 0; i < x.size(); ++i) {
       x[i] = static_cast<int32_t>(rng.next_below(kVocab));
@@ -61,7 +62,6 @@ std::vector<Tokens> batches() {
   out.emplace_back(7, 3, 3);
   return out;
 }
-
 
 PipelineConfig config(const Model& m, const std::string& schedule, int D, int M) {
   return test::pipeline_config(m, trainer_config(M), schedule, D, M);
@@ -84,7 +84,8 @@ Reference reference(int M, const std::vector<Tokens>& data) {
 
 }  // namespace
 
-TEST_CASE("GPT with tied embeddings: every schedule, S in {1,2,4}, variable lengths, bit-identical") {
+TEST_CASE(
+    "GPT with tied embeddings: every schedule, S in {1,2,4}, variable lengths, bit-identical") {
   const std::vector<Tokens> data = batches();
   int runs = 0;
   for (int M : {1, 2, 4}) {
@@ -110,7 +111,9 @@ TEST_CASE("GPT with tied embeddings: every schedule, S in {1,2,4}, variable leng
   CHECK(runs >= 30);
 }
 
-TEST_CASE("GPT across processes: the tied gradients and variable-length activations cross the communicator") {
+TEST_CASE(
+    "GPT across processes: the tied gradients and variable-length activations cross the "
+    "communicator") {
   const std::vector<Tokens> data = batches();
   const int D = 2, M = 2;
   const Reference want = reference(M, data);
@@ -131,7 +134,8 @@ TEST_CASE("GPT across processes: the tied gradients and variable-length activati
   for (int d = 0; d < D; ++d)
     threads.emplace_back([&, d] {
       std::vector<double> losses;
-      for (const Tokens& b : data) losses.push_back(parts[static_cast<size_t>(d)]->train_step(b.hx, b.hy).loss);
+      for (const Tokens& b : data)
+        losses.push_back(parts[static_cast<size_t>(d)]->train_step(b.hx, b.hy).loss);
       if (d == D - 1) last_losses = losses;
     });
   for (auto& t : threads) t.join();

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 
+#include "../engine/synthetic.h"
 #include "engine/data/batching.h"
 #include "engine/pipeline/pipeline_trainer.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -14,7 +15,6 @@
 #include "schedule/generators.h"
 #include "schedule/lowering.h"
 #include "schedule/validate.h"
-#include "../engine/synthetic.h"
 
 using namespace pt;
 
@@ -58,8 +58,8 @@ Run reference(const std::function<Model()>& make, const Tensor& x, const Tensor&
   return r;
 }
 
-Run pipelined(const std::function<Model()>& make, const Tensor& x, const Tensor& y, const std::string& schedule,
-              int D, int M, const std::string& recompute) {
+Run pipelined(const std::function<Model()>& make, const Tensor& x, const Tensor& y,
+              const std::string& schedule, int D, int M, const std::string& recompute) {
   std::vector<std::unique_ptr<Backend>> owned;
   std::vector<Backend*> devices;
   for (int d = 0; d < D; ++d) {
@@ -88,7 +88,8 @@ Run pipelined(const std::function<Model()>& make, const Tensor& x, const Tensor&
 void check_parity(const std::function<Model()>& make, Shape sample, int64_t batch) {
   const Dataset data = test::synthetic_dataset(batch, sample, 10, 9);
   const Tensor x = Tensor::borrow(const_cast<float*>(data.inputs.data()), sample.with_batch(batch));
-  const Tensor y = Tensor::borrow(const_cast<int32_t*>(data.labels.data()), Shape{batch}, DType::i32);
+  const Tensor y =
+      Tensor::borrow(const_cast<int32_t*>(data.labels.data()), Shape{batch}, DType::i32);
   const int layers = make().num_layers();
   int runs = 0;
   for (int M : {1, 2, 3, 4, 8}) {
@@ -100,7 +101,8 @@ void check_parity(const std::function<Model()>& make, Shape sample, int64_t batc
         try {
           sched::generate(schedule, D, M);
         } catch (const std::invalid_argument&) {
-          continue;  // e.g. interleaved needs M divisible by D: refused with a message, tested elsewhere
+          continue;  // e.g. interleaved needs M divisible by D: refused with a message, tested
+                     // elsewhere
         }
         for (const std::string recompute : {"never", "always", "except_last", "every:2"}) {
           CAPTURE(schedule);
@@ -110,7 +112,8 @@ void check_parity(const std::function<Model()>& make, Shape sample, int64_t batc
           const Run got = pipelined(make, x, y, schedule, D, M, recompute);
           REQUIRE(got.params.size() == ref.params.size());
           CHECK(got.losses == ref.losses);
-          CHECK(std::memcmp(got.params.data(), ref.params.data(), ref.params.size() * sizeof(float)) == 0);
+          CHECK(std::memcmp(got.params.data(), ref.params.data(),
+                            ref.params.size() * sizeof(float)) == 0);
           ++runs;
         }
       }

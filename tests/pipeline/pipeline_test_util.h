@@ -28,8 +28,9 @@ struct CpuDevices {
 };
 
 // `schedule` over D devices with M micro-batches, lowered and validated; layers split evenly.
-inline PipelineConfig pipeline_config(const Model& m, const TrainerConfig& trainer, const std::string& schedule, int D,
-                                      int M, double timeout_s = 20) {
+inline PipelineConfig pipeline_config(const Model& m, const TrainerConfig& trainer,
+                                      const std::string& schedule, int D, int M,
+                                      double timeout_s = 20) {
   PipelineConfig pc;
   pc.trainer = trainer;
   pc.schedule = sched::add_communication(sched::generate(schedule, D, M));
@@ -41,7 +42,8 @@ inline PipelineConfig pipeline_config(const Model& m, const TrainerConfig& train
 }
 
 // Every parameter of the given stages, by checkpoint name.
-inline std::map<std::string, std::vector<float>> params_by_name(const std::vector<StageState>& stages) {
+inline std::map<std::string, std::vector<float>> params_by_name(
+    const std::vector<StageState>& stages) {
   std::map<std::string, std::vector<float>> out;
   for (const StageState& s : stages)
     for (size_t i = 0; i < s.params->entries().size(); ++i) {

@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "../engine/synthetic.h"
 #include "engine/core/error.h"
 #include "engine/data/batching.h"
 #include "engine/pipeline/pipeline_trainer.h"
@@ -11,7 +12,6 @@
 #include "layers/zoo.h"
 #include "schedule/generators.h"
 #include "schedule/lowering.h"
-#include "../engine/synthetic.h"
 
 using namespace pt;
 
@@ -67,7 +67,8 @@ TEST_CASE("a peer that never sends: timeout names device, action and peer, and p
   Devices dev(2);
   Model m = deep_mlp(1, 8, {1, 6, 6});  // 4 layers
   // Device 0 forgets SEND_F: device 1 waits for its activation, device 0 for the gradient.
-  auto pc = config(hand_written(2, 1, {{"0F0", "0RECV_B0", "0B0"}, {"1RECV_F0", "1F0", "1B0", "1SEND_B0"}}), 4);
+  auto pc = config(
+      hand_written(2, 1, {{"0F0", "0RECV_B0", "0B0"}, {"1RECV_F0", "1F0", "1B0", "1SEND_B0"}}), 4);
   pc.timeout_s = 0.5;
   PipelineTrainer t(m, dev.ptrs, pc);
   Data data(4);
@@ -78,7 +79,8 @@ TEST_CASE("a peer that never sends: timeout names device, action and peer, and p
   } catch (const TimeoutError& e) {
     message = e.what();
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   CHECK(seconds < 5.0);
   CHECK(message.find("waited 0.5 s") != std::string::npos);
   const bool names_action = message.find("in action 0RECV_B0") != std::string::npos ||
@@ -135,9 +137,10 @@ TEST_CASE("configuration errors are refused with the numbers") {
   Model m = deep_mlp(1, 8, {1, 6, 6});
   auto pc = config(sched::add_communication(sched::generate("1f1b", 2, 2)), m.num_layers());
   pc.layers_per_stage = {1, 2};
-  CHECK_THROWS_WITH_AS(PipelineTrainer(m, dev.ptrs, pc), doctest::Contains("cover 3 layers but the model has 4"),
-                       UsageError);
+  CHECK_THROWS_WITH_AS(PipelineTrainer(m, dev.ptrs, pc),
+                       doctest::Contains("cover 3 layers but the model has 4"), UsageError);
   pc.layers_per_stage = {2, 2};
   pc.trainer.microbatches = 3;
-  CHECK_THROWS_WITH_AS(PipelineTrainer(m, dev.ptrs, pc), doctest::Contains("2 micro-batches"), UsageError);
+  CHECK_THROWS_WITH_AS(PipelineTrainer(m, dev.ptrs, pc), doctest::Contains("2 micro-batches"),
+                       UsageError);
 }

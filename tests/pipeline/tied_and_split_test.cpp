@@ -13,6 +13,7 @@
 #include <map>
 #include <thread>
 
+#include "../engine/synthetic.h"
 #include "engine/comm/in_process.h"
 #include "engine/core/error.h"
 #include "engine/data/batching.h"
@@ -20,11 +21,10 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "layers/builder.h"
 #include "layers/zoo.h"
-#include "tests/pipeline/pipeline_test_util.h"
 #include "schedule/generators.h"
 #include "schedule/lowering.h"
 #include "schedule/validate.h"
-#include "../engine/synthetic.h"
+#include "tests/pipeline/pipeline_test_util.h"
 
 using namespace pt;
 
@@ -44,7 +44,8 @@ Model tied_mlp() {
 // a tie: flatten, linear, save, relu, linear, relu, linear, add_saved, relu, linear.
 Model skip_mlp() {
   ModelBuilder b(Shape{1, 4, 4});
-  b.flatten().linear(32).save("x").relu().linear(32).relu().linear(32).add_saved("x").relu().linear(10);
+  b.flatten().linear(32).save("x").relu().linear(32).relu().linear(32).add_saved("x").relu().linear(
+      10);
   Model m = b.cross_entropy().build();
   m.tie(4, "weight", 6, "weight");
   return m;
@@ -87,7 +88,8 @@ void check_against_single_device(const std::function<Model()>& make) {
     const auto want = test::params_by_name(ref.stage_states());
     for (const ParameterTie& t : ref_model.ties()) {
       const auto name = [&](const ParamRef& r) {
-        return parameter_name(r.layer, ref_model.layer(r.layer), ref_model.layer(r.layer).param_specs()[r.param].name);
+        return parameter_name(r.layer, ref_model.layer(r.layer),
+                              ref_model.layer(r.layer).param_specs()[r.param].name);
       };
       CHECK(before.at(name(t.members[0])) == before.at(name(t.members[1])));
       CHECK(want.at(name(t.members[0])) == want.at(name(t.members[1])));
@@ -112,17 +114,20 @@ void check_against_single_device(const std::function<Model()>& make) {
 
 }  // namespace
 
-TEST_CASE("tied parameters: copies start equal, stay bit-identical, and match single-device training") {
+TEST_CASE(
+    "tied parameters: copies start equal, stay bit-identical, and match single-device training") {
   check_against_single_device(tied_mlp);
 }
 
-TEST_CASE("a skip connection across stages (and a tie) matches single-device training bit for bit") {
+TEST_CASE(
+    "a skip connection across stages (and a tie) matches single-device training bit for bit") {
   check_against_single_device(skip_mlp);
 }
 
 // Evaluation runs a forward-only schedule through the pipeline's executor: with 1..4 stages and a
 // skip edge that crosses them, loss and accuracy are the single-device evaluation's bits.
-TEST_CASE("evaluation through the forward-only schedule equals single-device evaluation bit for bit") {
+TEST_CASE(
+    "evaluation through the forward-only schedule equals single-device evaluation bit for bit") {
   const Data data(12);
   const int M = 2;
   auto backend = make_cpu_backend(0, 1);
@@ -153,11 +158,14 @@ TEST_CASE("evaluation through the forward-only schedule equals single-device eva
 
 TEST_CASE("skip connections: builder errors name the fix") {
   ModelBuilder b(Shape{8});
-  CHECK_THROWS_WITH_AS(b.add_saved("y"), doctest::Contains("no skip named 'y' was saved"), ShapeError);
-  b.save("x").linear(4);
-  CHECK_THROWS_WITH_AS(b.add_saved("x"), doctest::Contains("the saved activation is (8) but the current one is (4)"),
+  CHECK_THROWS_WITH_AS(b.add_saved("y"), doctest::Contains("no skip named 'y' was saved"),
                        ShapeError);
-  CHECK_THROWS_WITH_AS(ModelBuilder(Shape{8}).save("x").linear(8).save("x"), doctest::Contains("already saved"), ShapeError);
+  b.save("x").linear(4);
+  CHECK_THROWS_WITH_AS(b.add_saved("x"),
+                       doctest::Contains("the saved activation is (8) but the current one is (4)"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(ModelBuilder(Shape{8}).save("x").linear(8).save("x"),
+                       doctest::Contains("already saved"), ShapeError);
   CHECK_THROWS_WITH_AS(ModelBuilder(Shape{8}).save("x").linear(3).cross_entropy().build(),
                        doctest::Contains("saved but never added"), ShapeError);
   Model m = skip_mlp();
@@ -170,19 +178,23 @@ namespace {
 
 TEST_CASE("tying refuses what cannot be one parameter") {
   Model m = deep_mlp(3, 32, {1, 4, 4});
-  CHECK_THROWS_WITH_AS(m.tie(1, "weight", 3, "weight"), doctest::Contains("has shape (32, 16) but 3.weight has (32, 32)"),
+  CHECK_THROWS_WITH_AS(m.tie(1, "weight", 3, "weight"),
+                       doctest::Contains("has shape (32, 16) but 3.weight has (32, 32)"),
                        ShapeError);
-  CHECK_THROWS_WITH_AS(m.tie(3, "gamma", 5, "weight"), doctest::Contains("has no parameter 'gamma'"), ShapeError);
+  CHECK_THROWS_WITH_AS(m.tie(3, "gamma", 5, "weight"),
+                       doctest::Contains("has no parameter 'gamma'"), ShapeError);
   CHECK_THROWS_WITH_AS(m.tie(3, "weight", 3, "weight"), doctest::Contains("itself"), ShapeError);
   m.tie(3, "weight", 5, "weight");
-  CHECK_THROWS_WITH_AS(m.tie(5, "weight", 3, "weight"), doctest::Contains("already tied"), ShapeError);
+  CHECK_THROWS_WITH_AS(m.tie(5, "weight", 3, "weight"), doctest::Contains("already tied"),
+                       ShapeError);
   CHECK(m.signature() != deep_mlp(3, 32, {1, 4, 4}).signature());  // checkpoints tell them apart
 }
 
 void check_split_processes(const std::function<Model()>& make) {
   const Data data(12);
-  for (const auto& [schedule, D, M] : {std::tuple{std::string("1f1b"), 2, 3}, std::tuple{std::string("zb-h1"), 3, 2},
-                                       std::tuple{std::string("interleaved:2"), 2, 2}}) {
+  for (const auto& [schedule, D, M] :
+       {std::tuple{std::string("1f1b"), 2, 3}, std::tuple{std::string("zb-h1"), 3, 2},
+        std::tuple{std::string("interleaved:2"), 2, 2}}) {
     CAPTURE(schedule);
     // Reference: the whole pipeline in one process.
     const test::CpuDevices cpus(D);
@@ -220,8 +232,11 @@ void check_split_processes(const std::function<Model()>& make) {
     std::vector<std::thread> threads;
     for (int d = 0; d < D; ++d)
       threads.emplace_back([&, d] {
-        for (int k = 0; k < kSteps; ++k) stats[static_cast<size_t>(d)].push_back(parts[static_cast<size_t>(d)]->train_step(data.x, data.y));
-        evals[static_cast<size_t>(d)] = parts[static_cast<size_t>(d)]->evaluate_rows(data.x, data.y, 0, 12, 12, 5);
+        for (int k = 0; k < kSteps; ++k)
+          stats[static_cast<size_t>(d)].push_back(
+              parts[static_cast<size_t>(d)]->train_step(data.x, data.y));
+        evals[static_cast<size_t>(d)] =
+            parts[static_cast<size_t>(d)]->evaluate_rows(data.x, data.y, 0, 12, 12, 5);
       });
     for (auto& t : threads) t.join();
     std::map<std::string, std::vector<float>> got;
@@ -230,10 +245,12 @@ void check_split_processes(const std::function<Model()>& make) {
     CHECK(got == want);
     for (int d = 0; d < D; ++d)
       for (int k = 0; k < kSteps; ++k)  // every process sees the same global norm
-        CHECK(stats[static_cast<size_t>(d)][static_cast<size_t>(k)].grad_norm == want_stats[static_cast<size_t>(k)].grad_norm);
+        CHECK(stats[static_cast<size_t>(d)][static_cast<size_t>(k)].grad_norm ==
+              want_stats[static_cast<size_t>(k)].grad_norm);
     const PipelineTrainer& last = *parts.back();
     CHECK(last.holds_last_stage());
-    CHECK(stats.back()[1].loss == want_stats[1].loss);  // the loss is computed where the last stage is
+    CHECK(stats.back()[1].loss ==
+          want_stats[1].loss);  // the loss is computed where the last stage is
     CHECK(evals.back().loss == want_eval.loss);
     CHECK(static_cast<double>(evals.back().correct) / 12.0 == want_eval.accuracy);
   }

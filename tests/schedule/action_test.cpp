@@ -30,9 +30,11 @@ TEST_CASE("action canonical spellings") {
 }
 
 TEST_CASE("action parse rejects anything but the canonical form") {
-  for (const char* bad : {"", "F0", "2X0", "2F", "2STEP", "0STEP", "-1F0", "2F-1", "2F0x", "2F0 ", " 2F0",
-                          "2f0", "2SEND0", "2SEND_F", "02F0", "2F00", "2REDUCE_GRAD0", "STEP",
-                          "99999999999F0", "2F99999999999", "2+F0", "2F+0", "2F0.5"}) {
+  for (const char* bad :
+       {"",     "F0",   "2X0",           "2F",   "2STEP",         "0STEP",         "-1F0",
+        "2F-1", "2F0x", "2F0 ",          " 2F0", "2f0",           "2SEND0",        "2SEND_F",
+        "02F0", "2F00", "2REDUCE_GRAD0", "STEP", "99999999999F0", "2F99999999999", "2+F0",
+        "2F+0", "2F0.5"}) {
     CAPTURE(bad);
     CHECK_FALSE(parse_action(bad).has_value());
   }

@@ -49,7 +49,8 @@ TEST_CASE("sweep: every generated schedule validates and runs without deadlock")
         CHECK((list[i - 1].type == ActionType::B || list[i - 1].type == ActionType::W));
         CHECK(list[i - 1].stage == list[i].stage);
         for (size_t k = i + 1; k < list.size(); ++k)
-          CHECK_FALSE(((list[k].type == ActionType::B || list[k].type == ActionType::W) && list[k].stage == list[i].stage));
+          CHECK_FALSE(((list[k].type == ActionType::B || list[k].type == ActionType::W) &&
+                       list[k].stage == list[i].stage));
       }
     CHECK(reduces == g.schedule.num_stages);
     CHECK_THROWS_AS(add_grad_reduction(reduced), std::invalid_argument);
@@ -72,8 +73,10 @@ TEST_CASE("sweep: generators emit compute actions only, with the right shape") {
     const bool split = g.name == "zb-h1";
     for (const auto& list : s.actions)
       for (const Action& a : list) {
-        if (split) CHECK(a.type != ActionType::B);
-        else CHECK((a.type == ActionType::F || a.type == ActionType::B));
+        if (split)
+          CHECK(a.type != ActionType::B);
+        else
+          CHECK((a.type == ActionType::F || a.type == ActionType::B));
       }
   }
 }
@@ -175,7 +178,8 @@ TEST_CASE("generate: names, and errors that list the valid ones") {
   CHECK(what_of([] { zb_h1(-1, 2); }) != "(no exception)");
 }
 
-TEST_CASE("forward_only: every placement of the sweep, lowered, validates as forward-only and runs") {
+TEST_CASE(
+    "forward_only: every placement of the sweep, lowered, validates as forward-only and runs") {
   for (const auto& g : test::sweep_schedules()) {
     CAPTURE(g.label());
     const Schedule& train = g.schedule;
@@ -192,7 +196,8 @@ TEST_CASE("forward_only: every placement of the sweep, lowered, validates as for
       for (const auto& list : eval.actions) {
         actions += list.size();
         for (size_t i = 1; i < list.size(); ++i)
-          CHECK(std::pair(list[i - 1].microbatch, list[i - 1].stage) < std::pair(list[i].microbatch, list[i].stage));
+          CHECK(std::pair(list[i - 1].microbatch, list[i - 1].stage) <
+                std::pair(list[i].microbatch, list[i].stage));
       }
       CHECK(actions == static_cast<size_t>(train.num_stages * M));
       // Not a training schedule: the validator without forward_only asks for the backward.
@@ -207,7 +212,8 @@ TEST_CASE("forward_only: the validator refuses a backward, a missing F, and a ba
   opt.forward_only = true;
   Schedule with_backward = s;
   with_backward.actions[1].push_back({1, ActionType::B, 0});
-  CHECK(validate(with_backward, opt).report.find("1B0 in a forward-only schedule") != std::string::npos);
+  CHECK(validate(with_backward, opt).report.find("1B0 in a forward-only schedule") !=
+        std::string::npos);
   Schedule missing = s;
   missing.actions[0].pop_back();
   CHECK(validate(missing, opt).report.find("stage 0 has no 0F1") != std::string::npos);

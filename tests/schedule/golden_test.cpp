@@ -66,8 +66,9 @@ void check_golden(const std::string& file, const Schedule& generated) {
   const auto path = kGoldenDir / file;
   const std::string text = to_text(generated);
   if (std::getenv("PIPETRAIN_UPDATE_GOLDEN")) {
-    const auto [comments, body] = std::filesystem::exists(path) ? split_golden(read_file(path))
-                                                                : std::pair<std::string, std::string>{};
+    const auto [comments, body] = std::filesystem::exists(path)
+                                      ? split_golden(read_file(path))
+                                      : std::pair<std::string, std::string>{};
     std::ofstream(path, std::ios::binary) << comments << text;
     MESSAGE("rewrote " << path.string());
   }

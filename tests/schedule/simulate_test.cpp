@@ -86,7 +86,8 @@ TEST_CASE("interleaved: smaller bubble than 1f1b, as the formula, when each chun
         const SimResult base = simulate(one_f_one_b(D, M), times(1.0, 1.0));
         CHECK(inter.mean_bubble_fraction() < base.mean_bubble_fraction());
         CHECK(inter.step_time < base.step_time);
-        CHECK(inter.mean_bubble_fraction() == doctest::Approx(analytic_bubble("interleaved", D, M, V)));
+        CHECK(inter.mean_bubble_fraction() ==
+              doctest::Approx(analytic_bubble("interleaved", D, M, V)));
         CHECK(analytic_bubble("interleaved:" + std::to_string(V), D, M) ==
               analytic_bubble("interleaved", D, M, V));
       }
@@ -141,8 +142,8 @@ TEST_CASE("simulate refuses invalid schedules and mis-sized configs") {
   CHECK_THROWS_WITH_AS(simulate(stuck), doctest::Contains("<-- ERROR HERE"), std::invalid_argument);
   SimConfig wrong;
   wrong.stages = {StageTimes{}, StageTimes{}, StageTimes{}};
-  CHECK_THROWS_WITH_AS(simulate(gpipe(2, 2), wrong), doctest::Contains("3 stage times for 2 stages"),
-                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(simulate(gpipe(2, 2), wrong),
+                       doctest::Contains("3 stage times for 2 stages"), std::invalid_argument);
   wrong.stages.clear();
   wrong.transfer = {1.0, 2.0};
   CHECK_THROWS_WITH_AS(simulate(gpipe(2, 2), wrong),

@@ -13,16 +13,15 @@ struct Generated {
   std::string name;  // generate() name
   int D = 1, M = 1;
   Schedule schedule;
-  std::string label() const {
-    return name + " D=" + std::to_string(D) + " M=" + std::to_string(M);
-  }
+  std::string label() const { return name + " D=" + std::to_string(D) + " M=" + std::to_string(M); }
 };
 
 inline std::vector<Generated> sweep_schedules(int max_d = 5, int max_m = 9) {
   std::vector<Generated> out;
   for (int D = 1; D <= max_d; ++D)
     for (int M = 1; M <= max_m; ++M) {
-      for (const char* name : {"gpipe", "1f1b", "zb-h1"}) out.push_back({name, D, M, generate(name, D, M)});
+      for (const char* name : {"gpipe", "1f1b", "zb-h1"})
+        out.push_back({name, D, M, generate(name, D, M)});
       for (int V : {2, 3})
         if (M % D == 0) {
           const std::string name = "interleaved:" + std::to_string(V);

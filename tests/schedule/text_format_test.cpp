@@ -68,15 +68,15 @@ TEST_CASE("text format: the documented example, comments, blank lines, placement
 
   Schedule placed = empty_schedule(2, 3, 1);
   placed.stage_device = {0, 0, 1};
-  placed.actions[0] = {{0, ActionType::F, 0}, {1, ActionType::F, 0}, {1, ActionType::B, 0},
-                       {0, ActionType::B, 0}};
+  placed.actions[0] = {
+      {0, ActionType::F, 0}, {1, ActionType::F, 0}, {1, ActionType::B, 0}, {0, ActionType::B, 0}};
   placed.actions[1] = {{2, ActionType::F, 0}, {2, ActionType::B, 0}};
   const std::string placed_text = to_text(placed);
   CHECK(placed_text.find("placement 0 0 1\n") != std::string::npos);
   CHECK(parse_schedule_text(placed_text) == placed);
   // "device 0 :" with a detached colon, and an empty list, also parse.
-  const Schedule spaced =
-      parse_schedule_text("pipeline devices=2 stages=2 microbatches=1\ndevice 0 : 0F0\ndevice 1:\n");
+  const Schedule spaced = parse_schedule_text(
+      "pipeline devices=2 stages=2 microbatches=1\ndevice 0 : 0F0\ndevice 1:\n");
   CHECK(spaced.actions[0].size() == 1);
   CHECK(spaced.actions[1].empty());
 }
@@ -121,7 +121,8 @@ TEST_CASE("read_schedule_file: parses, validates, names the file") {
   const TempFile good("good.txt", to_text(zb_h1(2, 3)));
   CHECK(read_schedule_file(good.path.string()) == zb_h1(2, 3));
 
-  const TempFile syntax("syntax.txt", "pipeline devices=1 stages=1 microbatches=1\ndevice 0: 0F0 0Q0\n");
+  const TempFile syntax("syntax.txt",
+                        "pipeline devices=1 stages=1 microbatches=1\ndevice 0: 0F0 0Q0\n");
   try {
     read_schedule_file(syntax.path.string());
     FAIL("expected a parse error");

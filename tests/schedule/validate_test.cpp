@@ -120,7 +120,8 @@ TEST_CASE("validator catches communication errors in lowered schedules") {
   Schedule no_pair = good;
   erase(no_pair.actions[0], {0, ActionType::SEND_F, 0});
   erase(no_pair.actions[1], {1, ActionType::RECV_F, 0});
-  check_caught(validate(no_pair, {Form::Lowered, true}), "but there is no 0SEND_F0 / 1RECV_F0 pair");
+  check_caught(validate(no_pair, {Form::Lowered, true}),
+               "but there is no 0SEND_F0 / 1RECV_F0 pair");
 
   Schedule late_recv = good;  // RECV_B after the B that needs it
   erase(late_recv.actions[0], {0, ActionType::RECV_B, 0});
@@ -144,9 +145,11 @@ TEST_CASE("validator catches communication errors in lowered schedules") {
 TEST_CASE("validator: no SEND/RECV between stages on one device") {
   Schedule s = empty_schedule(2, 3, 1);
   s.stage_device = {0, 0, 1};
-  s.actions[0] = {{0, ActionType::F, 0},    {1, ActionType::F, 0}, {1, ActionType::SEND_F, 0},
+  s.actions[0] = {{0, ActionType::F, 0},      {1, ActionType::F, 0}, {1, ActionType::SEND_F, 0},
                   {1, ActionType::RECV_B, 0}, {1, ActionType::B, 0}, {0, ActionType::B, 0}};
-  s.actions[1] = {{2, ActionType::RECV_F, 0}, {2, ActionType::F, 0}, {2, ActionType::B, 0},
+  s.actions[1] = {{2, ActionType::RECV_F, 0},
+                  {2, ActionType::F, 0},
+                  {2, ActionType::B, 0},
                   {2, ActionType::SEND_B, 0}};
   REQUIRE(validate(s, {Form::Lowered, true}).ok());
   s.actions[0].insert(s.actions[0].begin() + 1, {0, ActionType::SEND_F, 0});
@@ -160,11 +163,14 @@ TEST_CASE("validator catches a deadlock: two devices that each RECV first") {
       "device 1: 1RECV_F0 1F0 1B0 1SEND_B0\n");
   const Validation v = validate(s, {Form::Lowered, true});
   check_caught(v, "deadlock: no device can advance after 0 of 8 actions ran");
-  check_caught(v, "device 0 is stuck at step 0 (0RECV_B0): it waits for 1SEND_B0 (device 1, step 3");
-  check_caught(v, "device 1 is stuck at step 0 (1RECV_F0): it waits for 0SEND_F0 (device 0, step 2");
+  check_caught(v,
+               "device 0 is stuck at step 0 (0RECV_B0): it waits for 1SEND_B0 (device 1, step 3");
+  check_caught(v,
+               "device 1 is stuck at step 0 (1RECV_F0): it waits for 0SEND_F0 (device 0, step 2");
   CHECK(contains(grid_row(v.report, 0), "[0RECV_B0]"));
   CHECK(contains(grid_row(v.report, 1), "[1RECV_F0]"));
-  CHECK(contains(grid_row(v.report, 1), "<-- ERROR HERE (step 0, 1RECV_F0): stuck: waits for 0SEND_F0"));
+  CHECK(contains(grid_row(v.report, 1),
+                 "<-- ERROR HERE (step 0, 1RECV_F0): stuck: waits for 0SEND_F0"));
 
   // The dry run alone says the same, and the deadlock check can be skipped.
   const DryRunResult run = dry_run(s, Form::Lowered);
@@ -178,14 +184,16 @@ TEST_CASE("validator catches a deadlock: two devices that each RECV first") {
 TEST_CASE("validator catches a deadlock in a compute-only schedule") {
   // Device 1 wants micro-batch 1 first; device 0 will not send it before micro-batch 0's B.
   Schedule s = one_f_one_b(2, 2);
-  s.actions[0] = {{0, ActionType::F, 0}, {0, ActionType::B, 0}, {0, ActionType::F, 1},
-                  {0, ActionType::B, 1}};
-  s.actions[1] = {{1, ActionType::F, 1}, {1, ActionType::F, 0}, {1, ActionType::B, 0},
-                  {1, ActionType::B, 1}};
+  s.actions[0] = {
+      {0, ActionType::F, 0}, {0, ActionType::B, 0}, {0, ActionType::F, 1}, {0, ActionType::B, 1}};
+  s.actions[1] = {
+      {1, ActionType::F, 1}, {1, ActionType::F, 0}, {1, ActionType::B, 0}, {1, ActionType::B, 1}};
   const Validation v = validate(s);
   check_caught(v, "deadlock");
-  check_caught(v, "device 1 is stuck at step 0 (1F1): it waits for 0F1 (device 0, step 2, not yet run)");
-  check_caught(v, "device 0 is stuck at step 1 (0B0): it waits for 1B0 (device 1, step 2, not yet run)");
+  check_caught(
+      v, "device 1 is stuck at step 0 (1F1): it waits for 0F1 (device 0, step 2, not yet run)");
+  check_caught(
+      v, "device 0 is stuck at step 1 (0B0): it waits for 1B0 (device 1, step 2, not yet run)");
 }
 
 TEST_CASE("dry run alone: waits for same-device work and for actions in no list") {
@@ -218,7 +226,8 @@ TEST_CASE("validator: shape errors and REDUCE_GRAD order") {
   CHECK(contains(validate(s).report, "there are 1 action lists for 2 devices"));
 
   Schedule early_reduce = one_f_one_b(2, 2);
-  early_reduce.actions[0].insert(early_reduce.actions[0].begin() + 2, {0, ActionType::REDUCE_GRAD, -1});
+  early_reduce.actions[0].insert(early_reduce.actions[0].begin() + 2,
+                                 {0, ActionType::REDUCE_GRAD, -1});
   check_caught(validate(early_reduce), "0REDUCE_GRAD runs before 0B0");
   // The step is not an action: a schedule file that names one is refused by the parser.
   CHECK_FALSE(parse_action("1STEP").has_value());

@@ -63,7 +63,8 @@ int fake_self_test(int, char* message, size_t message_size) {
 int fake_create_backend(const PtCudaBackendOptions* options, void** backend_out, char* message,
                         size_t message_size) {
   if (mode() == "backend_error") {
-    write(message, message_size, "fake: cudaStreamCreate failed with cudaErrorMemoryAllocation (2)");
+    write(message, message_size,
+          "fake: cudaStreamCreate failed with cudaErrorMemoryAllocation (2)");
     return PT_CUDA_ERROR;
   }
   auto backend = pt::make_cpu_backend(10 * options->device + options->slot, 1);
@@ -83,16 +84,23 @@ int fake_create_nccl(const unsigned char*, int, int, const int*, const char*, vo
   return PT_CUDA_UNAVAILABLE;
 }
 
-const PtCudaPluginApi kApi = {PT_CUDA_PLUGIN_ABI_VERSION, sizeof(PtCudaPluginApi), &fake_probe,
-                              &fake_device_info, &fake_self_test, PIPETRAIN_BUILD_ID,
-                              &fake_create_backend, &fake_nccl_unique_id, &fake_create_nccl};
-const PtCudaPluginApi kBadAbi = {999, sizeof(PtCudaPluginApi), &fake_probe, &fake_device_info,
-                                 &fake_self_test, PIPETRAIN_BUILD_ID, &fake_create_backend,
-                                 &fake_nccl_unique_id, &fake_create_nccl};
-const PtCudaPluginApi kOtherBuild = {PT_CUDA_PLUGIN_ABI_VERSION, sizeof(PtCudaPluginApi),
-                                     &fake_probe, &fake_device_info, &fake_self_test,
-                                     "0.0.0-someotherbuild", &fake_create_backend,
-                                     &fake_nccl_unique_id, &fake_create_nccl};
+const PtCudaPluginApi kApi = {
+    PT_CUDA_PLUGIN_ABI_VERSION, sizeof(PtCudaPluginApi), &fake_probe,
+    &fake_device_info,          &fake_self_test,         PIPETRAIN_BUILD_ID,
+    &fake_create_backend,       &fake_nccl_unique_id,    &fake_create_nccl};
+const PtCudaPluginApi kBadAbi = {999,
+                                 sizeof(PtCudaPluginApi),
+                                 &fake_probe,
+                                 &fake_device_info,
+                                 &fake_self_test,
+                                 PIPETRAIN_BUILD_ID,
+                                 &fake_create_backend,
+                                 &fake_nccl_unique_id,
+                                 &fake_create_nccl};
+const PtCudaPluginApi kOtherBuild = {
+    PT_CUDA_PLUGIN_ABI_VERSION, sizeof(PtCudaPluginApi), &fake_probe,
+    &fake_device_info,          &fake_self_test,         "0.0.0-someotherbuild",
+    &fake_create_backend,       &fake_nccl_unique_id,    &fake_create_nccl};
 
 }  // namespace
 

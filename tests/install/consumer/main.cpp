@@ -18,7 +18,14 @@ namespace {
 constexpr int64_t kBatch = 64, kFeatures = 16, kClasses = 4;
 
 pt::Model make_mlp() {
-  return pt::ModelBuilder({kFeatures}).linear(32).relu().linear(32).relu().linear(kClasses).cross_entropy().build();
+  return pt::ModelBuilder({kFeatures})
+      .linear(32)
+      .relu()
+      .linear(32)
+      .relu()
+      .linear(kClasses)
+      .cross_entropy()
+      .build();
 }
 
 // Features in [-1, 1) from a fixed LCG; the label says which of the first kClasses features is
@@ -34,7 +41,8 @@ void synthetic_batch(std::vector<float>& x, std::vector<int32_t>& y) {
   for (int64_t i = 0; i < kBatch; ++i) {
     int32_t best = 0;
     for (int32_t c = 1; c < kClasses; ++c)
-      if (x[static_cast<size_t>(i * kFeatures + c)] > x[static_cast<size_t>(i * kFeatures + best)]) best = c;
+      if (x[static_cast<size_t>(i * kFeatures + c)] > x[static_cast<size_t>(i * kFeatures + best)])
+        best = c;
     y[static_cast<size_t>(i)] = best;
   }
 }
