@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/compare.h"
 #include "engine/core/error.h"
 #include "engine/core/random.h"
 #include "layers/layers.h"
@@ -53,12 +54,10 @@ std::vector<float> first_positions(const std::vector<float>& x, int64_t B, int64
   return out;
 }
 
+// The largest |a - b|; a NaN on either side is +inf (std::max would ignore it).
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   REQUIRE(a.size() == b.size());
-  double m = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    m = std::max(m, std::abs(static_cast<double>(a[i]) - static_cast<double>(b[i])));
-  return m;
+  return compare_tensors(a, b).max_abs;
 }
 
 }  // namespace

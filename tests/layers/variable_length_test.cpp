@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/compare.h"
 #include "engine/core/error.h"
 #include "engine/trainer.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -89,12 +90,10 @@ std::vector<int32_t> first_ids(const std::vector<int32_t>& x, int64_t B, int64_t
   return out;
 }
 
+// The largest |a - b|; a NaN on either side is +inf (std::max would ignore it).
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   REQUIRE(a.size() == b.size());
-  double m = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    m = std::max(m, std::abs(static_cast<double>(a[i]) - static_cast<double>(b[i])));
-  return m;
+  return compare_tensors(a, b).max_abs;
 }
 
 // Forward of every layer of `m` (bound), then the loss; returns (logits, loss share).

@@ -15,6 +15,7 @@
 
 #include "../engine/synthetic.h"
 #include "engine/comm/in_process.h"
+#include "engine/compare.h"
 #include "engine/core/error.h"
 #include "engine/data/batching.h"
 #include "engine/parallel/data_parallel_trainer.h"
@@ -109,11 +110,9 @@ Result reference(const std::function<Model()>& make, const Data& data, int micro
   return out;
 }
 
+// The largest |a - b|; a NaN on either side is +inf (std::max would ignore it).
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    worst = std::max(worst, static_cast<double>(std::fabs(a[i] - b[i])));
-  return worst;
+  return compare_tensors(a, b).max_abs;
 }
 
 void check(const std::function<Model()>& make, Shape sample, int64_t batch) {
