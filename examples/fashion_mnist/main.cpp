@@ -17,10 +17,12 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <span>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "engine/compare.h"
 #include "engine/core/error.h"
 #include "engine/data/dataset.h"
 #include "engine/fit.h"
@@ -79,8 +81,9 @@ int parity_check(const pt::TrainingOptions& par, const std::function<pt::Model()
     throw pt::UsageError(
         "--parity-check does not combine with --resume: it replays the run from the start");
   pt::fit(reference, train, nullptr, fit);
+  // NaN counts as a difference of +inf (engine/compare.h): a NaN parameter is never "identical".
   double worst = 0;
-  size_t differing = 0, tensors = 0;
+  size_t differing = 0, tensors = 0, with_nan = 0;
   for (const pt::StageState& s : pipelined.stage_states())
     for (size_t i = 0; i < s.params->entries().size(); ++i) {
       const std::string& name = s.params->entries()[i].name;
@@ -89,28 +92,40 @@ int parity_check(const pt::TrainingOptions& par, const std::function<pt::Model()
       size_t j = 0;
       while (j < ref_entries.size() && ref_entries[j].name != name) ++j;
       const pt::Tensor b = reference.parameters().param(j);
-      double diff = 0;
-      for (int64_t k = 0; k < a.numel(); ++k)
-        diff = std::max(diff, static_cast<double>(std::abs(a.f32()[k] - b.f32()[k])));
-      fmt::print("  {:<24} max |pipeline - reference| = {:.3g}\n", name, diff);
-      worst = std::max(worst, diff);
-      differing += diff > 0;
+      const pt::TensorDiff d =
+          pt::compare_tensors(std::span(a.f32(), static_cast<size_t>(a.numel())),
+                              std::span(b.f32(), static_cast<size_t>(b.numel())));
+      fmt::print("  {:<24} max |pipeline - reference| = {:.3g}{}\n", name, d.max_abs,
+                 d.nan_count ? fmt::format(" ({} NaN of {})", d.nan_count, d.elements) : "");
+      if (!(d.max_abs <= worst)) worst = d.max_abs;
+      differing += !d.identical();
+      with_nan += d.nan_count > 0;
       ++tensors;
     }
   if (world) {
-    double v[2] = {static_cast<double>(differing), static_cast<double>(tensors)};
-    world->all_reduce(v, 2, pt::ElemType::f64, pt::ReduceOp::sum, "the parity verdicts");
+    double v[3] = {static_cast<double>(differing), static_cast<double>(tensors),
+                   static_cast<double>(with_nan)};
+    world->all_reduce(v, 3, pt::ElemType::f64, pt::ReduceOp::sum, "the parity verdicts");
     differing = static_cast<size_t>(v[0]);
     tensors = static_cast<size_t>(v[1]);
+    with_nan = static_cast<size_t>(v[2]);
     double w = worst;  // the largest difference anywhere: max via the largest of all ranks
     std::vector<double> all(static_cast<size_t>(world->size()));
     world->all_gather(&w, all.data(), sizeof(double), "the parity verdicts");
-    for (double x : all) worst = std::max(worst, x);
+    for (double x : all)
+      if (!(x <= worst)) worst = x;
   }
   if (differing == 0) {
     fmt::print("parity: all {} tensors are bit-identical to the single-device reference\n",
                tensors);
     return 0;
+  }
+  if (with_nan) {
+    fmt::print(
+        "parity: {} of {} tensors differ and {} hold NaN (in the pipeline's run, the "
+        "reference's or both): FAILED\n",
+        differing, tensors, with_nan);
+    return 3;
   }
   fmt::print("parity: {} of {} tensors differ; the largest difference is {:.3g}", differing,
              tensors, worst);
