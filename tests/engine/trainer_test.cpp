@@ -142,15 +142,34 @@ TEST_CASE("checkpoint: resume continues bit for bit") {
   first.steps = 4;
   first.save = dir / "ckpt.safetensors";
   fit(tb, train, nullptr, first);
+  const auto saved = host_copy(tb.parameters().params_flat());
 
   Model mc = deep_mlp(2, 16, {1, 4, 4});
   Trainer tc(mc, *backend, c);
+  const auto fresh = host_copy(tc.parameters().params_flat());
+  REQUIRE(fresh.size() == saved.size());
+  // Training moved the weights away from the initialisation: loading nothing would show.
+  CHECK(std::memcmp(fresh.data(), saved.data(), saved.size() * sizeof(float)) != 0);
   FitOptions second = o;
   second.resume = first.save;
-  fit(tc, train, nullptr, second);
+  second.save_init = dir / "after_resume.safetensors";  // the state right after loading
+  const FitResult r = fit(tc, train, nullptr, second);
+  CHECK(r.steps == 6);  // it started at the saved step 4, not at 0
   CHECK(tc.step() == 10);
   const auto resumed = host_copy(tc.parameters().params_flat());
   CHECK(std::memcmp(full.data(), resumed.data(), full.size() * sizeof(float)) == 0);
+
+  // Right after loading, the resumed run stood at the saved step and data position with the
+  // saved weights.
+  Model md = deep_mlp(2, 16, {1, 4, 4});
+  Trainer td(md, *backend, c);
+  StageState weights_only{&td.parameters(), nullptr};
+  const TrainingState at_start = load_checkpoint(second.save_init, md, std::span(&weights_only, 1));
+  CHECK(at_start.step == 4);
+  CHECK(at_start.epoch == 0);
+  CHECK(at_start.batch_in_epoch == 4);
+  const auto loaded = host_copy(td.parameters().params_flat());
+  CHECK(std::memcmp(loaded.data(), saved.data(), saved.size() * sizeof(float)) == 0);
 
   // Names follow "{layer}.{name}.{param}" and optimizer slots are stored beside them.
   const SafetensorsFile f = load_safetensors(first.save);
