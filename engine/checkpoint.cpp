@@ -1,6 +1,7 @@
 #include "engine/checkpoint.h"
 
 #include <charconv>
+#include <limits>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -18,19 +19,22 @@ std::string optimizer_name(const std::string& param, const std::string& slot) {
   return fmt::format("optimizer.{}.{}", param, slot);
 }
 
-int64_t parse_int(const SafetensorsFile& f, const std::string& key,
-                  const std::filesystem::path& path) {
+// A metadata value as an integer of type T: int64_t for steps and positions, uint64_t for the seed
+// (any 64-bit seed the programs accept, 2^64 - 1 included).
+template <typename T = int64_t>
+T parse_int(const SafetensorsFile& f, const std::string& key, const std::filesystem::path& path) {
   auto it = f.metadata.find(key);
   if (it == f.metadata.end())
     throw FileError(
         fmt::format("checkpoint {} has no '{}' in its metadata: it is not a complete "
                     "pipetrain checkpoint",
                     path.string(), key));
-  int64_t v = 0;
+  T v = 0;
   auto [p, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
   if (ec != std::errc() || p != it->second.data() + it->second.size())
-    throw FileError(fmt::format("checkpoint {}: metadata '{}' = '{}' is not an integer",
-                                path.string(), key, it->second));
+    throw FileError(fmt::format("checkpoint {}: metadata '{}' = '{}' is not an integer in [{}, {}]",
+                                path.string(), key, it->second, std::numeric_limits<T>::min(),
+                                std::numeric_limits<T>::max()));
   return v;
 }
 
@@ -149,7 +153,7 @@ TrainingState load_checkpoint(const std::filesystem::path& path, const Model& mo
   state.step = parse_int(file, "step", path);
   state.epoch = parse_int(file, "epoch", path);
   state.batch_in_epoch = parse_int(file, "batch_in_epoch", path);
-  state.seed = static_cast<uint64_t>(parse_int(file, "seed", path));  // seeds are < 2^63
+  state.seed = parse_int<uint64_t>(file, "seed", path);
   for (const auto& [k, v] : file.metadata) state.extra[k] = v;
   return state;
 }

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <span>
 
 #include <unistd.h>
 
@@ -176,6 +178,41 @@ TEST_CASE("checkpoint: resume continues bit for bit") {
   CHECK(f.find("1.linear.weight") != nullptr);
   CHECK(f.find("optimizer.1.linear.weight.exp_avg_sq") != nullptr);
   CHECK(f.metadata.at("step") == "4");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("checkpoint: any 64-bit seed round-trips, 2^63 and 2^64 - 1 included") {
+  auto backend = make_cpu_backend(0, 1);
+  const Dataset train = test::synthetic_dataset(40, Shape{1, 4, 4}, 10, 5);
+  const auto dir = temp_dir();
+  for (const uint64_t seed : {uint64_t{1} << 63, std::numeric_limits<uint64_t>::max()}) {
+    CAPTURE(seed);
+    TrainerConfig c = config(1);
+    c.seed = seed;
+    FitOptions o;
+    o.batch = 8;
+    o.steps = 2;
+    o.log_every = 1000;
+    o.save = dir / "seed.safetensors";
+    Model m = deep_mlp(2, 16, {1, 4, 4});
+    Trainer t(m, *backend, c);
+    fit(t, train, nullptr, o);
+    CHECK(load_safetensors(o.save).metadata.at("seed") == std::to_string(seed));
+
+    Model m2 = deep_mlp(2, 16, {1, 4, 4});
+    Trainer t2(m2, *backend, c);
+    StageState s{&t2.parameters(), &t2.optimizer()};
+    CHECK(load_checkpoint(o.save, m2, std::span(&s, 1)).seed == seed);
+
+    // And fit resumes it: the seed it reads back is the run's seed.
+    Model m3 = deep_mlp(2, 16, {1, 4, 4});
+    Trainer t3(m3, *backend, c);
+    FitOptions more = o;
+    more.steps = 3;
+    more.resume = o.save;
+    more.save.clear();
+    CHECK(fit(t3, train, nullptr, more).steps == 1);
+  }
   std::filesystem::remove_all(dir);
 }
 
