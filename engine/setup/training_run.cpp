@@ -128,6 +128,13 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
 
 void report_pipeline(const TrainingOptions& opt, const TrainingRun& s, Communicator* world) {
   if (!s.pipeline || s.pipeline->step() == 0) return;
+  // Resumed at (or past) the last step: no step ran in this process, so there is no last step to
+  // report (its trace would be empty; measuring it used to fail with an internal trace error).
+  if (s.pipeline->last_trace().empty()) {
+    if (!opt.trace.empty() || !opt.timeline.empty())
+      fmt::print("no step ran in this run: no trace or timeline of a last step to write\n");
+    return;
+  }
   for (const ReductionStats& rs : s.pipeline->last_reduction_stats())
     fmt::print(
         "gradient all-reduce in the last step: {} bucket(s), {:.2f} ms, {:.0f}% hidden behind "

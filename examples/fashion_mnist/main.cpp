@@ -157,6 +157,9 @@ int run(const Flags& f, pt::Communicator* world) {
   par.force_pipeline =
       f.parity_check;  // the pipeline runtime even for one stage: that is what is checked
   par.check(f.batch);
+  if (f.parity_check && !f.resume.empty())  // refused before training, not after
+    throw pt::UsageError(
+        "--parity-check does not combine with --resume: it replays the run from the start");
   if (world && (!f.save.empty() || !f.resume.empty() || !f.save_init.empty()))
     throw pt::UsageError(
         "checkpoints (--save, --resume, --save-init) are not supported under mpirun yet: each "
@@ -205,8 +208,15 @@ int run(const Flags& f, pt::Communicator* world) {
       par.dp > 1 ? " (split between the replicas)" : "", par.microbatches,
       par.microbatches == 1 ? "" : "es", opt.str(), cfg.lr.total_steps);
   const pt::FitResult r = pt::fit(*trainer, train, &test, fit);
-  fmt::print("trained {} steps in {:.1f} s ({:.0f} samples/s); final train loss {:.4f}\n", r.steps,
-             r.seconds, r.samples_per_second, r.last_loss);
+  if (r.steps == 0)  // only a resume gets here: --steps and --epochs are >= 1
+    fmt::print(
+        "nothing left to train: checkpoint {} is already at step {}{} of the {} steps this run "
+        "plans; reporting the checkpoint's test accuracy\n",
+        f.resume, trainer->step(), trainer->step() > cfg.lr.total_steps ? ", past the end" : "",
+        cfg.lr.total_steps);
+  else
+    fmt::print("trained {} steps in {:.1f} s ({:.0f} samples/s); final train loss {:.4f}\n",
+               r.steps, r.seconds, r.samples_per_second, r.last_loss);
   fmt::print("test accuracy: {:.2f}% (test loss {:.4f}, {} samples)\n", 100.0 * r.test.accuracy,
              r.test.loss, r.test.samples);
   pt::report_pipeline(par, setup, world);

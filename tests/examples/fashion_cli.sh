@@ -89,6 +89,18 @@ if [ -f "$work/bad/train-images-idx3-ubyte.gz" ]; then
   "$exe" --steps 6 --batch 64 --microbatches 2 --stages 2 --resume "$work/c.safetensors" --data "$data" > "$work/resume2.txt" 2>&1 \
     && grep -q "resumed from" "$work/resume2.txt" && echo "ok: resume under another partition" \
     || { echo "FAIL: resume with --stages 2"; cat "$work/resume2.txt"; fails=$((fails+1)); }
+  # Resuming a pipelined run at its last step: nothing left to train, said plainly, exit 0, and the
+  # checkpoint's test accuracy still reported (no trace of a step that did not run).
+  if "$exe" --steps 4 --batch 64 --microbatches 2 --stages 2 --resume "$work/c.safetensors" \
+       --trace "$work/t4.json" --data "$data" > "$work/resume3.txt" 2>&1 \
+     && grep -q "nothing left to train: checkpoint .*c.safetensors is already at step 4 of the 4 steps" "$work/resume3.txt" \
+     && grep -q "test accuracy" "$work/resume3.txt" && ! grep -qi "error" "$work/resume3.txt"; then
+    echo "ok: resume at the last step -> $(grep "nothing left" "$work/resume3.txt")"
+  else
+    echo "FAIL: resume at the last step"; cat "$work/resume3.txt"; fails=$((fails+1))
+  fi
+  expect_error "--parity-check does not combine with --resume" --steps 4 --batch 64 --stages 2 --parity-check \
+    --resume "$work/c.safetensors" --data "$data"
   # No temporary files left behind by any of the above.
   if ls -a "$work" | grep -q '\.tmp'; then echo "FAIL: temporary files left: $(ls -a "$work")"; fails=$((fails+1)); fi
 fi
