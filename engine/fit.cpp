@@ -7,6 +7,7 @@
 #include "engine/checkpoint.h"
 #include "engine/core/error.h"
 #include "engine/data/batching.h"
+#include "engine/io/output_path.h"
 #include "engine/metrics.h"
 #include "engine/progress.h"
 
@@ -55,6 +56,10 @@ FitResult fit(TrainingEngine& trainer, const Dataset& train, const Dataset* test
   if (options.batch < 1 || options.batch > train.size())
     throw UsageError(fmt::format("--batch {} must be between 1 and the training set size {}",
                                  options.batch, train.size()));
+  // Before any step: a path that cannot be written must not cost the whole run.
+  check_output_path(options.save, "--save");
+  check_output_path(options.save_init, "--save-init");
+  check_output_path(options.metrics, "--metrics");
   BatchIterator batches(train, BatchOptions{options.batch, options.shuffle, false, trainer.seed()});
   const int64_t total = planned_steps(options, train.size());
 

@@ -34,6 +34,8 @@ struct FitResult {
 // Number of optimizer steps `options` asks for on a data set of n samples.
 int64_t planned_steps(const FitOptions& options, int64_t n);
 
+// Checks options.save, save_init and metrics (check_output_path) before loading --resume or
+// taking any step; throws UsageError naming the flag and the fix.
 FitResult fit(TrainingEngine& trainer, const Dataset& train, const Dataset* test,
               const FitOptions& options);
 

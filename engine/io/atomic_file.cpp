@@ -10,6 +10,7 @@
 #include <system_error>
 
 #include "engine/core/error.h"
+#include "engine/io/output_path.h"
 
 namespace pt {
 namespace {
@@ -35,6 +36,9 @@ AtomicFileWriter::AtomicFileWriter(std::filesystem::path target) : target_(std::
   if (target_.filename().empty())
     throw UsageError(
         fmt::format("cannot write '{}': the path names a directory, not a file", target_.string()));
+  // Before any byte is written: a missing or unwritable folder, or a target that is not a
+  // regular file (a device, a FIFO, a folder, a link to one), which the rename would replace.
+  check_output_path(target_, "cannot write");
   temp_ = temp_path_for(target_);
   const int fd = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   if (fd < 0) {
@@ -92,7 +96,9 @@ void AtomicFileWriter::commit() {
   std::FILE* f = file_;
   file_ = nullptr;
   if (std::fclose(f) != 0) throw fail("closing", errno);
-  // 2. The switch: readers see either the old file or the new one, never a mix.
+  // 2. The switch: readers see either the old file or the new one, never a mix. The target is
+  //    checked again: something that is not a regular file may have appeared there meanwhile.
+  check_output_path(target_, "cannot write");
   if (std::rename(temp_.c_str(), target_.c_str()) != 0) {
     const int err = errno;
     throw fail(fmt::format("renaming '{}' over it", temp_.string()), err);

@@ -15,7 +15,9 @@ namespace pt {
 
 class AtomicFileWriter {
  public:
-  // Creates the temporary file next to `target`; throws FileError when it cannot.
+  // Creates the temporary file next to `target`; throws UsageError when check_output_path
+  // (output_path.h) refuses `target` (a missing folder, a device, a FIFO, a folder ...) and
+  // FileError when the file cannot be created.
   explicit AtomicFileWriter(std::filesystem::path target);
   // Without a successful commit(): closes and deletes the temporary file.
   ~AtomicFileWriter();
@@ -25,7 +27,8 @@ class AtomicFileWriter {
   // Appends bytes (buffered). Throws FileError on a write error (disk full ...).
   void write(std::span<const std::byte> bytes);
   // fflush + fsync, rename over the target, fsync of the directory. Throws FileError on any
-  // failure, leaving the old target in place. Call once; no write() afterwards.
+  // failure, and UsageError when the target is no longer absent or a regular file, leaving the
+  // old target in place. Call once; no write() afterwards.
   void commit();
 
   const std::filesystem::path& target() const { return target_; }

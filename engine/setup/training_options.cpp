@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.h"
+#include "engine/io/output_path.h"
 
 namespace pt {
 
@@ -20,6 +21,8 @@ void TrainingOptions::check(int64_t batch) const {
         fmt::format("--dp {} x --microbatches {} is more than the --batch of {} samples: every "
                     "micro-batch of every replica needs at least one sample",
                     dp, microbatches, batch));
+  check_output_path(trace, "--trace");
+  check_output_path(timeline, "--timeline");
 }
 
 bool TrainingOptions::pipelined() const {

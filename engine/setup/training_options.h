@@ -38,7 +38,8 @@ struct TrainingOptions {
   std::string trace,
       timeline;  // report_pipeline writes the last step's Chrome trace / SVG timeline here
 
-  // Checks that need no work, against the global batch B; throws UsageError naming the fix.
+  // Checks that need no work, against the global batch B, and the trace and timeline paths
+  // (check_output_path); throws UsageError naming the fix.
   void check(int64_t batch) const;
   // True when the run needs the pipeline runtime rather than the single-device Trainer.
   bool pipelined() const;

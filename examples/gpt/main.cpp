@@ -27,6 +27,7 @@
 #include "engine/core/error.h"
 #include "engine/data/text_corpus.h"
 #include "engine/generate.h"
+#include "engine/io/output_path.h"
 #include "engine/metrics.h"
 #include "engine/progress.h"
 #include "engine/setup/run_main.h"
@@ -109,8 +110,9 @@ int run(const Flags& f, pt::Communicator* world) {
     throw pt::UsageError(
         "--prompt is empty; give at least one character to start the sample from "
         "(or --sample-bytes 0 to skip sampling)");
+  pt::check_output_path(f.metrics, "--metrics");
   const pt::TrainingOptions par = pt::examples::training_options(f.par);
-  par.check(f.batch);
+  par.check(f.batch);  // and --trace, --timeline
   const auto schedule_kind = pt::LrSchedule::parse_kind(f.lr_schedule);
   const auto make_model = [&] {
     return pt::gpt(pt::TextCorpus::kVocab, f.context, f.d_model, f.layers, f.heads, !f.untied);

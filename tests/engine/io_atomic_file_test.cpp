@@ -2,6 +2,7 @@
 // temporary file survives a failed or abandoned write.
 #include <doctest/doctest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -92,35 +93,47 @@ TEST_CASE("AtomicFileWriter abandoned without commit removes its temporary file"
   CHECK(dir.names() == std::vector<std::string>{"ckpt.bin"});
 }
 
-TEST_CASE("AtomicFileWriter failures throw FileError and leave no temporary file") {
+TEST_CASE("AtomicFileWriter refuses a bad target before writing and leaves no temporary file") {
   TempDir dir;
   SUBCASE("directory does not exist") {
     const fs::path target = dir.path / "missing" / "x.bin";
     try {
       AtomicFileWriter w(target);
-      FAIL("expected FileError");
-    } catch (const FileError& e) {
+      FAIL("expected UsageError");
+    } catch (const UsageError& e) {
       const std::string msg = e.what();
       CHECK(msg.find(target.string()) != std::string::npos);
-      CHECK(msg.find("No such file or directory") != std::string::npos);
+      CHECK(msg.find("does not exist") != std::string::npos);
     }
   }
-  SUBCASE("rename fails because the target is a directory") {
+  SUBCASE("the target is a directory") {
     const fs::path target = dir.path / "taken";
     fs::create_directory(target);
-    {
+    try {
       AtomicFileWriter w(target);
-      w.write(bytes_of("data"));
-      try {
-        w.commit();
-        FAIL("expected FileError");
-      } catch (const FileError& e) {
-        CHECK(std::string(e.what()).find(target.string()) != std::string::npos);
-        CHECK(std::string(e.what()).find("renaming") != std::string::npos);
-      }
+      FAIL("expected UsageError");
+    } catch (const UsageError& e) {
+      CHECK(std::string(e.what()).find(target.string()) != std::string::npos);
+      CHECK(std::string(e.what()).find("is a folder") != std::string::npos);
     }
     CHECK(fs::is_directory(target));
     CHECK(dir.names() == std::vector<std::string>{"taken"});
+  }
+  SUBCASE("a FIFO that appears at the target before commit is not replaced") {
+    const fs::path target = dir.path / "late";
+    {
+      AtomicFileWriter w(target);
+      w.write(bytes_of("data"));
+      REQUIRE(::mkfifo(target.c_str(), 0600) == 0);
+      try {
+        w.commit();
+        FAIL("expected UsageError");
+      } catch (const UsageError& e) {
+        CHECK(std::string(e.what()).find("FIFO") != std::string::npos);
+      }
+    }
+    CHECK(fs::is_fifo(target));
+    CHECK(dir.names() == std::vector<std::string>{"late"});
   }
   SUBCASE("a path without a file name") {
     CHECK_THROWS_AS(AtomicFileWriter(dir.path / ""), UsageError);

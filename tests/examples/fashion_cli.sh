@@ -19,6 +19,22 @@ expect_error() {  # expect_error "what it must say" args...
   fi
 }
 
+# expect_refused "what it must say" args...: exit 2 (a usage error) within 120 s, the message, and
+# not one training step taken (no "train N/M" progress line).
+expect_refused() {
+  local want=$1; shift
+  local out rc
+  out=$(timeout 120 "$exe" "$@" 2>&1); rc=$?
+  if [ $rc -ne 2 ] || ! grep -qF -- "$want" <<<"$out" || grep -qE '(^|'$'\r'')train [0-9]' <<<"$out"; then
+    echo "FAIL: '$*' gave rc=$rc, expected exit 2 before training with '$want'. Output:"; echo "$out"; fails=$((fails+1))
+  else
+    echo "ok: $* -> $(grep -F -- "$want" <<<"$out" | head -1)"
+  fi
+}
+is_char_device_null() {  # /dev/null must survive every refused write
+  [ -c /dev/null ] || { echo "FAIL: /dev/null is no longer a character device"; fails=$((fails+1)); }
+}
+
 # Fault injection (PIPETRAIN_FAULT) is only in the test-only build, pipetrain-fashion-faults.
 if grep -q PIPETRAIN_FAULT "$exe"; then echo "FAIL: $exe has fault injection compiled in"; fails=$((fails+1)); fi
 
@@ -53,6 +69,32 @@ expect_error "is for 2 devices and 2 micro-batches" --stages 2 --microbatches 4 
 out=$("$exe" --stages 2 --microbatches 2 --schedule "file:$sch/good_gpipe.txt" --plan-only 2>&1) \
   && grep -q "predicted step time" <<<"$out" && echo "ok: a hand-written schedule plans" \
   || { echo "FAIL: good schedule file"; echo "$out"; fails=$((fails+1)); }
+
+# Output paths are checked before any work: nothing is renamed over a device, a FIFO or a folder.
+mkdir -p "$work/adir"
+expect_refused "--trace $work/adir: it is a folder, not a regular file" --trace "$work/adir" --steps 100000
+expect_refused "--timeline /dev/null: it is a character device" --timeline /dev/null --steps 100000
+is_char_device_null
+mkfifo "$work/fifo"
+expect_refused "--trace $work/fifo: it is a FIFO" --trace "$work/fifo" --steps 100000
+[ -p "$work/fifo" ] || { echo "FAIL: the FIFO was replaced"; fails=$((fails+1)); }
+rm -f "$work/fifo"
+expect_refused "--timeline /nonexistent/t.svg: the folder /nonexistent does not exist; create it or choose another path" \
+  --timeline /nonexistent/t.svg --steps 100000
+if [ -f "$data/train-images-idx3-ubyte.gz" ]; then  # --save and --metrics are checked once the data is read
+  expect_refused "--save /nonexistent/x: the folder /nonexistent does not exist; create it or choose another path" \
+    --save /nonexistent/x --steps 100000 --data "$data"
+  expect_refused "--save /dev/null: it is a character device, not a regular file" --save /dev/null --steps 100000 --data "$data"
+  is_char_device_null
+  expect_refused "--save-init /dev/null: it is a character device" --save-init /dev/null --steps 100000 --data "$data"
+  is_char_device_null
+  ln -s /dev/null "$work/null-link"
+  expect_refused "it is a symbolic link to a character device" --save "$work/null-link" --steps 100000 --data "$data"
+  is_char_device_null
+  expect_refused "--metrics $work/adir: it is a folder" --metrics "$work/adir" --steps 100000 --data "$data"
+  rm -f "$work/null-link"
+fi
+rmdir "$work/adir"
 
 # A corrupt data file.
 mkdir -p "$work/bad"

@@ -43,6 +43,15 @@ if [ $rc -ne 0 ] && grep -q "apt-get install bible-kjv" <<<"$out"; then
 else
   echo "FAIL: without the bible program: rc=$rc"; echo "$out"; fails=$((fails+1))
 fi
+# Output paths are checked before any text is read or any step taken.
+mkdir -p "$work/adir"
+expect_error "--metrics /nonexistent/m.jsonl: the folder /nonexistent does not exist; create it or choose another path" \
+  --metrics /nonexistent/m.jsonl --steps 100000
+expect_error "--metrics $work/adir: it is a folder, not a regular file" --metrics "$work/adir" --steps 100000
+expect_error "--trace /dev/null: it is a character device, not a regular file" --trace /dev/null --steps 100000
+[ -c /dev/null ] || { echo "FAIL: /dev/null is no longer a character device"; fails=$((fails+1)); }
+expect_error "--timeline $work/adir: it is a folder" --timeline "$work/adir" --steps 100000
+rmdir "$work/adir"
 out=$("$exe" --stages 2 --microbatches 2 --plan-only 2>&1) && grep -q "predicted step time" <<<"$out" \
   && echo "ok: --stages 2 --plan-only plans" || { echo "FAIL: --plan-only"; echo "$out"; fails=$((fails+1)); }
 
