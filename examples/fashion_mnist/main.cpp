@@ -26,6 +26,7 @@
 #include "engine/core/error.h"
 #include "engine/data/dataset.h"
 #include "engine/fit.h"
+#include "engine/io/output_path.h"
 #include "engine/setup/run_main.h"
 #include "engine/setup/training_run.h"
 #include "engine/trainer.h"
@@ -164,6 +165,10 @@ int run(const Flags& f, pt::Communicator* world) {
     throw pt::UsageError(
         "checkpoints (--save, --resume, --save-init) are not supported under mpirun yet: each "
         "process holds only its own stage; run without them, or in one process with --dp");
+  // Before the data is read: a run must not train and then fail to write its results.
+  pt::check_output_path(f.save, "--save");
+  pt::check_output_path(f.save_init, "--save-init");
+  pt::check_output_path(f.metrics, "--metrics");
   const auto schedule_kind = pt::LrSchedule::parse_kind(f.lr_schedule);
   const auto make_model = [&] { return f.model == "mlp" ? pt::fashion_mlp() : pt::fashion_cnn(); };
   pt::Model model = make_model();
