@@ -186,7 +186,14 @@ StepStats PipelineTrainer::train_step(const Tensor& inputs, const Tensor& target
   for (int d : local_devices_) devices_[at(d)]->reset_peak();
   for (auto& r : reducers_)
     if (r) r->start_step();
-  run_schedule(config_.schedule, run, /*training=*/true, config_.record_trace ? &trace_ : nullptr);
+  std::vector<std::vector<ExecutedAction>> executed;
+  run_schedule(config_.schedule, run, /*training=*/true,
+               config_.record_trace ? &executed : nullptr);
+  if (config_.record_trace && batch >= traced_batch_) {
+    trace_ = std::move(executed);
+    traced_batch_ = batch;
+    traced_step_ = step_;
+  }
 
   StepStats stats;
   stats.samples = batch;

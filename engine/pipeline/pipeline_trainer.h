@@ -60,8 +60,12 @@ class PipelineTrainer final : public TrainingEngine {
   int num_stages() const { return layout_.num_stages(); }
   StageParameters& stage_parameters(int s) { return *stages_.at(static_cast<size_t>(s)).params; }
   const PipelineConfig& config() const { return config_; }
-  // Actions executed in the last step, per device (when record_trace).
+  // Actions executed in the last full-size step, per device (when record_trace): the latest step
+  // whose batch was at least as large as every traced step's before it. An epoch's smaller
+  // remainder batch does not replace it, so traces and measured bubbles describe a full step.
   const std::vector<std::vector<ExecutedAction>>& last_trace() const { return trace_; }
+  // The index of the step last_trace() holds (-1 before any).
+  int64_t last_trace_step() const { return traced_step_; }
   // Peak bytes of each device during the last step (0 for devices of other processes).
   std::vector<size_t> last_peak_bytes() const { return peak_bytes_; }
   // Whether this process computes the loss (holds the last stage).
@@ -103,6 +107,7 @@ class PipelineTrainer final : public TrainingEngine {
   std::unique_ptr<DeviceWorkers> workers_;
   std::unique_ptr<RoutedTransport> transport_;
   std::vector<std::vector<ExecutedAction>> trace_;
+  int64_t traced_step_ = -1, traced_batch_ = 0;
   std::vector<size_t> peak_bytes_;
   int64_t step_ = 0;
 };

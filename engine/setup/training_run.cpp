@@ -141,28 +141,30 @@ void report_pipeline(const TrainingOptions& opt, const TrainingRun& s, Communica
         "backward\n",
         rs.buckets, rs.reduce_s * 1e3, 100 * rs.hidden_fraction());
   if (world) return;  // the other devices' traces are in other processes
-  const int step = static_cast<int>(s.pipeline->step() - 1);
+  // The last full-size step (an epoch's smaller remainder batch is not compared with the
+  // prediction for a full batch).
+  const int step = static_cast<int>(s.pipeline->last_trace_step());
   // Replica 0's devices come first.
   const std::vector<Backend*> replica0(s.backends.begin(),
                                        s.backends.begin() + s.plan->schedule.num_devices);
   const Trace trace = step_trace(s.pipeline->last_trace(), replica0, step);
   const BubbleStats bubble = measure_bubble(trace, step);
   fmt::print(
-      "last step: {:.2f} ms measured vs {:.2f} ms predicted; bubble per device measured / "
-      "predicted:",
-      bubble.step_span_us / 1e3, s.plan->predicted_step_s() * 1e3);
+      "last full step ({}): {:.2f} ms measured vs {:.2f} ms predicted; bubble per device "
+      "measured / predicted:",
+      step, bubble.step_span_us / 1e3, s.plan->predicted_step_s() * 1e3);
   for (size_t d = 0; d < bubble.bubble_fraction.size(); ++d)
     fmt::print(" {:.1f}% / {:.1f}%", 100 * bubble.bubble_fraction[d],
                100 * s.plan->simulated.bubble_fraction[d]);
   fmt::print("\n");
   if (!opt.trace.empty()) {
     write_chrome_trace(opt.trace, trace);
-    fmt::print("wrote the trace of the last step to {} (open in https://ui.perfetto.dev)\n",
+    fmt::print("wrote the trace of the last full step to {} (open in https://ui.perfetto.dev)\n",
                opt.trace);
   }
   if (!opt.timeline.empty()) {
     write_timeline_svg(opt.timeline, trace, step);
-    fmt::print("wrote the timeline of the last step to {}\n", opt.timeline);
+    fmt::print("wrote the timeline of the last full step to {}\n", opt.timeline);
   }
 }
 

@@ -117,6 +117,28 @@ TEST_CASE("traces hold every action once, in order, with sane times") {
   }
 }
 
+TEST_CASE(
+    "the trace is of the last full-size step: an epoch's smaller remainder does not replace it") {
+  Devices dev(2);
+  Model m = deep_mlp(2, 16, {1, 6, 6});
+  auto pc = config(sched::add_communication(sched::generate("1f1b", 2, 4)), m.num_layers());
+  pc.record_trace = true;
+  PipelineTrainer t(m, dev.ptrs, pc);
+  CHECK(t.last_trace_step() == -1);
+  Data full(8), remainder(5);
+  t.train_step(full.x, full.y);
+  t.train_step(full.x, full.y);
+  CHECK(t.last_trace_step() == 1);
+  const auto before = t.last_trace();
+  t.train_step(remainder.x, remainder.y);  // step 2: smaller, kept out of the trace
+  CHECK(t.last_trace_step() == 1);
+  REQUIRE(t.last_trace().size() == 2);
+  CHECK(t.last_trace()[0].size() == before[0].size());
+  CHECK(t.last_trace()[0].front().start_us == before[0].front().start_us);  // the same record
+  t.train_step(full.x, full.y);                                             // step 3: full again
+  CHECK(t.last_trace_step() == 3);
+}
+
 TEST_CASE("1F1B keeps fewer activations in flight than GPipe on the first stage") {
   Data data(64);
   auto peak_first_device = [&](const std::string& name) {
