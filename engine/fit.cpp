@@ -1,10 +1,12 @@
 #include "engine/fit.h"
 
 #include <chrono>
+#include <optional>
 
 #include <fmt/format.h>
 
-#include "engine/checkpoint.h"
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/preemption.h"
 #include "engine/core/error.h"
 #include "engine/data/batching.h"
 #include "engine/io/output_path.h"
@@ -30,18 +32,7 @@ TrainingState state_of(const TrainingEngine& trainer, const BatchIterator& it,
   s.epoch = it.position().epoch;
   s.batch_in_epoch = it.position().offset / options.batch;
   s.seed = trainer.seed();
-  s.extra = options.settings;
-  s.extra["batch"] = std::to_string(options.batch);
-  s.extra["shuffle"] = options.shuffle ? "true" : "false";
   return s;
-}
-
-void save(TrainingEngine& trainer, const std::filesystem::path& path, const TrainingState& state,
-          bool with_optimizer) {
-  std::vector<StageState> stages = trainer.stage_states();
-  if (!with_optimizer)
-    for (StageState& s : stages) s.optimizer = nullptr;
-  save_checkpoint(path, trainer.model(), stages, state);
 }
 
 }  // namespace
@@ -57,43 +48,27 @@ FitResult fit(TrainingEngine& trainer, const Dataset& train, const Dataset* test
     throw UsageError(fmt::format("--batch {} must be between 1 and the training set size {}",
                                  options.batch, train.size()));
   // Before any step: a path that cannot be written must not cost the whole run.
-  check_output_path(options.save, "--save");
-  check_output_path(options.save_init, "--save-init");
   check_output_path(options.metrics, "--metrics");
+  CheckpointOptions checkpoint_options = options.checkpoints;
+  checkpoint_options.settings["batch"] = std::to_string(options.batch);
+  checkpoint_options.settings["no-shuffle"] = options.shuffle ? "false" : "true";
+  RunCheckpoints checkpoints(checkpoint_options, options.world);
   BatchIterator batches(train, BatchOptions{options.batch, options.shuffle, false, trainer.seed()});
   const int64_t total = planned_steps(options, train.size());
 
-  if (!options.resume.empty()) {
-    const TrainingState s =
-        load_checkpoint(options.resume, trainer.model(), trainer.stage_states());
-    for (const auto& [key, value] : options.settings) {
-      auto it = s.extra.find(key);
-      if (it != s.extra.end() && it->second != value)
-        throw UsageError(
-            fmt::format("checkpoint {} was saved with {} = {} but this run has {}: resume "
-                        "with the same settings",
-                        options.resume.string(), key, it->second, value));
-    }
-    if (s.extra.count("batch") && s.extra.at("batch") != std::to_string(options.batch))
-      throw UsageError(
-          fmt::format("checkpoint {} was saved with --batch {} but this run has --batch {}",
-                      options.resume.string(), s.extra.at("batch"), options.batch));
-    if (s.seed != trainer.seed())
-      throw UsageError(
-          fmt::format("checkpoint {} was saved with --seed {} but this run has --seed {}",
-                      options.resume.string(), s.seed, trainer.seed()));
-    trainer.set_step(s.step);
-    batches.set_position({s.epoch, s.batch_in_epoch * options.batch});
-    fmt::print("resumed from {} at step {} (epoch {}, batch {})\n", options.resume.string(), s.step,
-               s.epoch + 1, s.batch_in_epoch);
+  int64_t resumed_at = -1;
+  if (const std::optional<TrainingState> s = checkpoints.resume(trainer)) {
+    batches.set_position({s->epoch, s->batch_in_epoch * options.batch});
+    resumed_at = s->step;
+    fmt::print("resumed from {} at step {} (epoch {}, batch {})\n",
+               checkpoints.resumed_from().string(), s->step, s->epoch + 1, s->batch_in_epoch);
   }
-  if (!options.save_init.empty()) {
-    save(trainer, options.save_init, state_of(trainer, batches, options), false);
-    fmt::print("wrote the initial weights to {}\n", options.save_init.string());
-  }
+  checkpoints.save_init(trainer, state_of(trainer, batches, options));
 
   MetricsWriter metrics =
-      options.metrics.empty() ? MetricsWriter() : MetricsWriter(options.metrics);
+      options.metrics.empty() ? MetricsWriter() : MetricsWriter(options.metrics, resumed_at);
+  std::optional<PreemptionWatch> preemption;
+  if (options.watch_signals) preemption.emplace();
   FitResult result;
   Progress progress("train", total, options.log_every);
   double loss_sum = 0;
@@ -141,17 +116,21 @@ FitResult fit(TrainingEngine& trainer, const Dataset& train, const Dataset* test
       loss_sum = 0;
       loss_count = 0;
     }
-    if (options.save_every > 0 && trainer.step() % options.save_every == 0 && !options.save.empty())
-      save(trainer, options.save, state_of(trainer, batches, options), true);
+    checkpoints.after_step(trainer, [&] { return state_of(trainer, batches, options); });
+    if (preemption && trainer.step() < total && preemption->requested(options.world)) {
+      result.preempted = preemption->which();
+      break;
+    }
   }
   progress.finish();
   if (result.seconds > 0)
     result.samples_per_second = static_cast<double>(result.steps * options.batch) / result.seconds;
-  if (!options.save.empty()) {
-    save(trainer, options.save, state_of(trainer, batches, options), true);
-    fmt::print("saved checkpoint {} at step {}\n", options.save.string(), trainer.step());
-  }
-  if (test) {
+  if (result.preempted)
+    fmt::print("stopping after step {} of {}: {} received{}\n", trainer.step(), total,
+               result.preempted,
+               options.checkpoints.save.empty() ? " (no --save given: nothing is written)" : "");
+  checkpoints.at_end(trainer, state_of(trainer, batches, options));
+  if (test && !result.preempted) {
     result.test = evaluate_dataset(trainer, *test);
     metrics.write({{"event", std::string("eval")},
                    {"step", trainer.step()},

@@ -1,11 +1,13 @@
 #pragma once
 // The training loop shared by the classification examples: batches from a Dataset, progress,
-// metrics (JSON lines), evaluation after each epoch, checkpoints (--save, --save-init, --resume).
+// metrics (JSON lines), evaluation after each epoch, checkpoints (engine/checkpoint/run_checkpoints.h),
+// and a clean stop at SIGTERM / SIGINT (engine/preemption.h).
 #include <cstdint>
 #include <filesystem>
 #include <map>
 #include <string>
 
+#include "engine/checkpoint/run_checkpoints.h"
 #include "engine/data/dataset.h"
 #include "engine/training_engine.h"
 
@@ -17,10 +19,17 @@ struct FitOptions {
   int64_t steps = 0;  // > 0: stop after this many optimizer steps in all (overrides epochs)
   bool shuffle = true;
   int64_t log_every = 50;
-  int64_t save_every = 0;  // > 0: also checkpoint every this many steps
-  std::filesystem::path metrics, save, save_init, resume;
-  // Settings that must match when resuming (e.g. model, batch); stored in the checkpoint.
-  std::map<std::string, std::string> settings;
+  // --metrics: JSON lines. A resumed run keeps the lines up to the checkpoint's step and appends.
+  std::filesystem::path metrics;
+  // --save, --save-every, --keep, --save-init, --resume; `settings` (e.g. model) must match on
+  // resume; batch and shuffling are added here.
+  CheckpointOptions checkpoints;
+  // All processes of an mpirun job (nullable): checkpoints and the stop-signal check are
+  // collective over it.
+  Communicator* world = nullptr;
+  // Stop at SIGTERM / SIGINT after the current step (and write the checkpoint when --save is
+  // given): FitResult::preempted.
+  bool watch_signals = true;
 };
 
 struct FitResult {
@@ -28,14 +37,15 @@ struct FitResult {
   double seconds = 0;  // wall time of the training steps
   double samples_per_second = 0;
   double last_loss = 0;
-  EvalStats test;  // after the last step (samples == 0 when no test set)
+  EvalStats test;           // after the last step (samples == 0 when no test set)
+  const char* preempted = nullptr;  // the signal that stopped training early, if any
 };
 
 // Number of optimizer steps `options` asks for on a data set of n samples.
 int64_t planned_steps(const FitOptions& options, int64_t n);
 
-// Checks options.save, save_init and metrics (check_output_path) before loading --resume or
-// taking any step; throws UsageError naming the flag and the fix.
+// Checks the checkpoint and metrics paths before loading --resume or taking any step; throws
+// UsageError naming the flag and the fix.
 FitResult fit(TrainingEngine& trainer, const Dataset& train, const Dataset* test,
               const FitOptions& options);
 

@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/checkpoint.h"
+#include "engine/checkpoint/checkpoint.h"
 #include "engine/comm/communicator.h"
 #include "engine/core/backend.h"
 #include "engine/stage_parameters.h"

@@ -3,10 +3,14 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <span>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "engine/core/error.h"
+#include "engine/io/atomic_file.h"
 
 namespace pt {
 
@@ -50,8 +54,22 @@ std::string json_line(const std::vector<std::pair<std::string, MetricValue>>& fi
   return out + "}";
 }
 
-MetricsWriter::MetricsWriter(const std::filesystem::path& path) {
-  file_ = std::fopen(path.c_str(), "w");
+MetricsWriter::MetricsWriter(const std::filesystem::path& path, int64_t resumed_at)
+    : path_(path) {
+  if (resumed_at >= 0) {
+    // Keep the lines of steps up to the checkpoint (a line without a step is kept as it is).
+    std::ifstream in(path);
+    std::string kept, line;
+    while (std::getline(in, line)) {
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      if (!j.is_discarded() && j.is_object() && j.contains("step") &&
+          j["step"].is_number_integer() && j["step"].get<int64_t>() > resumed_at)
+        continue;
+      kept += line + "\n";
+    }
+    if (in.is_open()) write_file_atomically(path, std::as_bytes(std::span(kept.data(), kept.size())));
+  }
+  file_ = std::fopen(path.c_str(), resumed_at >= 0 ? "a" : "w");
   if (!file_)
     throw FileError(
         fmt::format("cannot open metrics file {}: {}", path.string(), std::strerror(errno)));
@@ -64,8 +82,14 @@ MetricsWriter::~MetricsWriter() {
 void MetricsWriter::write(const std::vector<std::pair<std::string, MetricValue>>& fields) {
   if (!file_) return;
   const std::string line = json_line(fields) + "\n";
-  std::fwrite(line.data(), 1, line.size(), file_);
-  std::fflush(file_);
+  if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
+    const int err = errno;
+    std::fclose(file_);
+    file_ = nullptr;
+    throw FileError(fmt::format("writing the metrics file {} failed: {}; free space or choose "
+                                "another --metrics path, then resume from the last checkpoint",
+                                path_.string(), std::strerror(err)));
+  }
 }
 
 }  // namespace pt

@@ -2,7 +2,8 @@
 # part of the engine library itself (engine/core and engine/cuda are their own libraries).
 file(GLOB extra CONFIGURE_DEPENDS
   "${CMAKE_CURRENT_SOURCE_DIR}/engine/data/*.cpp"
-  "${CMAKE_CURRENT_SOURCE_DIR}/engine/io/*.cpp")
+  "${CMAKE_CURRENT_SOURCE_DIR}/engine/io/*.cpp"
+  "${CMAKE_CURRENT_SOURCE_DIR}/engine/checkpoint/*.cpp")
 list(APPEND sources ${extra})
 file(GLOB pipeline_sources CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/engine/pipeline/*.cpp")
 list(APPEND sources ${pipeline_sources})

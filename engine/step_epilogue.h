@@ -8,7 +8,7 @@
 #include <functional>
 #include <vector>
 
-#include "engine/checkpoint.h"
+#include "engine/checkpoint/checkpoint.h"
 #include "engine/comm/communicator.h"
 #include "layers/model.h"
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/checkpoint.h"
+#include "engine/checkpoint/checkpoint.h"
 #include "engine/comm/communicator.h"
 #include "layers/model.h"
 
@@ -37,8 +37,14 @@ class TrainingEngine {
   // Optimizer steps taken so far (the next step's index).
   virtual int64_t step() const = 0;
   virtual void set_step(int64_t step) = 0;
-  // Every stage's parameters and optimizer, in stage order (for checkpoints).
+  // Every stage's parameters and optimizer held here, one copy of each, in stage order.
   virtual std::vector<StageState> stage_states() = 0;
+  // Every copy of every stage held here (replicas in this process hold copies of the same
+  // stages): what loading a checkpoint must fill.
+  virtual std::vector<StageState> all_stage_copies() { return stage_states(); }
+  // What this process writes into a checkpoint: its stages, unless another process holds the
+  // same stages as replica 0 (replicas of a stage are written once).
+  virtual std::vector<StageState> stages_to_save() { return stage_states(); }
 };
 
 // The global gradient norm over all stages: each parameter's sum of squares (double), added in

@@ -234,7 +234,7 @@ void save_safetensors(const std::filesystem::path& path, const SafetensorsFile& 
 // ---- load
 // -----------------------------------------------------------------------------------------
 
-SafetensorsFile load_safetensors(const std::filesystem::path& path) {
+SafetensorsIndex read_safetensors_index(const std::filesystem::path& path) {
   FilePtr f(std::fopen(path.c_str(), "rb"));
   if (!f) {
     const int err = errno;
@@ -286,7 +286,8 @@ SafetensorsFile load_safetensors(const std::filesystem::path& path) {
     bad_file(path, fmt::format("header is {}, expected a JSON object", header.type_name()));
   if (!duplicate.empty()) bad_file(path, fmt::format("header names '{}' twice", duplicate));
 
-  SafetensorsFile out;
+  SafetensorsIndex out;
+  out.file_size = file_size;
   std::vector<Entry> entries;
   for (const auto& [key, value] : header.items()) {
     if (key == kMetadataKey)
@@ -323,10 +324,30 @@ SafetensorsFile load_safetensors(const std::filesystem::path& path) {
                                "file has trailing bytes or a corrupt header",
                                data_len, covered));
 
-  // -- data, read straight into each tensor (the entries tile the buffer in order)
-  out.tensors.reserve(entries.size());
-  for (Entry& e : entries) {
-    HostTensor t{std::move(e.name), e.dtype, e.shape, std::vector<std::byte>(e.end - e.begin)};
+  out.entries.reserve(entries.size());
+  const uint64_t data_start = 8 + header_len;
+  for (Entry& e : entries)
+    out.entries.push_back(
+        {std::move(e.name), e.dtype, e.shape, data_start + e.begin, e.end - e.begin});
+  return out;
+}
+
+SafetensorsFile load_safetensors(const std::filesystem::path& path) {
+  SafetensorsIndex index = read_safetensors_index(path);
+  FilePtr f(std::fopen(path.c_str(), "rb"));
+  if (!f) {
+    const int err = errno;
+    bad_file(path, fmt::format("cannot open: {}", std::generic_category().message(err)));
+  }
+  SafetensorsFile out;
+  out.metadata = std::move(index.metadata);
+  out.tensors.reserve(index.entries.size());
+  // The entries tile the data buffer in order: one sequential read.
+  if (!index.entries.empty() &&
+      std::fseek(f.get(), static_cast<long>(index.entries.front().offset), SEEK_SET) != 0)
+    bad_file(path, "cannot seek to the data buffer");
+  for (SafetensorsEntry& e : index.entries) {
+    HostTensor t{std::move(e.name), e.dtype, e.shape, std::vector<std::byte>(e.bytes)};
     read_exactly(f.get(), path, t.data.data(), t.data.size(),
                  fmt::format("tensor '{}'", t.name).c_str());
     out.tensors.push_back(std::move(t));

@@ -56,4 +56,21 @@ void save_safetensors(const std::filesystem::path& path, const SafetensorsFile& 
 // Reads and validates the whole file; throws FileError naming the path and the problem.
 SafetensorsFile load_safetensors(const std::filesystem::path& path);
 
+// Where each tensor's bytes are, from the header alone (validated as load_safetensors does,
+// including that the entries tile the data buffer up to the end of the file): for readers that
+// need only some tensors (a checkpoint piece of which a process holds a few stages).
+struct SafetensorsEntry {
+  std::string name;
+  DType dtype = DType::f32;
+  Shape shape;
+  uint64_t offset = 0;  // from the start of the file
+  uint64_t bytes = 0;
+};
+struct SafetensorsIndex {
+  std::vector<SafetensorsEntry> entries;  // in data-buffer order
+  std::map<std::string, std::string> metadata;
+  uint64_t file_size = 0;
+};
+SafetensorsIndex read_safetensors_index(const std::filesystem::path& path);
+
 }  // namespace pt

@@ -24,6 +24,18 @@ void DataParallelTrainer::set_step(int64_t step) {
   for (auto& r : parts_.replicas) r->set_step(step);
 }
 
+std::vector<StageState> DataParallelTrainer::all_stage_copies() {
+  std::vector<StageState> all;
+  for (auto& r : parts_.replicas)
+    for (const StageState& s : r->stage_states()) all.push_back(s);
+  return all;
+}
+
+std::vector<StageState> DataParallelTrainer::stages_to_save() {
+  if (replica(0).config().parallel.replica != 0) return {};
+  return replica(0).stage_states();
+}
+
 void DataParallelTrainer::on_all_replicas(const std::function<void(int)>& job) {
   std::vector<std::exception_ptr> errors(parts_.replicas.size());
   std::vector<std::thread> threads;

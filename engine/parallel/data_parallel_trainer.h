@@ -38,6 +38,9 @@ class DataParallelTrainer final : public TrainingEngine {
   void set_step(int64_t step) override;
   // Replica 0's stages (the replicas hold the same values).
   std::vector<StageState> stage_states() override { return replica(0).stage_states(); }
+  std::vector<StageState> all_stage_copies() override;
+  // Replica 0's stages in the process that holds replica 0; nothing in the others.
+  std::vector<StageState> stages_to_save() override;
 
   int local_replicas() const { return static_cast<int>(parts_.replicas.size()); }
   PipelineTrainer& replica(int i) const { return *parts_.replicas[static_cast<size_t>(i)]; }

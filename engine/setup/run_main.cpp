@@ -9,6 +9,7 @@
 
 #include "engine/comm/mpi.h"
 #include "engine/core/error.h"
+#include "engine/preemption.h"
 
 namespace pt {
 
@@ -57,7 +58,9 @@ int run_main(double timeout_s, const std::function<int(Communicator* world)>& bo
       MpiRuntime::abort(1);
     }
     code = report_errors(body, world.get(), rank);
-    if (code != 0) MpiRuntime::abort(code);
+    // A stop on a signal is agreed by every rank (PreemptionWatch): they all return it and end
+    // MPI normally. Any other failure is this rank's alone: end the job.
+    if (code != 0 && code != kExitPreempted) MpiRuntime::abort(code);
   }
   return code;
 }

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "engine/core/error.h"
 #include "engine/cuda_plugin.h"
@@ -94,12 +95,19 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
       opt.dp > 1 ? fmt::format(", {} data-parallel replicas (gradient buckets of {} MiB)", opt.dp,
                                opt.bucket_mib)
                  : "");
+  s.layout = {{"stages", std::to_string(opt.stages)},
+              {"replicas", std::to_string(opt.dp)},
+              {"processes", std::to_string(world ? world->size() : 1)},
+              {"devices", s.backends[0]->describe()}};
   if (!pipelined) {
     s.engine = std::make_unique<Trainer>(model, *s.backends[0], trainer_config);
     return s;
   }
   s.plan = make_plan(model, request, s.backends[0]);
   if (opt.print) fmt::print("{}", s.plan->report());
+  s.layout["schedule"] = opt.schedule.str();
+  s.layout["microbatches"] = std::to_string(opt.microbatches);
+  s.layout["layers_per_stage"] = fmt::format("{}", fmt::join(s.plan->partition.layout(), ","));
   if (opt.plan_only) return s;
 
   PipelineConfig pc;

@@ -10,6 +10,7 @@
 //   pt::TrainingRun run = pt::make_training(opt, model, make_model, trainer_config, batch);
 //   run.engine->train_step(x, y);
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +33,9 @@ struct TrainingRun {
   std::unique_ptr<TrainingEngine> engine;  // null with plan_only
   PipelineTrainer* pipeline = nullptr;     // replica 0 of this process (trace, bubble, reduction)
   std::string description;                 // "cpu:0 (1 thread, ...), 2 stages, schedule 1f1b, ..."
+  // How the model is laid out, as a checkpoint records it: stages, replicas, processes,
+  // schedule, layers per stage.
+  std::map<std::string, std::string> layout;
 };
 
 // `model` serves the plan and a single device or single pipeline; make_model() builds one more

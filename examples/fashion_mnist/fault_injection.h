@@ -56,6 +56,8 @@ class FaultInjection final : public TrainingEngine {
   int64_t step() const override { return inner_->step(); }
   void set_step(int64_t step) override { inner_->set_step(step); }
   std::vector<StageState> stage_states() override { return inner_->stage_states(); }
+  std::vector<StageState> all_stage_copies() override { return inner_->all_stage_copies(); }
+  std::vector<StageState> stages_to_save() override { return inner_->stages_to_save(); }
 
  private:
   std::unique_ptr<TrainingEngine> inner_;

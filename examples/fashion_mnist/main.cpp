@@ -6,7 +6,8 @@
 // data parallelism over R pipeline replicas (--dp), in one process or one process per device
 // under mpirun/srun; single-device gradient accumulation over the same micro-batches (the
 // reference, --parity-check); SGD/AdamW with LR schedules, metrics as JSON lines, checkpoints
-// (--save/--resume/--save-init). What it leaves out: GPUs (a later issue).
+// (--save/--save-every/--keep/--resume/--save-init, in every mode, under mpirun too; SIGTERM or
+// SIGINT stops after the current step, saves and exits with 75). What it leaves out: GPUs.
 //
 //   pipetrain-fashion --model mlp --epochs 3
 //   pipetrain-fashion --stages 2 --microbatches 8 --schedule 1f1b --trace run.json --timeline
@@ -27,6 +28,7 @@
 #include "engine/data/dataset.h"
 #include "engine/fit.h"
 #include "engine/io/output_path.h"
+#include "engine/preemption.h"
 #include "engine/setup/run_main.h"
 #include "engine/setup/training_run.h"
 #include "engine/trainer.h"
@@ -53,6 +55,7 @@ struct Flags {
   std::string data = pt::kFashionMnistDir;
   std::string metrics, save, save_init, resume;
   int64_t log_every = 50, save_every = 0;
+  int keep = 0;
   bool summary = false;
 };
 
@@ -71,9 +74,9 @@ int parity_check(const pt::TrainingOptions& par, const std::function<pt::Model()
   const bool exact = par.dp == 1 || (par.dp == 2 && cfg.microbatches == 1);
   cfg.microbatches *= par.dp;
   fit.metrics.clear();
-  fit.save.clear();
-  fit.save_init.clear();
-  fit.resume.clear();
+  fit.checkpoints = {};
+  fit.world = nullptr;
+  fit.watch_signals = false;
   pt::Model reference_model = make_model();
   auto backend = pt::make_cpu_backend(par.stages, threads);  // same threads: same GEMM arithmetic
   backend->bind_current_thread();
@@ -161,13 +164,15 @@ int run(const Flags& f, pt::Communicator* world) {
   if (f.parity_check && !f.resume.empty())  // refused before training, not after
     throw pt::UsageError(
         "--parity-check does not combine with --resume: it replays the run from the start");
-  if (world && (!f.save.empty() || !f.resume.empty() || !f.save_init.empty()))
-    throw pt::UsageError(
-        "checkpoints (--save, --resume, --save-init) are not supported under mpirun yet: each "
-        "process holds only its own stage; run without them, or in one process with --dp");
+  pt::CheckpointOptions checkpoints;
+  checkpoints.save = f.save;
+  checkpoints.save_every = f.save_every;
+  checkpoints.keep = f.keep;
+  checkpoints.save_init = f.save_init;
+  checkpoints.resume = f.resume;
+  checkpoints.settings = {{"model", f.model}, {"optim", f.optim}};
   // Before the data is read: a run must not train and then fail to write its results.
-  pt::check_output_path(f.save, "--save");
-  pt::check_output_path(f.save_init, "--save-init");
+  checkpoints.check();
   pt::check_output_path(f.metrics, "--metrics");
   const auto schedule_kind = pt::LrSchedule::parse_kind(f.lr_schedule);
   const auto make_model = [&] { return f.model == "mlp" ? pt::fashion_mlp() : pt::fashion_cnn(); };
@@ -192,12 +197,9 @@ int run(const Flags& f, pt::Communicator* world) {
   fit.steps = f.steps;
   fit.shuffle = !f.no_shuffle;
   fit.log_every = f.log_every;
-  fit.save_every = f.save_every;
   fit.metrics = pt::speaks(world) ? f.metrics : "";
-  fit.save = f.save;
-  fit.save_init = f.save_init;
-  fit.resume = f.resume;
-  fit.settings = {{"model", f.model}, {"optim", f.optim}};
+  fit.checkpoints = checkpoints;
+  fit.world = world;
   cfg.lr = {schedule_kind, f.lr, f.warmup, pt::planned_steps(fit, train.size()), 0.f};
 
   pt::TrainingRun setup = pt::make_training(par, model, make_model, cfg, f.batch, world);
@@ -212,7 +214,16 @@ int run(const Flags& f, pt::Communicator* world) {
       f.model, model.param_count(), setup.description, f.batch,
       par.dp > 1 ? " (split between the replicas)" : "", par.microbatches,
       par.microbatches == 1 ? "" : "es", opt.str(), cfg.lr.total_steps);
+  fit.checkpoints.layout = setup.layout;
   const pt::FitResult r = pt::fit(*trainer, train, &test, fit);
+  if (r.preempted) {
+    fmt::print("stopped early ({}) after step {}: continue with --resume {}\n", r.preempted,
+               trainer->step(),
+               f.save.empty() ? std::string("(nothing was saved: give --save)")
+               : f.save_every > 0 ? "latest:" + f.save
+                                  : f.save);
+    return pt::kExitPreempted;
+  }
   if (r.steps == 0)  // only a resume gets here: --steps and --epochs are >= 1
     fmt::print(
         "nothing left to train: checkpoint {} is already at step {}{} of the {} steps this run "
@@ -257,10 +268,15 @@ int main(int argc, char** argv) {
   app.add_option("--data", f.data, "folder with the Fashion-MNIST IDX files")
       ->capture_default_str();
   app.add_option("--metrics", f.metrics, "write metrics as JSON lines to this file");
-  app.add_option("--save", f.save, "write a checkpoint (safetensors) here at the end");
-  app.add_option("--save-every", f.save_every, "also write --save every N steps");
-  app.add_option("--save-init", f.save_init, "write the initial weights (safetensors) here");
-  app.add_option("--resume", f.resume, "continue training from this checkpoint");
+  app.add_option("--save", f.save,
+                 "write a checkpoint (a folder) here at the end, or, with --save-every, the "
+                 "folder of numbered checkpoints");
+  app.add_option("--save-every", f.save_every,
+                 "write a numbered checkpoint --save/step-NNNNNNNN every N steps (and at the end)");
+  app.add_option("--keep", f.keep, "keep only the newest K numbered checkpoints (0: all)");
+  app.add_option("--save-init", f.save_init, "write the initial weights (a checkpoint folder) here");
+  app.add_option("--resume", f.resume,
+                 "continue from this checkpoint, or latest:DIR for the newest one in DIR");
   app.add_option("--log-every", f.log_every, "progress line interval when not on a terminal");
   app.add_flag("--summary", f.summary, "print the model summary table");
   CLI11_PARSE(app, argc, argv);

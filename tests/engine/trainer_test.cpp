@@ -11,7 +11,8 @@
 
 #include <unistd.h>
 
-#include "engine/checkpoint.h"
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/manifest.h"
 #include "engine/core/error.h"
 #include "engine/fit.h"
 #include "engine/io/safetensors.h"
@@ -142,7 +143,7 @@ TEST_CASE("checkpoint: resume continues bit for bit") {
   Trainer tb(mb, *backend, c);
   FitOptions first = o;
   first.steps = 4;
-  first.save = dir / "ckpt.safetensors";
+  first.checkpoints.save = dir / "ckpt";
   fit(tb, train, nullptr, first);
   const auto saved = host_copy(tb.parameters().params_flat());
 
@@ -153,8 +154,8 @@ TEST_CASE("checkpoint: resume continues bit for bit") {
   // Training moved the weights away from the initialisation: loading nothing would show.
   CHECK(std::memcmp(fresh.data(), saved.data(), saved.size() * sizeof(float)) != 0);
   FitOptions second = o;
-  second.resume = first.save;
-  second.save_init = dir / "after_resume.safetensors";  // the state right after loading
+  second.checkpoints.resume = first.checkpoints.save.string();
+  second.checkpoints.save_init = dir / "after_resume";  // the state right after loading
   const FitResult r = fit(tc, train, nullptr, second);
   CHECK(r.steps == 6);  // it started at the saved step 4, not at 0
   CHECK(tc.step() == 10);
@@ -166,7 +167,7 @@ TEST_CASE("checkpoint: resume continues bit for bit") {
   Model md = deep_mlp(2, 16, {1, 4, 4});
   Trainer td(md, *backend, c);
   StageState weights_only{&td.parameters(), nullptr};
-  const TrainingState at_start = load_checkpoint(second.save_init, md, std::span(&weights_only, 1));
+  const TrainingState at_start = load_checkpoint(second.checkpoints.save_init, md, std::span(&weights_only, 1));
   CHECK(at_start.step == 4);
   CHECK(at_start.epoch == 0);
   CHECK(at_start.batch_in_epoch == 4);
@@ -174,10 +175,11 @@ TEST_CASE("checkpoint: resume continues bit for bit") {
   CHECK(std::memcmp(loaded.data(), saved.data(), saved.size() * sizeof(float)) == 0);
 
   // Names follow "{layer}.{name}.{param}" and optimizer slots are stored beside them.
-  const SafetensorsFile f = load_safetensors(first.save);
+  // The piece is a plain safetensors file.
+  const SafetensorsFile f = load_safetensors(first.checkpoints.save / "part-00000.safetensors");
   CHECK(f.find("1.linear.weight") != nullptr);
   CHECK(f.find("optimizer.1.linear.weight.exp_avg_sq") != nullptr);
-  CHECK(f.metadata.at("step") == "4");
+  CHECK(read_manifest(first.checkpoints.save).meta("step") == "4");
   std::filesystem::remove_all(dir);
 }
 
@@ -193,24 +195,24 @@ TEST_CASE("checkpoint: any 64-bit seed round-trips, 2^63 and 2^64 - 1 included")
     o.batch = 8;
     o.steps = 2;
     o.log_every = 1000;
-    o.save = dir / "seed.safetensors";
+    o.checkpoints.save = dir / "seed";
     Model m = deep_mlp(2, 16, {1, 4, 4});
     Trainer t(m, *backend, c);
     fit(t, train, nullptr, o);
-    CHECK(load_safetensors(o.save).metadata.at("seed") == std::to_string(seed));
+    CHECK(read_manifest(o.checkpoints.save).meta("seed") == std::to_string(seed));
 
     Model m2 = deep_mlp(2, 16, {1, 4, 4});
     Trainer t2(m2, *backend, c);
     StageState s{&t2.parameters(), &t2.optimizer()};
-    CHECK(load_checkpoint(o.save, m2, std::span(&s, 1)).seed == seed);
+    CHECK(load_checkpoint(o.checkpoints.save, m2, std::span(&s, 1)).seed == seed);
 
     // And fit resumes it: the seed it reads back is the run's seed.
     Model m3 = deep_mlp(2, 16, {1, 4, 4});
     Trainer t3(m3, *backend, c);
     FitOptions more = o;
     more.steps = 3;
-    more.resume = o.save;
-    more.save.clear();
+    more.checkpoints.resume = o.checkpoints.save.string();
+    more.checkpoints.save.clear();
     CHECK(fit(t3, train, nullptr, more).steps == 1);
   }
   std::filesystem::remove_all(dir);
@@ -219,7 +221,7 @@ TEST_CASE("checkpoint: any 64-bit seed round-trips, 2^63 and 2^64 - 1 included")
 TEST_CASE("checkpoint: refuses another model, another optimizer and corrupt files") {
   auto backend = make_cpu_backend(0, 1);
   const auto dir = temp_dir();
-  const auto path = dir / "a.safetensors";
+  const auto path = dir / "a";
   Model m = deep_mlp(2, 16, {1, 4, 4});
   Trainer t(m, *backend, config(1));
   StageState s{&t.parameters(), &t.optimizer()};
@@ -242,10 +244,12 @@ TEST_CASE("checkpoint: refuses another model, another optimizer and corrupt file
   CHECK_THROWS_WITH_AS(load_checkpoint(path, same, std::span(&sa, 1)),
                        doctest::Contains("--optim sgd"), FileError);
 
-  // Truncated file.
-  const auto size = std::filesystem::file_size(path);
-  std::filesystem::resize_file(path, size / 2);
-  CHECK_THROWS_AS(load_checkpoint(path, m, std::span(&s, 1)), FileError);
+  // Truncated piece.
+  const auto piece = path / "part-00000.safetensors";
+  const auto size = std::filesystem::file_size(piece);
+  std::filesystem::resize_file(piece, size / 2);
+  CHECK_THROWS_WITH_AS(load_checkpoint(path, m, std::span(&s, 1)),
+                       doctest::Contains("part-00000.safetensors"), FileError);
 
   // Not a safetensors file at all.
   { std::ofstream(dir / "junk.safetensors") << "hello, this is not a checkpoint"; }

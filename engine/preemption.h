@@ -1,0 +1,35 @@
+#pragma once
+// Preemption: batch schedulers send SIGTERM some time before they kill a job, and users press
+// Ctrl-C (SIGINT). A run that watches for them finishes the step it is in, writes a checkpoint
+// (when --save is given) and exits with kExitPreempted, so that the job can be resumed later with
+// --resume. A second signal of the same kind ends the process at once, as usual.
+//
+// Under mpirun the processes agree: requested(world) is true on every process at the same step
+// when any process received a signal (schedulers signal all of them, not always at once).
+// Note: mpirun itself kills its processes 1 s after forwarding a SIGTERM (Open MPI's
+// odls_base_sigkill_timeout); raise it (--mca odls_base_sigkill_timeout 60) when a step and a
+// checkpoint take longer. srun waits KillWait (default 30 s).
+#include "engine/comm/communicator.h"
+
+namespace pt {
+
+// EX_TEMPFAIL: stopped early on purpose; resume with --resume.
+inline constexpr int kExitPreempted = 75;
+
+class PreemptionWatch {
+ public:
+  // Installs the SIGTERM and SIGINT handlers (one watch at a time).
+  PreemptionWatch();
+  // Restores the previous handlers.
+  ~PreemptionWatch();
+  PreemptionWatch(const PreemptionWatch&) = delete;
+  PreemptionWatch& operator=(const PreemptionWatch&) = delete;
+
+  // Whether to stop now: a signal arrived in this process or, with `world` (collective: every
+  // rank calls it at the same point), in any process of it.
+  bool requested(Communicator* world);
+  // The signal that arrived ("SIGTERM", "SIGINT", or "a signal in another process").
+  const char* which() const;
+};
+
+}  // namespace pt
