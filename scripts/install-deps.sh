@@ -7,6 +7,7 @@ packages=(
   libfmt-dev doctest-dev libcli11-dev nlohmann-json3-dev
   libdnnl-dev ocl-icd-opencl-dev zlib1g-dev
   libopenmpi-dev openmpi-bin
+  python3
   dataset-fashion-mnist bible-kjv
 )
 missing=()

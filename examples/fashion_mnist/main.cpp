@@ -219,7 +219,7 @@ int run(const Flags& f, pt::Communicator* world) {
   if (r.preempted) {
     fmt::print("stopped early ({}) after step {}: continue with --resume {}\n", r.preempted,
                trainer->step(),
-               f.save.empty() ? std::string("(nothing was saved: give --save)")
+               f.save.empty()     ? std::string("(nothing was saved: give --save)")
                : f.save_every > 0 ? "latest:" + f.save
                                   : f.save);
     return pt::kExitPreempted;
@@ -274,7 +274,8 @@ int main(int argc, char** argv) {
   app.add_option("--save-every", f.save_every,
                  "write a numbered checkpoint --save/step-NNNNNNNN every N steps (and at the end)");
   app.add_option("--keep", f.keep, "keep only the newest K numbered checkpoints (0: all)");
-  app.add_option("--save-init", f.save_init, "write the initial weights (a checkpoint folder) here");
+  app.add_option("--save-init", f.save_init,
+                 "write the initial weights (a checkpoint folder) here");
   app.add_option("--resume", f.resume,
                  "continue from this checkpoint, or latest:DIR for the newest one in DIR");
   app.add_option("--log-every", f.log_every, "progress line interval when not on a terminal");

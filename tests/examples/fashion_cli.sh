@@ -82,14 +82,26 @@ rm -f "$work/fifo"
 expect_refused "--timeline /nonexistent/t.svg: the folder /nonexistent does not exist; create it or choose another path" \
   --timeline /nonexistent/t.svg --steps 100000
 if [ -f "$data/train-images-idx3-ubyte.gz" ]; then  # --save and --metrics are checked once the data is read
-  expect_refused "--save /nonexistent/x: the folder /nonexistent does not exist; create it or choose another path" \
+  expect_refused "--save /nonexistent/x: /nonexistent: the folder does not exist; create it or choose another path" \
     --save /nonexistent/x --steps 100000 --data "$data"
-  expect_refused "--save /dev/null: it is a character device, not a regular file" --save /dev/null --steps 100000 --data "$data"
+  expect_refused "--save /dev/null: it exists and is not a folder (checkpoints are folders" --save /dev/null --steps 100000 --data "$data"
   is_char_device_null
-  expect_refused "--save-init /dev/null: it is a character device" --save-init /dev/null --steps 100000 --data "$data"
+  expect_refused "--save-init /dev/null: it exists and is not a folder" --save-init /dev/null --steps 100000 --data "$data"
   is_char_device_null
   ln -s /dev/null "$work/null-link"
-  expect_refused "it is a symbolic link to a character device" --save "$work/null-link" --steps 100000 --data "$data"
+  expect_refused "--save $work/null-link: it exists and is not a folder" --save "$work/null-link" --steps 100000 --data "$data"
+  is_char_device_null
+  echo "precious" > "$work/afile"
+  expect_refused "--save $work/afile: it exists and is not a folder" --save "$work/afile" --steps 100000 --data "$data"
+  mkdir -p "$work/notckpt"
+  expect_refused "--save $work/notckpt: it is a folder but not a checkpoint" --save "$work/notckpt" --steps 100000 --data "$data"
+  rmdir "$work/notckpt"
+  grep -q precious "$work/afile" || { echo "FAIL: a refused --save changed a file"; fails=$((fails+1)); }
+  rm -f "$work/afile"
+  expect_refused "--save-every needs --save DIR" --save-every 5 --steps 100000 --data "$data"
+  expect_refused "--keep applies to the numbered checkpoints" --save "$work/k" --keep 2 --steps 100000 --data "$data"
+  expect_refused "--resume $work/nothing: it does not exist" --resume "$work/nothing" --steps 100000 --data "$data"
+  expect_refused "holds no complete numbered checkpoint" --resume "latest:$work" --steps 100000 --data "$data"
   is_char_device_null
   expect_refused "--metrics $work/adir: it is a folder" --metrics "$work/adir" --steps 100000 --data "$data"
   rm -f "$work/null-link"
@@ -105,20 +117,57 @@ if [ -f "$work/bad/train-images-idx3-ubyte.gz" ]; then
   head -c 100000 "$data/train-images-idx3-ubyte.gz" > "$work/bad/train-images-idx3-ubyte.gz"
   expect_error "train-images-idx3-ubyte.gz" --data "$work/bad" --steps 1
 
-  # A short real run with metrics and a checkpoint, then a resume.
-  if ! "$exe" --steps 4 --batch 64 --microbatches 2 --metrics "$work/m.jsonl" --save "$work/c.safetensors" \
-       --save-init "$work/init.safetensors" --data "$data" > "$work/run.txt" 2>&1; then
+  # A short real run with metrics and a checkpoint, then a resume. A temporary folder that an
+  # interrupted save left (".c.tmp.*") is removed; a look-alike of another name is not.
+  mkdir -p "$work/.c.tmp.999.0" "$work/.other.tmp.999.0"
+  if ! "$exe" --steps 4 --batch 64 --microbatches 2 --metrics "$work/m.jsonl" --save "$work/c" \
+       --save-init "$work/init" --data "$data" > "$work/run.txt" 2>&1; then
     echo "FAIL: short run"; cat "$work/run.txt"; fails=$((fails+1))
   fi
-  [ "$(grep -c '"loss"' "$work/m.jsonl")" -ge 4 ] || { echo "FAIL: metrics lines"; fails=$((fails+1)); }
-  [ -s "$work/init.safetensors" ] || { echo "FAIL: --save-init wrote nothing"; fails=$((fails+1)); }
-  "$exe" --steps 6 --batch 64 --microbatches 2 --resume "$work/c.safetensors" --data "$data" > "$work/resume.txt" 2>&1 \
+  [ -d "$work/.c.tmp.999.0" ] && { echo "FAIL: the stale temporary of --save c was not removed"; fails=$((fails+1)); }
+  [ -d "$work/.other.tmp.999.0" ] || { echo "FAIL: a temporary of another path was removed"; fails=$((fails+1)); }
+  rmdir "$work/.other.tmp.999.0"
+  [ "$(grep -c '"loss"' "$work/m.jsonl")" -eq 4 ] || { echo "FAIL: metrics lines"; fails=$((fails+1)); }
+  [ -f "$work/init/manifest.json" ] || { echo "FAIL: --save-init wrote nothing"; fails=$((fails+1)); }
+  # Resumed with the same --metrics: the file continues (steps 1..6, each once).
+  "$exe" --steps 6 --batch 64 --microbatches 2 --resume "$work/c" --metrics "$work/m.jsonl" --data "$data" > "$work/resume.txt" 2>&1 \
     && grep -q "resumed from" "$work/resume.txt" || { echo "FAIL: resume"; cat "$work/resume.txt"; fails=$((fails+1)); }
-  expect_error "was written for a different model" --model cnn --steps 6 --batch 64 --resume "$work/c.safetensors" --data "$data"
-  expect_error "--batch 64" --steps 6 --batch 32 --resume "$work/c.safetensors" --data "$data"
-  head -c 1000 "$work/c.safetensors" > "$work/cut.safetensors"
-  expect_error "cut.safetensors" --steps 6 --batch 64 --resume "$work/cut.safetensors" --data "$data"
-  expect_error "cannot be resumed from" --steps 6 --batch 64 --resume "$work/init.safetensors" --data "$data"
+  steps_logged=$(grep -o '^{"step": [0-9]*' "$work/m.jsonl" | cut -d' ' -f2 | tr '\n' ' ')
+  [ "$steps_logged" = "1 2 3 4 5 6 " ] && echo "ok: the metrics file continues on resume" \
+    || { echo "FAIL: metrics after resume have steps '$steps_logged'"; fails=$((fails+1)); }
+  expect_error "was written for a different model" --model cnn --steps 6 --batch 64 --resume "$work/c" --data "$data"
+  expect_error "--batch 64" --steps 6 --batch 32 --resume "$work/c" --data "$data"
+  expect_error "was saved with --no-shuffle false but this run has --no-shuffle true" --steps 6 --batch 64 \
+    --no-shuffle --resume "$work/c" --data "$data"
+  cp -r "$work/c" "$work/cut"
+  truncate -s 1000 "$work/cut/part-00000.safetensors"
+  expect_error "piece part-00000.safetensors has 1000 bytes" --steps 6 --batch 64 --resume "$work/cut" --data "$data"
+  rm "$work/cut/manifest.json"
+  expect_error "has no manifest.json" --steps 6 --batch 64 --resume "$work/cut" --data "$data"
+  rm -r "$work/cut"
+  expect_error "cannot be resumed from" --steps 6 --batch 64 --resume "$work/init" --data "$data"
+  # A metrics write error (the file size limit stands in for a full disk) stops the run.
+  out=$( (trap '' XFSZ; ulimit -f 1; "$exe" --steps 100 --batch 64 --metrics "$work/full.jsonl" --data "$data" 2>&1 | cat) )
+  grep -q "writing the metrics file $work/full.jsonl failed" <<<"$out" && ! grep -q "train 100/100" <<<"$out" \
+    && echo "ok: a metrics write error stops the run" \
+    || { echo "FAIL: metrics write error"; echo "$out" | tail -5; fails=$((fails+1)); }
+  # SIGTERM (what a batch scheduler sends before it kills): the step ends, the checkpoint is
+  # written, exit 75; resuming reaches the same weights as an uninterrupted run.
+  "$exe" --steps 30 --batch 64 --seed 5 --threads 1 --log-every 1 --save "$work/full" --data "$data" > "$work/full.txt" 2>&1
+  "$exe" --steps 30 --batch 64 --seed 5 --threads 1 --log-every 1 --save "$work/pre" --metrics "$work/pre.jsonl" --data "$data" > "$work/pre.txt" 2>&1 &
+  pid=$!
+  for _ in $(seq 500); do grep -q '"step": 3,' "$work/pre.jsonl" 2>/dev/null && break; sleep 0.02; done
+  kill -TERM $pid; wait $pid; rc=$?
+  if [ $rc -eq 75 ] && grep -q "stopped early (SIGTERM)" "$work/pre.txt" && [ -f "$work/pre/manifest.json" ]; then
+    echo "ok: SIGTERM -> exit 75: $(grep "stopped early" "$work/pre.txt")"
+  else
+    echo "FAIL: SIGTERM gave rc=$rc"; tail -5 "$work/pre.txt"; fails=$((fails+1))
+  fi
+  "$exe" --steps 30 --batch 64 --seed 5 --threads 1 --resume "$work/pre" --save "$work/pre" --data "$data" > "$work/pre2.txt" 2>&1
+  if command -v python3 >/dev/null; then
+    out=$(python3 "$(dirname "$0")/compare_checkpoints.py" --quiet "$work/full" "$work/pre") \
+      && echo "$out (SIGTERM, then resume)" || { echo "FAIL: $out"; fails=$((fails+1)); }
+  fi
   # A pipelined run: 2 stages, trace and timeline, parity with the single-device reference.
   if "$exe" --steps 3 --batch 64 --stages 2 --microbatches 4 --schedule zb-h1 --recompute always \
        --trace "$work/t.json" --timeline "$work/t.svg" --parity-check --data "$data" > "$work/pipe.txt" 2>&1 \
@@ -128,21 +177,21 @@ if [ -f "$work/bad/train-images-idx3-ubyte.gz" ]; then
     echo "FAIL: pipelined run"; cat "$work/pipe.txt"; fails=$((fails+1))
   fi
   # Resuming a pipelined run from a single-device checkpoint (names are global layer indices).
-  "$exe" --steps 6 --batch 64 --microbatches 2 --stages 2 --resume "$work/c.safetensors" --data "$data" > "$work/resume2.txt" 2>&1 \
+  "$exe" --steps 6 --batch 64 --microbatches 2 --stages 2 --resume "$work/c" --data "$data" > "$work/resume2.txt" 2>&1 \
     && grep -q "resumed from" "$work/resume2.txt" && echo "ok: resume under another partition" \
     || { echo "FAIL: resume with --stages 2"; cat "$work/resume2.txt"; fails=$((fails+1)); }
   # Resuming a pipelined run at its last step: nothing left to train, said plainly, exit 0, and the
   # checkpoint's test accuracy still reported (no trace of a step that did not run).
-  if "$exe" --steps 4 --batch 64 --microbatches 2 --stages 2 --resume "$work/c.safetensors" \
+  if "$exe" --steps 4 --batch 64 --microbatches 2 --stages 2 --resume "$work/c" \
        --trace "$work/t4.json" --data "$data" > "$work/resume3.txt" 2>&1 \
-     && grep -q "nothing left to train: checkpoint .*c.safetensors is already at step 4 of the 4 steps" "$work/resume3.txt" \
+     && grep -q "nothing left to train: checkpoint .*c is already at step 4 of the 4 steps" "$work/resume3.txt" \
      && grep -q "test accuracy" "$work/resume3.txt" && ! grep -q "^error" "$work/resume3.txt"; then
     echo "ok: resume at the last step -> $(grep "nothing left" "$work/resume3.txt")"
   else
     echo "FAIL: resume at the last step"; cat "$work/resume3.txt"; fails=$((fails+1))
   fi
   expect_error "--parity-check does not combine with --resume" --steps 4 --batch 64 --stages 2 --parity-check \
-    --resume "$work/c.safetensors" --data "$data"
+    --resume "$work/c" --data "$data"
   # No temporary files left behind by any of the above.
   if ls -a "$work" | grep -q '\.tmp'; then echo "FAIL: temporary files left: $(ls -a "$work")"; fails=$((fails+1)); fi
 fi

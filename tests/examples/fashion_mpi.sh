@@ -50,7 +50,7 @@ expect_ok "within the tolerance" 4 --stages 2 --dp 2 --microbatches 2 --bucket-m
 expect_ok "within the tolerance" 4 --dp 4 --microbatches 2 --steps 2 --parity-check
 
 expect_fail 60 "start mpirun -np 6" 4 --stages 3 --dp 2 --steps 1
-expect_fail 60 "not supported under mpirun" 2 --dp 2 --steps 1 --save /tmp/never.safetensors
+expect_fail 60 "--save-every needs --save" 2 --dp 2 --steps 1 --save-every 2
 
 # Rank 2 (replica 1, stage 0) dies / stalls at the start of step 1, while the others are in it.
 exe=$faults_exe
