@@ -6,11 +6,11 @@
 #include <fmt/format.h>
 
 #include "engine/checkpoint/checkpoint.h"
-#include "engine/preemption.h"
 #include "engine/core/error.h"
 #include "engine/data/batching.h"
 #include "engine/io/output_path.h"
 #include "engine/metrics.h"
+#include "engine/preemption.h"
 #include "engine/progress.h"
 
 namespace pt {

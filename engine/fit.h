@@ -1,7 +1,8 @@
 #pragma once
 // The training loop shared by the classification examples: batches from a Dataset, progress,
-// metrics (JSON lines), evaluation after each epoch, checkpoints (engine/checkpoint/run_checkpoints.h),
-// and a clean stop at SIGTERM / SIGINT (engine/preemption.h).
+// metrics (JSON lines), evaluation after each epoch, checkpoints
+// (engine/checkpoint/run_checkpoints.h), and a clean stop at SIGTERM / SIGINT
+// (engine/preemption.h).
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -37,7 +38,7 @@ struct FitResult {
   double seconds = 0;  // wall time of the training steps
   double samples_per_second = 0;
   double last_loss = 0;
-  EvalStats test;           // after the last step (samples == 0 when no test set)
+  EvalStats test;                   // after the last step (samples == 0 when no test set)
   const char* preempted = nullptr;  // the signal that stopped training early, if any
 };
 

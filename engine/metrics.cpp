@@ -54,8 +54,7 @@ std::string json_line(const std::vector<std::pair<std::string, MetricValue>>& fi
   return out + "}";
 }
 
-MetricsWriter::MetricsWriter(const std::filesystem::path& path, int64_t resumed_at)
-    : path_(path) {
+MetricsWriter::MetricsWriter(const std::filesystem::path& path, int64_t resumed_at) : path_(path) {
   if (resumed_at >= 0) {
     // Keep the lines of steps up to the checkpoint (a line without a step is kept as it is).
     std::ifstream in(path);
@@ -67,7 +66,8 @@ MetricsWriter::MetricsWriter(const std::filesystem::path& path, int64_t resumed_
         continue;
       kept += line + "\n";
     }
-    if (in.is_open()) write_file_atomically(path, std::as_bytes(std::span(kept.data(), kept.size())));
+    if (in.is_open())
+      write_file_atomically(path, std::as_bytes(std::span(kept.data(), kept.size())));
   }
   file_ = std::fopen(path.c_str(), resumed_at >= 0 ? "a" : "w");
   if (!file_)
@@ -86,9 +86,10 @@ void MetricsWriter::write(const std::vector<std::pair<std::string, MetricValue>>
     const int err = errno;
     std::fclose(file_);
     file_ = nullptr;
-    throw FileError(fmt::format("writing the metrics file {} failed: {}; free space or choose "
-                                "another --metrics path, then resume from the last checkpoint",
-                                path_.string(), std::strerror(err)));
+    throw FileError(
+        fmt::format("writing the metrics file {} failed: {}; free space or choose "
+                    "another --metrics path, then resume from the last checkpoint",
+                    path_.string(), std::strerror(err)));
   }
 }
 

@@ -10,7 +10,8 @@ namespace {
 
 volatile std::sig_atomic_t g_signal = 0;
 bool g_installed = false;
-struct sigaction g_old_term {}, g_old_int {};
+struct sigaction g_old_term {
+}, g_old_int{};
 
 extern "C" void on_stop_signal(int sig) { g_signal = sig; }
 

@@ -180,8 +180,8 @@ CheckpointManifest make_manifest(const std::vector<std::string>& pieces, const M
       for (const char* key : {"optimizer", "optimizer_config", "optimizer_steps"})
         m.metadata[key] = p[key].get<std::string>();
     const int index = static_cast<int>(m.pieces.size());
-    m.pieces.push_back({p["file"].get<std::string>(), p["bytes"].get<uint64_t>(),
-                        p["world_rank"].get<int>()});
+    m.pieces.push_back(
+        {p["file"].get<std::string>(), p["bytes"].get<uint64_t>(), p["world_rank"].get<int>()});
     for (const Json& t : p["tensors"]) {
       CheckpointTensor e;
       e.name = t["name"].get<std::string>();
@@ -270,9 +270,10 @@ TrainingState load_checkpoint(const fs::path& path, const Model& model,
   auto load = [&](const std::string& name, const Tensor& t, Backend& backend) {
     const CheckpointTensor* e = m.find(name);
     if (!e)
-      throw FileError(fmt::format("checkpoint {} has no tensor '{}' (it holds {} tensors in {} "
-                                  "pieces): it is incomplete",
-                                  path.string(), name, m.tensors.size(), m.pieces.size()));
+      throw FileError(
+          fmt::format("checkpoint {} has no tensor '{}' (it holds {} tensors in {} "
+                      "pieces): it is incomplete",
+                      path.string(), name, m.tensors.size(), m.pieces.size()));
     if (e->dtype != t.dtype() || !(e->shape == t.shape()))
       throw FileError(fmt::format("checkpoint {}: tensor '{}' is {} {} but this model needs {} {}",
                                   path.string(), name, dtype_name(e->dtype), e->shape.str(),

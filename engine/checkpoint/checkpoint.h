@@ -41,9 +41,9 @@ struct StageState {
 };
 
 struct SaveStats {
-  double seconds = 0;       // this process: from the start to the committed checkpoint
-  uint64_t bytes = 0;       // this process's piece (0 when it wrote none)
-  uint64_t total_bytes = 0; // all pieces
+  double seconds = 0;        // this process: from the start to the committed checkpoint
+  uint64_t bytes = 0;        // this process's piece (0 when it wrote none)
+  uint64_t total_bytes = 0;  // all pieces
 };
 
 // Writes the checkpoint folder `path` (replacing a complete checkpoint there). `stages`: what this

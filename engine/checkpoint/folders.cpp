@@ -69,10 +69,10 @@ void check_checkpoint_path(const fs::path& given, std::string_view what, bool nu
         fmt::format("{}: {} is not a folder; choose another path", where, dir.string()));
   if (::stat(path.c_str(), &st) == 0) {
     if (!S_ISDIR(st.st_mode))
-      throw UsageError(fmt::format(
-          "{}: it exists and is not a folder (checkpoints are folders: pieces and a "
-          "manifest.json); remove it or choose a new path",
-          where));
+      throw UsageError(
+          fmt::format("{}: it exists and is not a folder (checkpoints are folders: pieces and a "
+                      "manifest.json); remove it or choose a new path",
+                      where));
     if (numbered && is_checkpoint(path))
       throw UsageError(fmt::format(
           "{}: it is a checkpoint itself, not a folder of numbered checkpoints (--save-every "
@@ -87,8 +87,8 @@ void check_checkpoint_path(const fs::path& given, std::string_view what, bool nu
               ? ""
               : " (it holds numbered checkpoints: add --save-every to add to them)"));
     if (numbered && ::access(path.c_str(), W_OK | X_OK) != 0)
-      throw UsageError(fmt::format("{}: cannot write in it: {}; make it writable", where,
-                                   errno_text(errno)));
+      throw UsageError(
+          fmt::format("{}: cannot write in it: {}; make it writable", where, errno_text(errno)));
   } else if (errno != ENOENT) {
     throw UsageError(fmt::format("{}: cannot look at it: {}", where, errno_text(errno)));
   }
@@ -110,7 +110,8 @@ fs::path make_temporary_folder(const fs::path& given) {
 
 void sync_path(const fs::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw FileError(fmt::format("cannot open {} to sync it: {}", path.string(), errno_text(errno)));
+  if (fd < 0)
+    throw FileError(fmt::format("cannot open {} to sync it: {}", path.string(), errno_text(errno)));
   const int rc = ::fsync(fd);
   const int err = errno;
   ::close(fd);
@@ -125,8 +126,8 @@ void commit_folder(const fs::path& temporary, const fs::path& given) {
   std::error_code ec;
   if (!fs::exists(target, ec)) {
     if (::rename(temporary.c_str(), target.c_str()) != 0)
-      throw FileError(fmt::format("cannot rename {} to {}: {}", temporary.string(),
-                                  target.string(), errno_text(errno)));
+      throw FileError(fmt::format("cannot rename {} to {}: {}", temporary.string(), target.string(),
+                                  errno_text(errno)));
   } else {
     if (!is_checkpoint(target))  // checked at start; something else appeared since
       throw UsageError(fmt::format("{} is no longer a checkpoint; the new checkpoint stays in {}",
@@ -196,10 +197,10 @@ fs::path resolve_resume(const std::string& arg) {
     throw UsageError(fmt::format("--resume {}: {} is not a folder", arg, dir.string()));
   const std::vector<fs::path> all = numbered_checkpoints(dir);
   if (all.empty())
-    throw UsageError(fmt::format(
-        "--resume {}: {} holds no complete numbered checkpoint (step-NNNNNNNN with a "
-        "manifest.json); start without --resume, or name a checkpoint",
-        arg, dir.string()));
+    throw UsageError(
+        fmt::format("--resume {}: {} holds no complete numbered checkpoint (step-NNNNNNNN with a "
+                    "manifest.json); start without --resume, or name a checkpoint",
+                    arg, dir.string()));
   return all.back();
 }
 

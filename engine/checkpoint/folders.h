@@ -4,8 +4,8 @@
 // latest:DIR), pruning (--keep) and the temporaries an interrupted write leaves behind.
 //
 //   --save ckpt                     ckpt/                      one checkpoint, replaced each time
-//   --save runs --save-every 100    runs/step-00000100/ ...    numbered; --keep K keeps the newest K
-//   temporaries                     .ckpt.tmp.PID.K/           hidden, next to the target
+//   --save runs --save-every 100    runs/step-00000100/ ...    numbered; --keep K keeps the newest
+//   K temporaries                     .ckpt.tmp.PID.K/           hidden, next to the target
 #include <cstdint>
 #include <filesystem>
 #include <optional>

@@ -29,7 +29,8 @@ using Json = nlohmann::ordered_json;
 DType dtype_from(const std::string& name, const std::filesystem::path& checkpoint) {
   for (DType t : {DType::f32, DType::bf16, DType::f16, DType::i32})
     if (dtype_name(t) == name) return t;
-  bad(checkpoint, fmt::format("manifest.json names dtype '{}', which pipetrain does not read", name));
+  bad(checkpoint,
+      fmt::format("manifest.json names dtype '{}', which pipetrain does not read", name));
 }
 
 struct FileCloser {
@@ -170,7 +171,8 @@ CheckpointManifest read_manifest(const std::filesystem::path& checkpoint) {
   }
   for (const CheckpointPiece& p : m.pieces)
     if (p.file.empty() || p.file.find('/') != std::string::npos || p.file[0] == '.')
-      bad(checkpoint, fmt::format("manifest.json names piece '{}', not a file of the folder", p.file));
+      bad(checkpoint,
+          fmt::format("manifest.json names piece '{}', not a file of the folder", p.file));
   return m;
 }
 

@@ -76,8 +76,9 @@ std::optional<TrainingState> RunCheckpoints::resume(TrainingEngine& engine) {
           where, key, it->second, key, value));
   }
   if (s.seed != engine.seed())
-    throw UsageError(fmt::format("checkpoint {} was saved with --seed {} but this run has --seed {}",
-                                 where, s.seed, engine.seed()));
+    throw UsageError(
+        fmt::format("checkpoint {} was saved with --seed {} but this run has --seed {}", where,
+                    s.seed, engine.seed()));
   engine.set_step(s.step);
   last_saved_step_ = s.step;  // it is on disk already
   return s;
@@ -91,8 +92,8 @@ void RunCheckpoints::save(TrainingEngine& engine, const fs::path& path, Training
   for (const auto& [k, v] : options_.settings) state.extra[k] = v;
   state.layout = options_.layout;
   const SaveStats st = save_checkpoint(path, engine.model(), stages, state, world_);
-  fmt::print("saved checkpoint {} at step {} ({:.1f} MiB in {:.2f} s)\n", path.string(),
-             state.step, static_cast<double>(st.total_bytes) / (1 << 20), st.seconds);
+  fmt::print("saved checkpoint {} at step {} ({:.1f} MiB in {:.2f} s)\n", path.string(), state.step,
+             static_cast<double>(st.total_bytes) / (1 << 20), st.seconds);
 }
 
 void RunCheckpoints::save_init(TrainingEngine& engine, const TrainingState& state) {
@@ -109,8 +110,7 @@ void RunCheckpoints::after_step(TrainingEngine& engine,
   if (world_) world_->barrier("creating the checkpoint folder");
   save(engine, numbered_checkpoint(options_.save, engine.step()), state(), true);
   last_saved_step_ = engine.step();
-  if (!world_ || world_->world_rank(world_->rank()) == 0)
-    keep_newest(options_.save, options_.keep);
+  if (!world_ || world_->world_rank(world_->rank()) == 0) keep_newest(options_.save, options_.keep);
 }
 
 void RunCheckpoints::at_end(TrainingEngine& engine, const TrainingState& state) {

@@ -167,7 +167,8 @@ TEST_CASE("checkpoint: resume continues bit for bit") {
   Model md = deep_mlp(2, 16, {1, 4, 4});
   Trainer td(md, *backend, c);
   StageState weights_only{&td.parameters(), nullptr};
-  const TrainingState at_start = load_checkpoint(second.checkpoints.save_init, md, std::span(&weights_only, 1));
+  const TrainingState at_start =
+      load_checkpoint(second.checkpoints.save_init, md, std::span(&weights_only, 1));
   CHECK(at_start.step == 4);
   CHECK(at_start.epoch == 0);
   CHECK(at_start.batch_in_epoch == 4);
