@@ -114,7 +114,7 @@ if [ -f "$work/bad/train-images-idx3-ubyte.gz" ]; then
   [ -s "$work/init.safetensors" ] || { echo "FAIL: --save-init wrote nothing"; fails=$((fails+1)); }
   "$exe" --steps 6 --batch 64 --microbatches 2 --resume "$work/c.safetensors" --data "$data" > "$work/resume.txt" 2>&1 \
     && grep -q "resumed from" "$work/resume.txt" || { echo "FAIL: resume"; cat "$work/resume.txt"; fails=$((fails+1)); }
-  expect_error "was written for a different model" --model cnn --steps 6 --batch 64 --resume "$work/c.safetensors" --data "$data"
+  expect_error "was saved with --model mlp but this run has --model cnn" --model cnn --steps 6 --batch 64 --resume "$work/c.safetensors" --data "$data"
   expect_error "--batch 64" --steps 6 --batch 32 --resume "$work/c.safetensors" --data "$data"
   head -c 1000 "$work/c.safetensors" > "$work/cut.safetensors"
   expect_error "cut.safetensors" --steps 6 --batch 64 --resume "$work/cut.safetensors" --data "$data"
