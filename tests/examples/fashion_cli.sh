@@ -84,12 +84,12 @@ expect_refused "--timeline /nonexistent/t.svg: the folder /nonexistent does not 
 if [ -f "$data/train-images-idx3-ubyte.gz" ]; then  # --save and --metrics are checked once the data is read
   expect_refused "--save /nonexistent/x: the folder /nonexistent does not exist; create it or choose another path" \
     --save /nonexistent/x --steps 100000 --data "$data"
-  expect_refused "--save /dev/null: it is a character device, not a regular file" --save /dev/null --steps 100000 --data "$data"
+  expect_refused "--save /dev/null: it exists and is not a folder (checkpoints are folders" --save /dev/null --steps 100000 --data "$data"
   is_char_device_null
-  expect_refused "--save-init /dev/null: it is a character device" --save-init /dev/null --steps 100000 --data "$data"
+  expect_refused "--save-init /dev/null: it exists and is not a folder" --save-init /dev/null --steps 100000 --data "$data"
   is_char_device_null
   ln -s /dev/null "$work/null-link"
-  expect_refused "it is a symbolic link to a character device" --save "$work/null-link" --steps 100000 --data "$data"
+  expect_refused "null-link: it exists and is not a folder" --save "$work/null-link" --steps 100000 --data "$data"
   is_char_device_null
   expect_refused "--metrics $work/adir: it is a folder" --metrics "$work/adir" --steps 100000 --data "$data"
   rm -f "$work/null-link"
