@@ -30,6 +30,7 @@
 #include "engine/setup/run_main.h"
 #include "engine/setup/training_run.h"
 #include "engine/trainer.h"
+#include "examples/common/checkpoint_flags.h"
 #include "examples/common/parallel_flags.h"
 #include "examples/common/parity_check.h"
 #ifdef PIPETRAIN_FAULT_INJECTION  // the test-only build, pipetrain-fashion-faults
@@ -51,9 +52,9 @@ struct Flags {
   bool no_shuffle = false, parity_check = false;
   pt::examples::ParallelFlags par;
   std::string data = pt::kFashionMnistDir;
-  std::string metrics, save, save_init, resume;
-  int64_t log_every = 50, save_every = 0;
-  int keep = 0;
+  std::string metrics;
+  pt::examples::CheckpointFlags checkpoints;
+  int64_t log_every = 50;
   bool summary = false;
 };
 
@@ -73,15 +74,10 @@ int run(const Flags& f, pt::Communicator* world) {
   par.force_pipeline =
       f.parity_check;  // the pipeline runtime even for one stage: that is what is checked
   par.check(f.batch);
-  if (f.parity_check && !f.resume.empty())  // refused before training, not after
+  if (f.parity_check && !f.checkpoints.resume.empty())  // refused before training, not after
     throw pt::UsageError(
         "--parity-check does not combine with --resume: it replays the run from the start");
-  pt::CheckpointOptions checkpoints;
-  checkpoints.save = f.save;
-  checkpoints.save_every = f.save_every;
-  checkpoints.keep = f.keep;
-  checkpoints.save_init = f.save_init;
-  checkpoints.resume = f.resume;
+  pt::CheckpointOptions checkpoints = pt::examples::checkpoint_options(f.checkpoints);
   checkpoints.settings = {{"model", f.model}, {"optim", f.optim}};
   // Before the data is read: a run must not train and then fail to write its results.
   checkpoints.check();
@@ -129,19 +125,15 @@ int run(const Flags& f, pt::Communicator* world) {
   fit.checkpoints.layout = setup.layout;
   const pt::FitResult r = pt::fit(*trainer, train, &test, fit);
   if (r.preempted) {
-    fmt::print("stopped early ({}) after step {}: continue with --resume {}\n", r.preempted,
-               trainer->step(),
-               f.save.empty()     ? std::string("(nothing was saved: give --save)")
-               : f.save_every > 0 ? "latest:" + f.save
-                                  : f.save);
+    pt::examples::print_how_to_continue(r.preempted, trainer->step(), f.checkpoints);
     return pt::kExitPreempted;
   }
   if (r.steps == 0)  // only a resume gets here: --steps and --epochs are >= 1
     fmt::print(
         "nothing left to train: checkpoint {} is already at step {}{} of the {} steps this run "
         "plans; reporting the checkpoint's test accuracy\n",
-        f.resume, trainer->step(), trainer->step() > cfg.lr.total_steps ? ", past the end" : "",
-        cfg.lr.total_steps);
+        f.checkpoints.resume, trainer->step(),
+        trainer->step() > cfg.lr.total_steps ? ", past the end" : "", cfg.lr.total_steps);
   else
     fmt::print("trained {} steps in {:.1f} s ({:.0f} samples/s); final train loss {:.4f}\n",
                r.steps, r.seconds, r.samples_per_second, r.last_loss);
@@ -187,16 +179,7 @@ int main(int argc, char** argv) {
   app.add_option("--data", f.data, "folder with the Fashion-MNIST IDX files")
       ->capture_default_str();
   app.add_option("--metrics", f.metrics, "write metrics as JSON lines to this file");
-  app.add_option("--save", f.save,
-                 "write a checkpoint (a folder) here at the end, or, with --save-every, the "
-                 "folder of numbered checkpoints");
-  app.add_option("--save-every", f.save_every,
-                 "write a numbered checkpoint --save/step-NNNNNNNN every N steps (and at the end)");
-  app.add_option("--keep", f.keep, "keep only the newest K numbered checkpoints (0: all)");
-  app.add_option("--save-init", f.save_init,
-                 "write the initial weights (a checkpoint folder) here");
-  app.add_option("--resume", f.resume,
-                 "continue from this checkpoint, or latest:DIR for the newest one in DIR");
+  pt::examples::add_checkpoint_flags(app, f.checkpoints);
   app.add_option("--log-every", f.log_every, "progress line interval when not on a terminal");
   app.add_flag("--summary", f.summary, "print the model summary table");
   CLI11_PARSE(app, argc, argv);

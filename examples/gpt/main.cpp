@@ -42,6 +42,7 @@
 #include "engine/setup/run_main.h"
 #include "engine/setup/training_run.h"
 #include "engine/trainer.h"
+#include "examples/common/checkpoint_flags.h"
 #include "examples/common/parallel_flags.h"
 #include "examples/common/parity_check.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -72,10 +73,7 @@ struct Flags {
   std::string metrics;
   int64_t log_every = 20;
   bool summary = false, untied = false, parity_check = false;
-  // checkpoints
-  std::string save, save_init, resume;
-  int64_t save_every = 0;
-  int keep = 0;
+  pt::examples::CheckpointFlags checkpoints;
 };
 
 // The settings a checkpoint must have been saved with to be resumed (named like their flags):
@@ -149,16 +147,11 @@ int run(const Flags& f, pt::Communicator* world) {
   pt::TrainingOptions par = pt::examples::training_options(f.par);
   // The pipeline runtime even for one stage: that is what --parity-check checks.
   par.force_pipeline = f.parity_check;
-  par.check(f.batch);                       // and --trace, --timeline
-  if (f.parity_check && !f.resume.empty())  // refused before training, not after
+  par.check(f.batch);                                   // and --trace, --timeline
+  if (f.parity_check && !f.checkpoints.resume.empty())  // refused before training, not after
     throw pt::UsageError(
         "--parity-check does not combine with --resume: it replays the run from the start");
-  pt::CheckpointOptions checkpoint_options;
-  checkpoint_options.save = f.save;
-  checkpoint_options.save_every = f.save_every;
-  checkpoint_options.keep = f.keep;
-  checkpoint_options.save_init = f.save_init;
-  checkpoint_options.resume = f.resume;
+  pt::CheckpointOptions checkpoint_options = pt::examples::checkpoint_options(f.checkpoints);
   checkpoint_options.settings = settings_to_match(f);
   // Before the text is read: a run must not train and then fail to write its results.
   checkpoint_options.check();
@@ -266,14 +259,10 @@ int run(const Flags& f, pt::Communicator* world) {
   progress.finish();
   if (preempted)
     fmt::print("stopping after step {} of {}: {} received{}\n", engine.step(), f.steps, preempted,
-               f.save.empty() ? " (no --save given: nothing is written)" : "");
+               f.checkpoints.save.empty() ? " (no --save given: nothing is written)" : "");
   checkpoints.at_end(engine, state_of(engine));
   if (preempted) {
-    fmt::print("stopped early ({}) after step {}: continue with --resume {}\n", preempted,
-               engine.step(),
-               f.save.empty()     ? std::string("(nothing was saved: give --save)")
-               : f.save_every > 0 ? "latest:" + f.save
-                                  : f.save);
+    pt::examples::print_how_to_continue(preempted, engine.step(), f.checkpoints);
     return pt::kExitPreempted;
   }
   if (steps_trained == 0)  // only a resume gets here: --steps is >= 1
@@ -379,16 +368,7 @@ int main(int argc, char** argv) {
                "give lm_head its own weight instead of sharing tok_emb's (GPT-2 ties them)");
   app.add_flag("--parity-check", f.parity_check,
                "also train the single-device reference on the same batches and compare");
-  app.add_option("--save", f.save,
-                 "write a checkpoint (a folder) here at the end, or, with --save-every, the "
-                 "folder of numbered checkpoints");
-  app.add_option("--save-every", f.save_every,
-                 "write a numbered checkpoint --save/step-NNNNNNNN every N steps (and at the end)");
-  app.add_option("--keep", f.keep, "keep only the newest K numbered checkpoints (0: all)");
-  app.add_option("--save-init", f.save_init,
-                 "write the initial weights (a checkpoint folder) here");
-  app.add_option("--resume", f.resume,
-                 "continue from this checkpoint, or latest:DIR for the newest one in DIR");
+  pt::examples::add_checkpoint_flags(app, f.checkpoints);
   CLI11_PARSE(app, argc, argv);
   return pt::run_main(f.par.timeout, [&](pt::Communicator* world) { return run(f, world); });
 }
