@@ -60,9 +60,12 @@ void check_checkpoint_path(const fs::path& given, std::string_view what, bool nu
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) {
     const int err = errno;
-    throw UsageError(fmt::format("{}: {}: {}; create it or choose another path", where,
-                                 dir.string(),
-                                 err == ENOENT ? "the folder does not exist" : errno_text(err)));
+    // Worded as check_output_path words it, so that every output flag reads the same.
+    throw UsageError(err == ENOENT ? fmt::format("{}: the folder {} does not exist; create it or "
+                                                 "choose another path",
+                                                 where, dir.string())
+                                   : fmt::format("{}: {}: {}; create it or choose another path",
+                                                 where, dir.string(), errno_text(err)));
   }
   if (!S_ISDIR(st.st_mode))
     throw UsageError(

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "engine/checkpoint/folders.h"
+#include "engine/checkpoint/manifest.h"
 #include "engine/core/error.h"
 #include "engine/io/output_path.h"
 #include "engine/training_engine.h"
@@ -59,12 +60,14 @@ RunCheckpoints::RunCheckpoints(CheckpointOptions options, Communicator* world)
 std::optional<TrainingState> RunCheckpoints::resume(TrainingEngine& engine) {
   if (options_.resume.empty()) return std::nullopt;
   resumed_from_ = resolve_resume(options_.resume);
-  const std::vector<StageState> copies = engine.all_stage_copies();
-  const TrainingState s = load_checkpoint(resumed_from_, engine.model(), copies);
   const std::string where = resumed_from_.string();
+  // The settings first, from the manifest alone: "saved with --d-model 32 but this run has
+  // --d-model 64" says what to change, where the model-signature check that loading does would
+  // only show two differing layer descriptions.
+  const CheckpointManifest manifest = read_manifest(resumed_from_);
   for (const auto& [key, value] : options_.settings) {
-    auto it = s.extra.find(key);
-    if (it == s.extra.end())
+    auto it = manifest.metadata.find(key);
+    if (it == manifest.metadata.end())
       throw UsageError(fmt::format(
           "checkpoint {} does not record the setting '{}' (this run has {}): it was written by "
           "another program",
@@ -75,6 +78,8 @@ std::optional<TrainingState> RunCheckpoints::resume(TrainingEngine& engine) {
           "setting",
           where, key, it->second, key, value));
   }
+  const std::vector<StageState> copies = engine.all_stage_copies();
+  const TrainingState s = load_checkpoint(resumed_from_, engine.model(), copies);
   if (s.seed != engine.seed())
     throw UsageError(
         fmt::format("checkpoint {} was saved with --seed {} but this run has --seed {}", where,

@@ -18,12 +18,10 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
-#include <span>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "engine/compare.h"
 #include "engine/core/error.h"
 #include "engine/data/dataset.h"
 #include "engine/fit.h"
@@ -32,11 +30,12 @@
 #include "engine/setup/run_main.h"
 #include "engine/setup/training_run.h"
 #include "engine/trainer.h"
+#include "examples/common/checkpoint_flags.h"
 #include "examples/common/parallel_flags.h"
+#include "examples/common/parity_check.h"
 #ifdef PIPETRAIN_FAULT_INJECTION  // the test-only build, pipetrain-fashion-faults
 #include "examples/fashion_mnist/fault_injection.h"
 #endif
-#include "kernels/cpu/cpu_backend.h"
 #include "layers/zoo.h"
 
 namespace {
@@ -53,97 +52,11 @@ struct Flags {
   bool no_shuffle = false, parity_check = false;
   pt::examples::ParallelFlags par;
   std::string data = pt::kFashionMnistDir;
-  std::string metrics, save, save_init, resume;
-  int64_t log_every = 50, save_every = 0;
-  int keep = 0;
+  std::string metrics;
+  pt::examples::CheckpointFlags checkpoints;
+  int64_t log_every = 50;
   bool summary = false;
 };
-
-// Trains the single-device reference (gradient accumulation over the same R*M micro-batches, same
-// thread count) on the same batches and reports the largest difference per tensor. With one
-// replica, or two replicas of one micro-batch each, the additions happen in the same order and
-// the parameters must be bit-identical; otherwise the replicas' sums are grouped differently
-// and they must agree within kParityTolerance. Under mpirun every process checks the stages it
-// holds and the verdict is combined over `world`.
-constexpr double kParityTolerance = 1e-6;
-
-int parity_check(const pt::TrainingOptions& par, const std::function<pt::Model()>& make_model,
-                 pt::TrainerConfig cfg, pt::FitOptions fit, const pt::Dataset& train,
-                 pt::TrainingEngine& pipelined, int threads, pt::Communicator* world) {
-  fmt::print("parity check: training the single-device reference on the same batches...\n");
-  const bool exact = par.dp == 1 || (par.dp == 2 && cfg.microbatches == 1);
-  cfg.microbatches *= par.dp;
-  fit.metrics.clear();
-  fit.checkpoints = {};
-  fit.world = nullptr;
-  fit.watch_signals = false;
-  pt::Model reference_model = make_model();
-  auto backend = pt::make_cpu_backend(par.stages, threads);  // same threads: same GEMM arithmetic
-  backend->bind_current_thread();
-  pt::Trainer reference(reference_model, *backend, cfg);
-  if (pipelined.step() != pt::planned_steps(fit, train.size()))
-    throw pt::UsageError(
-        "--parity-check does not combine with --resume: it replays the run from the start");
-  pt::fit(reference, train, nullptr, fit);
-  // NaN counts as a difference of +inf (engine/compare.h): a NaN parameter is never "identical".
-  double worst = 0;
-  size_t differing = 0, tensors = 0, with_nan = 0;
-  for (const pt::StageState& s : pipelined.stage_states())
-    for (size_t i = 0; i < s.params->entries().size(); ++i) {
-      const std::string& name = s.params->entries()[i].name;
-      const pt::Tensor a = s.params->param(i);
-      const auto& ref_entries = reference.parameters().entries();
-      size_t j = 0;
-      while (j < ref_entries.size() && ref_entries[j].name != name) ++j;
-      const pt::Tensor b = reference.parameters().param(j);
-      const pt::TensorDiff d =
-          pt::compare_tensors(std::span(a.f32(), static_cast<size_t>(a.numel())),
-                              std::span(b.f32(), static_cast<size_t>(b.numel())));
-      fmt::print("  {:<24} max |pipeline - reference| = {:.3g}{}\n", name, d.max_abs,
-                 d.nan_count ? fmt::format(" ({} NaN of {})", d.nan_count, d.elements) : "");
-      if (!(d.max_abs <= worst)) worst = d.max_abs;
-      differing += !d.identical();
-      with_nan += d.nan_count > 0;
-      ++tensors;
-    }
-  if (world) {
-    double v[3] = {static_cast<double>(differing), static_cast<double>(tensors),
-                   static_cast<double>(with_nan)};
-    world->all_reduce(v, 3, pt::ElemType::f64, pt::ReduceOp::sum, "the parity verdicts");
-    differing = static_cast<size_t>(v[0]);
-    tensors = static_cast<size_t>(v[1]);
-    with_nan = static_cast<size_t>(v[2]);
-    double w = worst;  // the largest difference anywhere: max via the largest of all ranks
-    std::vector<double> all(static_cast<size_t>(world->size()));
-    world->all_gather(&w, all.data(), sizeof(double), "the parity verdicts");
-    for (double x : all)
-      if (!(x <= worst)) worst = x;
-  }
-  if (differing == 0) {
-    fmt::print("parity: all {} tensors are bit-identical to the single-device reference\n",
-               tensors);
-    return 0;
-  }
-  if (with_nan) {
-    fmt::print(
-        "parity: {} of {} tensors differ and {} hold NaN (in the pipeline's run, the "
-        "reference's or both): FAILED\n",
-        differing, tensors, with_nan);
-    return 3;
-  }
-  fmt::print("parity: {} of {} tensors differ; the largest difference is {:.3g}", differing,
-             tensors, worst);
-  if (exact) {
-    fmt::print(" but they should be bit-identical (same addition order)\n");
-    return 3;
-  }
-  const bool ok = worst <= kParityTolerance;
-  fmt::print(
-      " ({} the tolerance {:g}: {} replicas add their {} micro-batch gradients in another "
-      "grouping)\n",
-      ok ? "within" : "OVER", kParityTolerance, par.dp, cfg.microbatches / par.dp);
-  return ok ? 0 : 3;
-}
 
 int run(const Flags& f, pt::Communicator* world) {
   // ---- check everything the user gave before doing any work ----
@@ -161,15 +74,10 @@ int run(const Flags& f, pt::Communicator* world) {
   par.force_pipeline =
       f.parity_check;  // the pipeline runtime even for one stage: that is what is checked
   par.check(f.batch);
-  if (f.parity_check && !f.resume.empty())  // refused before training, not after
+  if (f.parity_check && !f.checkpoints.resume.empty())  // refused before training, not after
     throw pt::UsageError(
         "--parity-check does not combine with --resume: it replays the run from the start");
-  pt::CheckpointOptions checkpoints;
-  checkpoints.save = f.save;
-  checkpoints.save_every = f.save_every;
-  checkpoints.keep = f.keep;
-  checkpoints.save_init = f.save_init;
-  checkpoints.resume = f.resume;
+  pt::CheckpointOptions checkpoints = pt::examples::checkpoint_options(f.checkpoints);
   checkpoints.settings = {{"model", f.model}, {"optim", f.optim}};
   // Before the data is read: a run must not train and then fail to write its results.
   checkpoints.check();
@@ -217,28 +125,31 @@ int run(const Flags& f, pt::Communicator* world) {
   fit.checkpoints.layout = setup.layout;
   const pt::FitResult r = pt::fit(*trainer, train, &test, fit);
   if (r.preempted) {
-    fmt::print("stopped early ({}) after step {}: continue with --resume {}\n", r.preempted,
-               trainer->step(),
-               f.save.empty()     ? std::string("(nothing was saved: give --save)")
-               : f.save_every > 0 ? "latest:" + f.save
-                                  : f.save);
+    pt::examples::print_how_to_continue(r.preempted, trainer->step(), f.checkpoints);
     return pt::kExitPreempted;
   }
   if (r.steps == 0)  // only a resume gets here: --steps and --epochs are >= 1
     fmt::print(
         "nothing left to train: checkpoint {} is already at step {}{} of the {} steps this run "
         "plans; reporting the checkpoint's test accuracy\n",
-        f.resume, trainer->step(), trainer->step() > cfg.lr.total_steps ? ", past the end" : "",
-        cfg.lr.total_steps);
+        f.checkpoints.resume, trainer->step(),
+        trainer->step() > cfg.lr.total_steps ? ", past the end" : "", cfg.lr.total_steps);
   else
     fmt::print("trained {} steps in {:.1f} s ({:.0f} samples/s); final train loss {:.4f}\n",
                r.steps, r.seconds, r.samples_per_second, r.last_loss);
   fmt::print("test accuracy: {:.2f}% (test loss {:.4f}, {} samples)\n", 100.0 * r.test.accuracy,
              r.test.loss, r.test.samples);
   pt::report_pipeline(par, setup, world);
-  if (f.parity_check)
-    return parity_check(par, make_model, cfg, fit, train, *trainer,
-                        setup.backends[0]->num_threads(), world);
+  if (f.parity_check) {
+    pt::FitOptions same_batches = fit;  // the same batches, without the run's side effects
+    same_batches.metrics.clear();
+    same_batches.checkpoints = {};
+    same_batches.world = nullptr;
+    same_batches.watch_signals = false;
+    return pt::examples::parity_check(
+        par, make_model, cfg, *trainer, setup.backends[0]->num_threads(), world,
+        [&](pt::TrainingEngine& reference) { pt::fit(reference, train, nullptr, same_batches); });
+  }
   return 0;
 }
 
@@ -268,16 +179,7 @@ int main(int argc, char** argv) {
   app.add_option("--data", f.data, "folder with the Fashion-MNIST IDX files")
       ->capture_default_str();
   app.add_option("--metrics", f.metrics, "write metrics as JSON lines to this file");
-  app.add_option("--save", f.save,
-                 "write a checkpoint (a folder) here at the end, or, with --save-every, the "
-                 "folder of numbered checkpoints");
-  app.add_option("--save-every", f.save_every,
-                 "write a numbered checkpoint --save/step-NNNNNNNN every N steps (and at the end)");
-  app.add_option("--keep", f.keep, "keep only the newest K numbered checkpoints (0: all)");
-  app.add_option("--save-init", f.save_init,
-                 "write the initial weights (a checkpoint folder) here");
-  app.add_option("--resume", f.resume,
-                 "continue from this checkpoint, or latest:DIR for the newest one in DIR");
+  pt::examples::add_checkpoint_flags(app, f.checkpoints);
   app.add_option("--log-every", f.log_every, "progress line interval when not on a terminal");
   app.add_flag("--summary", f.summary, "print the model summary table");
   CLI11_PARSE(app, argc, argv);

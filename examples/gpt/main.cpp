@@ -8,9 +8,14 @@
 // under mpirun; a training loop
 // over random text windows that are a pure function of (seed, step); validation over fixed
 // windows of a held-out tail; sampling (temperature, top-k) from the trained parameters copied
-// onto one device. What it leaves out: checkpoints, GPUs, weight tying, dropout.
+// onto one device; checkpoints (--save/--save-every/--keep/--resume/--save-init, in every mode,
+// under mpirun too; the data position is the step; SIGTERM or SIGINT stops after the current
+// step, saves and exits with 75); the single-device reference on the same batches
+// (--parity-check). What it leaves out: GPUs, dropout.
 //
 //   pipetrain-gpt --steps 200
+//   pipetrain-gpt --steps 400 --save runs --save-every 100 --keep 2
+//   pipetrain-gpt --steps 800 --resume latest:runs --save runs --save-every 100 --keep 2
 //   pipetrain-gpt --stages 2 --microbatches 4 --schedule 1f1b
 //   pipetrain-gpt --data mytext.txt --context 64 --d-model 128 --layers 2
 //   mpirun -np 2 pipetrain-gpt --stages 2
@@ -18,22 +23,28 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "engine/checkpoint/run_checkpoints.h"
 #include "engine/core/error.h"
 #include "engine/data/text_corpus.h"
 #include "engine/generate.h"
 #include "engine/io/output_path.h"
 #include "engine/metrics.h"
+#include "engine/preemption.h"
 #include "engine/progress.h"
 #include "engine/setup/run_main.h"
 #include "engine/setup/training_run.h"
 #include "engine/trainer.h"
+#include "examples/common/checkpoint_flags.h"
 #include "examples/common/parallel_flags.h"
+#include "examples/common/parity_check.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "layers/zoo.h"
 
@@ -61,8 +72,30 @@ struct Flags {
   pt::examples::ParallelFlags par;
   std::string metrics;
   int64_t log_every = 20;
-  bool summary = false, untied = false;
+  bool summary = false, untied = false, parity_check = false;
+  pt::examples::CheckpointFlags checkpoints;
 };
+
+// The settings a checkpoint must have been saved with to be resumed (named like their flags):
+// the model, and what the batches of each step are made of. The data source is added once the
+// text is read.
+std::map<std::string, std::string> settings_to_match(const Flags& f) {
+  return {{"context", std::to_string(f.context)},
+          {"d-model", std::to_string(f.d_model)},
+          {"layers", std::to_string(f.layers)},
+          {"heads", std::to_string(f.heads)},
+          {"untied", f.untied ? "true" : "false"},
+          {"batch", std::to_string(f.batch)},
+          {"val-fraction", fmt::format("{}", f.val_fraction)}};
+}
+
+// The batches are a pure function of (seed, step): the step is the whole data position.
+pt::TrainingState state_of(const pt::TrainingEngine& engine) {
+  pt::TrainingState s;
+  s.step = engine.step();
+  s.seed = engine.seed();
+  return s;
+}
 
 // Mean loss per byte (nats) over the evaluation windows of `corpus`: every evaluate() returns
 // the mean over its batch, so the batches are weighted by their window counts.
@@ -111,8 +144,17 @@ int run(const Flags& f, pt::Communicator* world) {
         "--prompt is empty; give at least one character to start the sample from "
         "(or --sample-bytes 0 to skip sampling)");
   pt::check_output_path(f.metrics, "--metrics");
-  const pt::TrainingOptions par = pt::examples::training_options(f.par);
-  par.check(f.batch);  // and --trace, --timeline
+  pt::TrainingOptions par = pt::examples::training_options(f.par);
+  // The pipeline runtime even for one stage: that is what --parity-check checks.
+  par.force_pipeline = f.parity_check;
+  par.check(f.batch);                                   // and --trace, --timeline
+  if (f.parity_check && !f.checkpoints.resume.empty())  // refused before training, not after
+    throw pt::UsageError(
+        "--parity-check does not combine with --resume: it replays the run from the start");
+  pt::CheckpointOptions checkpoint_options = pt::examples::checkpoint_options(f.checkpoints);
+  checkpoint_options.settings = settings_to_match(f);
+  // Before the text is read: a run must not train and then fail to write its results.
+  checkpoint_options.check();
   const auto schedule_kind = pt::LrSchedule::parse_kind(f.lr_schedule);
   const auto make_model = [&] {
     return pt::gpt(pt::TextCorpus::kVocab, f.context, f.d_model, f.layers, f.heads, !f.untied);
@@ -140,8 +182,12 @@ int run(const Flags& f, pt::Communicator* world) {
              corpus.source(), corpus.size(), parts.train.size(), parts.validation.size(),
              probe.windows(), f.context);
 
+  checkpoint_options.settings["data"] = corpus.source();
+
   pt::TrainingRun setup = pt::make_training(par, model, make_model, cfg, f.batch, world);
   pt::TrainingEngine& engine = *setup.engine;
+  checkpoint_options.layout = setup.layout;
+  pt::RunCheckpoints checkpoints(checkpoint_options, world);
   const int64_t tokens_per_step = f.batch * f.context;
   fmt::print(
       "pipetrain-gpt: gpt(context {}, d_model {}, {} layers, {} heads; {} parameters) on {}, "
@@ -150,12 +196,23 @@ int run(const Flags& f, pt::Communicator* world) {
       f.context, par.microbatches, par.microbatches == 1 ? "" : "es", opt.str(), f.lr,
       f.lr_schedule, f.warmup > 0 ? fmt::format(", {} warm-up steps", f.warmup) : "", f.steps);
 
+  // ---- resume ----
+  int64_t resumed_at = -1;
+  if (const std::optional<pt::TrainingState> s = checkpoints.resume(engine)) {
+    resumed_at = s->step;
+    fmt::print("resumed from {} at step {}\n", checkpoints.resumed_from().string(), s->step);
+  }
+  checkpoints.save_init(engine, state_of(engine));
+
   // ---- training ----
-  pt::MetricsWriter metrics =
-      f.metrics.empty() || !pt::speaks(world) ? pt::MetricsWriter() : pt::MetricsWriter(f.metrics);
+  pt::MetricsWriter metrics = f.metrics.empty() || !pt::speaks(world)
+                                  ? pt::MetricsWriter()
+                                  : pt::MetricsWriter(f.metrics, resumed_at);
+  pt::PreemptionWatch preemption;
+  const char* preempted = nullptr;
   pt::Progress progress("train", f.steps, f.log_every);
   double train_seconds = 0, eval_seconds = 0, recent_loss = 0, val_loss = NAN;
-  int64_t recent = 0;
+  int64_t recent = 0, steps_trained = 0;
   auto evaluate = [&] {
     progress.finish();
     const auto t0 = std::chrono::steady_clock::now();
@@ -174,6 +231,7 @@ int run(const Flags& f, pt::Communicator* world) {
     train_seconds += dt;
     recent_loss += st.loss;
     ++recent;
+    ++steps_trained;
     if (st.skipped)
       fmt::print(
           stderr,
@@ -192,20 +250,56 @@ int run(const Flags& f, pt::Communicator* world) {
     }
     if (f.eval_every > 0 && engine.step() % f.eval_every == 0 && engine.step() < f.steps)
       evaluate();
+    checkpoints.after_step(engine, [&] { return state_of(engine); });
+    if (engine.step() < f.steps && preemption.requested(world)) {  // collective over world
+      preempted = preemption.which();
+      break;
+    }
   }
   progress.finish();
+  if (preempted)
+    fmt::print("stopping after step {} of {}: {} received{}\n", engine.step(), f.steps, preempted,
+               f.checkpoints.save.empty() ? " (no --save given: nothing is written)" : "");
+  checkpoints.at_end(engine, state_of(engine));
+  if (preempted) {
+    pt::examples::print_how_to_continue(preempted, engine.step(), f.checkpoints);
+    return pt::kExitPreempted;
+  }
+  if (steps_trained == 0)  // only a resume gets here: --steps is >= 1
+    fmt::print(
+        "nothing left to train: checkpoint {} is already at step {}{} of the {} steps this run "
+        "plans; reporting the checkpoint's validation loss\n",
+        checkpoints.resumed_from().string(), engine.step(),
+        engine.step() > f.steps ? ", past the end" : "", f.steps);
   evaluate();
-  const double tokens_per_s = static_cast<double>(f.steps * tokens_per_step) / train_seconds;
-  fmt::print(
-      "trained {} steps in {:.1f} s ({:.0f} tokens/s; evaluation took {:.1f} s more); "
-      "final validation loss {:.4f} nats/byte\n",
-      f.steps, train_seconds, tokens_per_s, eval_seconds, val_loss);
+  const double tokens_per_s =
+      train_seconds > 0 ? static_cast<double>(steps_trained * tokens_per_step) / train_seconds : 0;
+  if (steps_trained > 0)
+    fmt::print(
+        "trained {} steps in {:.1f} s ({:.0f} tokens/s; evaluation took {:.1f} s more); "
+        "final validation loss {:.4f} nats/byte\n",
+        steps_trained, train_seconds, tokens_per_s, eval_seconds, val_loss);
+  else
+    fmt::print("final validation loss {:.4f} nats/byte (of the checkpoint; no step trained)\n",
+               val_loss);
   metrics.write({{"event", std::string("done")},
-                 {"steps", f.steps},
+                 {"step", engine.step()},
+                 {"steps", steps_trained},
                  {"train_seconds", train_seconds},
                  {"tokens_per_s", tokens_per_s},
                  {"val_loss", val_loss}});
   pt::report_pipeline(par, setup, world);
+  int status = 0;
+  if (f.parity_check)
+    status =
+        pt::examples::parity_check(par, make_model, cfg, engine, setup.backends[0]->num_threads(),
+                                   world, [&](pt::TrainingEngine& reference) {
+                                     while (reference.step() < f.steps) {
+                                       const pt::TextBatch b = parts.train.sample_batch(
+                                           f.batch, f.context, f.seed, reference.step());
+                                       reference.train_step(b.inputs(), b.targets());
+                                     }
+                                   });
 
   // ---- sampling: the trained parameters copied onto one device ----
   if (f.sample_bytes > 0) {
@@ -220,7 +314,7 @@ int run(const Flags& f, pt::Communicator* world) {
     fmt::print("sample ({} bytes in {:.1f} s; temperature {}, top-k {}, seed {}):\n{}{}\n",
                f.sample_bytes, dt, f.temperature, f.top_k, f.seed, f.prompt, text);
   }
-  return 0;
+  return status;
 }
 
 }  // namespace
@@ -272,6 +366,9 @@ int main(int argc, char** argv) {
   app.add_flag("--summary", f.summary, "print the model summary table");
   app.add_flag("--untied", f.untied,
                "give lm_head its own weight instead of sharing tok_emb's (GPT-2 ties them)");
+  app.add_flag("--parity-check", f.parity_check,
+               "also train the single-device reference on the same batches and compare");
+  pt::examples::add_checkpoint_flags(app, f.checkpoints);
   CLI11_PARSE(app, argc, argv);
   return pt::run_main(f.par.timeout, [&](pt::Communicator* world) { return run(f, world); });
 }

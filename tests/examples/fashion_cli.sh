@@ -82,7 +82,7 @@ rm -f "$work/fifo"
 expect_refused "--timeline /nonexistent/t.svg: the folder /nonexistent does not exist; create it or choose another path" \
   --timeline /nonexistent/t.svg --steps 100000
 if [ -f "$data/train-images-idx3-ubyte.gz" ]; then  # --save and --metrics are checked once the data is read
-  expect_refused "--save /nonexistent/x: /nonexistent: the folder does not exist; create it or choose another path" \
+  expect_refused "--save /nonexistent/x: the folder /nonexistent does not exist; create it or choose another path" \
     --save /nonexistent/x --steps 100000 --data "$data"
   expect_refused "--save /dev/null: it exists and is not a folder (checkpoints are folders" --save /dev/null --steps 100000 --data "$data"
   is_char_device_null
@@ -135,7 +135,7 @@ if [ -f "$work/bad/train-images-idx3-ubyte.gz" ]; then
   steps_logged=$(grep -o '^{"step": [0-9]*' "$work/m.jsonl" | cut -d' ' -f2 | tr '\n' ' ')
   [ "$steps_logged" = "1 2 3 4 5 6 " ] && echo "ok: the metrics file continues on resume" \
     || { echo "FAIL: metrics after resume have steps '$steps_logged'"; fails=$((fails+1)); }
-  expect_error "was written for a different model" --model cnn --steps 6 --batch 64 --resume "$work/c" --data "$data"
+  expect_error "was saved with --model mlp but this run has --model cnn" --model cnn --steps 6 --batch 64 --resume "$work/c" --data "$data"
   expect_error "--batch 64" --steps 6 --batch 32 --resume "$work/c" --data "$data"
   expect_error "was saved with --no-shuffle false but this run has --no-shuffle true" --steps 6 --batch 64 \
     --no-shuffle --resume "$work/c" --data "$data"

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # pipetrain-gpt as a user runs it. Bad input: each case must exit != 0 with one clear message.
-# Then a short pipelined run (2 stages, 2 micro-batches) on the King James Bible must print a
-# validation loss and a sample, and write metrics. Exit 77 (skip) when Debian's `bible`
-# program (package bible-kjv) is not installed.
+# Checkpoints on a generated text (always run): save and resume give the uninterrupted run's
+# final loss, also resharded onto 2 stages; --save-every/--keep; settings that must match;
+# --parity-check; SIGTERM stops with 75 and a checkpoint that resumes. Then a short pipelined
+# run (2 stages, 2 micro-batches) on the King James Bible must print a validation loss and a
+# sample, and write metrics. Exit 77 (skip) when Debian's `bible` program (package bible-kjv) is
+# not installed.
 set -uo pipefail
 exe=$1
 work=$(mktemp -d)
@@ -64,6 +67,76 @@ else
   echo "FAIL: run on a text file"; cat "$work/file.txt"; fails=$((fails+1))
 fi
 
+# ---- checkpoints (on a generated text, so that they run without the bible) ----
+for i in $(seq 1 200); do echo "Line $i: In the beginning God created the heaven and the earth, $((i * 7919 % 1000))."; done > "$work/text.txt"
+base=(--context 32 --layers 2 --heads 2 --eval-windows 8 --eval-every 0 --sample-bytes 0 --data "$work/text.txt")
+ck=("${base[@]}" --d-model 32 --batch 4)
+final_loss() { grep -o 'final validation loss [0-9.]*' "$1"; }
+run_ok() {  # run_ok OUTPUT args...: the run must exit 0
+  local out=$1; shift
+  "$exe" "${ck[@]}" "$@" > "$out" 2>&1 || { echo "FAIL: '$*' exited $?:"; cat "$out"; fails=$((fails+1)); return 1; }
+}
+# Save after 3 steps, resume to 6: the same final loss as 6 uninterrupted steps (identical
+# parameters give identical text). Metrics continue: 6 step lines in all.
+if run_ok "$work/full.txt" --steps 6 \
+   && run_ok "$work/half.txt" --steps 3 --save "$work/ck" --metrics "$work/ck.jsonl" \
+   && run_ok "$work/rest.txt" --steps 6 --resume "$work/ck" --metrics "$work/ck.jsonl"; then
+  if [ -n "$(final_loss "$work/full.txt")" ] && [ "$(final_loss "$work/full.txt")" = "$(final_loss "$work/rest.txt")" ] \
+     && grep -q "resumed from $work/ck at step 3" "$work/rest.txt" && [ -f "$work/ck/manifest.json" ] \
+     && [ "$(grep -c '"loss"' "$work/ck.jsonl")" -eq 6 ]; then
+    echo "ok: 3 steps + resume to 6 = 6 steps: $(final_loss "$work/rest.txt")"
+  else
+    echo "FAIL: resume to 6 steps: '$(final_loss "$work/full.txt")' uninterrupted, '$(final_loss "$work/rest.txt")' resumed"
+    cat "$work/rest.txt" "$work/ck.jsonl"; fails=$((fails+1))
+  fi
+fi
+# Resharding: a 1-stage checkpoint resumed as a 2-stage pipeline gives the same parameters.
+if run_ok "$work/reshard.txt" --steps 6 --resume "$work/ck" --stages 2 --microbatches 1; then
+  [ "$(final_loss "$work/full.txt")" = "$(final_loss "$work/reshard.txt")" ] \
+    && echo "ok: 1-stage checkpoint resumed with --stages 2: $(final_loss "$work/reshard.txt")" \
+    || { echo "FAIL: resharded resume: '$(final_loss "$work/reshard.txt")'"; cat "$work/reshard.txt"; fails=$((fails+1)); }
+fi
+# Nothing left to train: exit 0 and say so.
+run_ok "$work/done.txt" --steps 3 --resume "$work/ck" && grep -q "nothing left to train" "$work/done.txt" \
+  && echo "ok: resume at the last step: $(grep 'nothing left' "$work/done.txt")" \
+  || { [ $? -ne 0 ] && echo "FAIL: resume at the last step"; cat "$work/done.txt"; fails=$((fails+1)); }
+expect_error "was saved with --d-model 32 but this run has --d-model 64" \
+  "${base[@]}" --batch 4 --d-model 64 --steps 6 --resume "$work/ck"
+expect_error "was saved with --batch 4 but this run has --batch 8" "${base[@]}" --d-model 32 --batch 8 --steps 6 --resume "$work/ck"
+expect_error "--parity-check does not combine with --resume" "${ck[@]}" --parity-check --steps 6 --resume "$work/ck"
+expect_error "--keep applies to the numbered checkpoints" "${ck[@]}" --steps 1 --save "$work/k" --keep 2
+# --save-every 2 --keep 2 over 7 steps: step-6 and step-7 stay; latest: resumes the newest.
+if run_ok "$work/every.txt" --steps 7 --save "$work/runs" --save-every 2 --keep 2; then
+  got=$(ls "$work/runs" | tr '\n' ' ')
+  [ "$got" = "step-00000006 step-00000007 " ] && echo "ok: --save-every 2 --keep 2 leaves $got" \
+    || { echo "FAIL: --keep 2 left '$got'"; fails=$((fails+1)); }
+  run_ok "$work/latest.txt" --steps 8 --resume "latest:$work/runs" \
+    && grep -q "resumed from $work/runs/step-00000007 at step 7" "$work/latest.txt" \
+    && echo "ok: --resume latest: picks step 7" || { echo "FAIL: latest:"; cat "$work/latest.txt"; fails=$((fails+1)); }
+fi
+# --parity-check: the 2-stage pipeline is bit-identical to the single-device reference.
+run_ok "$work/parity.txt" --steps 3 --stages 2 --microbatches 2 --parity-check \
+  && grep -q "bit-identical to the single-device reference" "$work/parity.txt" \
+  && echo "ok: $(grep '^parity:' "$work/parity.txt")" \
+  || { echo "FAIL: parity check"; cat "$work/parity.txt"; fails=$((fails+1)); }
+# SIGTERM: the run finishes its step, saves, says how to continue and exits 75; the checkpoint
+# resumes.
+"$exe" "${ck[@]}" --steps 100000 --log-every 1 --save "$work/pre" > "$work/pre.txt" 2>&1 &
+pid=$!
+for _ in $(seq 1 300); do grep -q "^train 1/" "$work/pre.txt" && break; sleep 0.1; done
+kill -TERM $pid
+for _ in $(seq 1 300); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+kill -0 $pid 2>/dev/null && { echo "FAIL: still running 30 s after SIGTERM"; kill -KILL $pid; }
+wait $pid; rc=$?
+at=$(grep -o 'stopped early (SIGTERM) after step [0-9]*' "$work/pre.txt" | grep -o '[0-9]*$')
+if [ $rc -eq 75 ] && [ -n "$at" ] && grep -q "continue with --resume $work/pre" "$work/pre.txt" \
+   && run_ok "$work/pre2.txt" --steps $((at + 1)) --resume "$work/pre" \
+   && grep -q "resumed from $work/pre at step $at" "$work/pre2.txt"; then
+  echo "ok: SIGTERM -> exit 75 after step $at, and the checkpoint resumes"
+else
+  echo "FAIL: SIGTERM gave rc=$rc"; cat "$work/pre.txt"; cat "$work/pre2.txt" 2>/dev/null; fails=$((fails+1))
+fi
+
 if ! command -v bible >/dev/null; then
   echo "skip: the bible program (Debian package bible-kjv) is not installed"
   [ $fails -eq 0 ] && exit 77 || exit 1
@@ -78,7 +151,7 @@ if "$exe" --steps 3 --stages 2 --microbatches 2 "${small[@]}" --eval-every 2 --m
    && [ "$(grep -c '"loss"' "$work/m.jsonl")" -eq 3 ] \
    && grep -q '"val_loss"' "$work/m.jsonl" \
    && [ -s "$XDG_CACHE_HOME/pipetrain/bible-kjv.txt" ]; then
-  echo "ok: 3 pipelined steps on the Bible: $(grep 'final validation loss' "$work/run.txt")"
+  echo "ok: 3 pipelined steps on the Bible: $(grep -a 'final validation loss' "$work/run.txt")"
 else
   echo "FAIL: 3 pipelined steps"; cat "$work/run.txt"; cat "$work/m.jsonl" 2>/dev/null; fails=$((fails+1))
 fi
