@@ -136,7 +136,7 @@ if wait_for 60 metrics_at_step "$work/m3.jsonl" 2; then
   wait_for 30 all_gone $others || fail "processes $others still run 30 s after the kill"
   t1=$(date +%s.%N)
   secs=$(python3 -c "print(f'{$t1 - $t0:.2f}')")
-  line=$(grep -o "error: rank [0-9]*: .*world rank 2[^0-9].*" "$work/kill3.txt" | head -1)
+  line=$(grep -oE "error: rank [0-9]+: .*world rank 2([^0-9].*|$)" "$work/kill3.txt" | head -1)
   [ -n "$line" ] || { fail "no survivor named world rank 2"; tail -20 "$work/kill3.txt"; }
   python3 -c "import sys; sys.exit(0 if $t1 - $t0 <= 5 + 5 else 1)" || fail "the survivors took $secs s (--timeout 5)"
   echo "measured: without mpirun's abort, the survivors gave up after $secs s (--timeout 5): ${line:0:150}..."
