@@ -116,6 +116,7 @@ FitResult fit(TrainingEngine& trainer, const Dataset& train, const Dataset* test
       loss_sum = 0;
       loss_count = 0;
     }
+    if (checkpoints.saves_after(trainer.step())) progress.finish();  // the message on its own line
     checkpoints.after_step(trainer, [&] { return state_of(trainer, batches, options); });
     if (preemption && trainer.step() < total && preemption->requested(options.world)) {
       result.preempted = preemption->which();

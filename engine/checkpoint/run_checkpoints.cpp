@@ -106,10 +106,13 @@ void RunCheckpoints::save_init(TrainingEngine& engine, const TrainingState& stat
   save(engine, options_.save_init, state, false);
 }
 
+bool RunCheckpoints::saves_after(int64_t step) const {
+  return options_.save_every > 0 && step % options_.save_every == 0 && step != last_saved_step_;
+}
+
 void RunCheckpoints::after_step(TrainingEngine& engine,
                                 const std::function<TrainingState()>& state) {
-  if (options_.save_every <= 0 || engine.step() % options_.save_every != 0) return;
-  if (engine.step() == last_saved_step_) return;
+  if (!saves_after(engine.step())) return;
   if (!world_ || world_->world_rank(world_->rank()) == 0)
     fs::create_directories(options_.save);  // checked writable before; created on first use
   if (world_) world_->barrier("creating the checkpoint folder");

@@ -58,6 +58,8 @@ class RunCheckpoints {
   void save_init(TrainingEngine& engine, const TrainingState& state);
   // After an optimizer step: a numbered checkpoint when the step is a multiple of --save-every.
   void after_step(TrainingEngine& engine, const std::function<TrainingState()>& state);
+  // Whether after_step writes a checkpoint after `step` (to end a progress line before it).
+  bool saves_after(int64_t step) const;
   // At the end of training (or when preempted): the final checkpoint, unless --save is absent or
   // after_step already wrote this step.
   void at_end(TrainingEngine& engine, const TrainingState& state);

@@ -250,6 +250,7 @@ int run(const Flags& f, pt::Communicator* world) {
     }
     if (f.eval_every > 0 && engine.step() % f.eval_every == 0 && engine.step() < f.steps)
       evaluate();
+    if (checkpoints.saves_after(engine.step())) progress.finish();  // the message on its own line
     checkpoints.after_step(engine, [&] { return state_of(engine); });
     if (engine.step() < f.steps && preemption.requested(world)) {  // collective over world
       preempted = preemption.which();
