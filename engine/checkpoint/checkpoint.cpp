@@ -111,25 +111,21 @@ std::vector<std::string> gather_strings(Communicator* world, const std::string& 
   return out;
 }
 
-// Writes this process's piece into `folder`; returns its description for the manifest (JSON).
+// Writes this process's piece into `folder`, one tensor at a time straight from device memory
+// (through one reused host buffer when the device's memory is not host memory): saving never
+// needs a second copy of the model in host memory. Returns its description for the manifest.
 Json write_piece(const fs::path& folder, int world_rank, std::span<const StageState> stages,
                  uint64_t* bytes) {
-  SafetensorsFile file;
-  std::vector<uint32_t> crcs;
-  auto add = [&](const std::string& name, const Tensor& t, Backend& backend) {
-    HostTensor h;
-    h.name = name;
-    h.dtype = t.dtype();
-    h.shape = t.shape();
-    h.data.resize(t.bytes());
-    if (t.bytes()) backend.copy_to_host(h.data.data(), t.data(), t.bytes());
-    crcs.push_back(crc32_of(h.data.data(), h.data.size()));
-    file.tensors.push_back(std::move(h));
+  struct Item {
+    std::string name;
+    Tensor tensor;
+    Backend* backend;
   };
+  std::vector<Item> items;
   Json piece;
   for (const StageState& s : stages)
     for (size_t i = 0; i < s.params->entries().size(); ++i)
-      add(s.params->entries()[i].name, s.params->param(i), s.params->backend());
+      items.push_back({s.params->entries()[i].name, s.params->param(i), &s.params->backend()});
   for (const StageState& s : stages) {
     if (!s.optimizer) continue;
     piece["optimizer"] = s.optimizer->config().kind;
@@ -137,29 +133,43 @@ Json write_piece(const fs::path& folder, int world_rank, std::span<const StageSt
     piece["optimizer_steps"] = std::to_string(s.optimizer->steps_taken());
     for (const OptimizerSlot& slot : s.optimizer->slots())
       for (size_t i = 0; i < s.params->entries().size(); ++i)
-        add(optimizer_name(s.params->entries()[i].name, slot.name),
-            slot.state.view(s.params->entries()[i].table_index), s.params->backend());
+        items.push_back({optimizer_name(s.params->entries()[i].name, slot.name),
+                         slot.state.view(s.params->entries()[i].table_index),
+                         &s.params->backend()});
   }
+  std::vector<SafetensorsHeaderEntry> header;
+  for (const Item& it : items) header.push_back({it.name, it.tensor.dtype(), it.tensor.shape()});
   const std::string name = fmt::format("part-{:05}.safetensors", world_rank);
-  save_safetensors(folder / name, file);
-  const SafetensorsIndex index = read_safetensors_index(folder / name);
-  *bytes = index.file_size;
-  piece["file"] = name;
-  piece["bytes"] = index.file_size;
-  piece["world_rank"] = world_rank;
+  SafetensorsWriter writer(folder / name, header);
+  std::vector<std::byte> staging;
   piece["tensors"] = Json::array();
-  for (const SafetensorsEntry& e : index.entries) {
-    size_t k = 0;  // the entries are in data order, which is the order they were added in
-    while (k < file.tensors.size() && file.tensors[k].name != e.name) ++k;
+  uint64_t offset = writer.data_start();
+  for (const Item& it : items) {
+    const size_t n = it.tensor.bytes();
+    const std::byte* host = nullptr;
+    if (n && it.backend->host_accessible()) {
+      host = static_cast<const std::byte*>(it.tensor.data());
+    } else if (n) {
+      staging.resize(std::max(staging.size(), n));
+      it.backend->copy_to_host(staging.data(), it.tensor.data(), n);
+      host = staging.data();
+    }
+    writer.write(std::span(host, n));
     Json shape = Json::array();
-    for (int64_t d : e.shape) shape.push_back(d);
-    piece["tensors"].push_back({{"name", e.name},
-                                {"dtype", std::string(dtype_name(e.dtype))},
+    for (int64_t d : it.tensor.shape()) shape.push_back(d);
+    piece["tensors"].push_back({{"name", it.name},
+                                {"dtype", std::string(dtype_name(it.tensor.dtype()))},
                                 {"shape", shape},
-                                {"offset", e.offset},
-                                {"bytes", e.bytes},
-                                {"crc32", crcs[k]}});
+                                {"offset", offset},
+                                {"bytes", n},
+                                {"crc32", crc32_of(host, n)}});
+    offset += n;
   }
+  writer.commit();
+  *bytes = offset;
+  piece["file"] = name;
+  piece["bytes"] = offset;
+  piece["world_rank"] = world_rank;
   return piece;
 }
 

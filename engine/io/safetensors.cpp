@@ -178,16 +178,19 @@ const HostTensor* SafetensorsFile::find(std::string_view name) const {
 // ---- save
 // -----------------------------------------------------------------------------------------
 
-void save_safetensors(const std::filesystem::path& path, const SafetensorsFile& file) {
+SafetensorsWriter::SafetensorsWriter(const std::filesystem::path& path,
+                                     std::vector<SafetensorsHeaderEntry> entries,
+                                     const std::map<std::string, std::string>& metadata)
+    : entries_(std::move(entries)), path_(path) {
   Json header = Json::object();
-  if (!file.metadata.empty()) {
+  if (!metadata.empty()) {
     Json meta = Json::object();
-    for (const auto& [key, value] : file.metadata) meta[key] = value;
+    for (const auto& [key, value] : metadata) meta[key] = value;
     header[std::string(kMetadataKey)] = std::move(meta);
   }
   std::set<std::string_view> names;
   uint64_t offset = 0;
-  for (const HostTensor& t : file.tensors) {
+  for (const SafetensorsHeaderEntry& t : entries_) {
     if (t.name == kMetadataKey)
       throw UsageError(fmt::format("cannot save {}: \"{}\" is reserved and cannot name a tensor",
                                    path.string(), kMetadataKey));
@@ -195,11 +198,6 @@ void save_safetensors(const std::filesystem::path& path, const SafetensorsFile& 
       throw UsageError(
           fmt::format("cannot save {}: two tensors are named '{}'", path.string(), t.name));
     const uint64_t bytes = static_cast<uint64_t>(t.shape.numel()) * dtype_size(t.dtype);
-    if (t.data.size() != bytes)
-      throw UsageError(fmt::format(
-          "cannot save {}: tensor '{}' of shape {} {} needs {} bytes but "
-          "holds {}",
-          path.string(), t.name, t.shape.str(), dtype_name(t.dtype), bytes, t.data.size()));
     Json entry = Json::object();
     entry["dtype"] = std::string(dtype_name(t.dtype));
     entry["shape"] = Json::array();
@@ -208,25 +206,68 @@ void save_safetensors(const std::filesystem::path& path, const SafetensorsFile& 
     header[t.name] = std::move(entry);
     offset += bytes;
   }
-
   std::string text;
   try {
     text = header.dump(-1, ' ', false, Json::error_handler_t::strict);
   } catch (const Json::exception& e) {
     throw UsageError(
-        fmt::format("cannot save {}: a tensor name or metadata string is not valid "
-                    "UTF-8 ({})",
+        fmt::format("cannot save {}: a tensor name or metadata string is not valid UTF-8 ({})",
                     path.string(), e.what()));
   }
   text.append((8 - text.size() % 8) % 8, ' ');  // the data buffer starts 8-byte aligned
-
   std::byte length[8];
   for (size_t i = 0; i < 8; ++i)
     length[i] = static_cast<std::byte>((text.size() >> (8 * i)) & 0xFF);
+  data_start_ = 8 + text.size();
+  writer_ = std::make_unique<AtomicFileWriter>(path);
+  writer_->write(length);
+  writer_->write(std::as_bytes(std::span(text)));
+}
 
-  AtomicFileWriter writer(path);
-  writer.write(length);
-  writer.write(std::as_bytes(std::span(text)));
+SafetensorsWriter::~SafetensorsWriter() = default;
+
+void SafetensorsWriter::write(std::span<const std::byte> bytes) {
+  if (next_ >= entries_.size() && !bytes.empty())
+    throw UsageError(fmt::format("cannot save {}: more data than the {} tensors declared",
+                                 path_.string(), entries_.size()));
+  if (next_ >= entries_.size()) return;
+  const SafetensorsHeaderEntry& t = entries_[next_];
+  const uint64_t want = static_cast<uint64_t>(t.shape.numel()) * dtype_size(t.dtype);
+  if (written_of_next_ + bytes.size() > want)
+    throw UsageError(
+        fmt::format("cannot save {}: tensor '{}' of shape {} {} needs {} bytes but "
+                    "more were given",
+                    path_.string(), t.name, t.shape.str(), dtype_name(t.dtype), want));
+  writer_->write(bytes);
+  written_of_next_ += bytes.size();
+  // Tensors of zero bytes are complete at once: step over them too.
+  while (next_ < entries_.size() &&
+         written_of_next_ == static_cast<uint64_t>(entries_[next_].shape.numel()) *
+                                 dtype_size(entries_[next_].dtype)) {
+    ++next_;
+    written_of_next_ = 0;
+  }
+}
+
+void SafetensorsWriter::commit() {
+  write({});  // steps over trailing empty tensors
+  if (next_ != entries_.size())
+    throw UsageError(fmt::format("cannot save {}: tensor '{}' received only {} of its bytes",
+                                 path_.string(), entries_[next_].name, written_of_next_));
+  writer_->commit();
+}
+
+void save_safetensors(const std::filesystem::path& path, const SafetensorsFile& file) {
+  std::vector<SafetensorsHeaderEntry> entries;
+  for (const HostTensor& t : file.tensors) {
+    const uint64_t bytes = static_cast<uint64_t>(t.shape.numel()) * dtype_size(t.dtype);
+    if (t.data.size() != bytes)
+      throw UsageError(fmt::format(
+          "cannot save {}: tensor '{}' of shape {} {} needs {} bytes but holds {}", path.string(),
+          t.name, t.shape.str(), dtype_name(t.dtype), bytes, t.data.size()));
+    entries.push_back({t.name, t.dtype, t.shape});
+  }
+  SafetensorsWriter writer(path, std::move(entries), file.metadata);
   for (const HostTensor& t : file.tensors) writer.write(t.data);
   writer.commit();
 }

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -24,6 +25,8 @@
 #include "engine/core/shape.h"
 
 namespace pt {
+
+class AtomicFileWriter;
 
 // One named tensor in host memory; data holds shape.numel() * dtype_size(dtype) bytes.
 struct HostTensor {
@@ -52,6 +55,34 @@ struct SafetensorsFile {
 // UsageError for contents the format cannot hold (duplicate names, data of the wrong size, the
 // reserved name "__metadata__", names that are not UTF-8), FileError when writing fails.
 void save_safetensors(const std::filesystem::path& path, const SafetensorsFile& file);
+
+// The same, one tensor at a time, for data that is not in host memory all at once (a checkpoint
+// piece copied from devices tensor by tensor): the header is written from the names, dtypes and
+// shapes first, then write() takes each tensor's bytes in order (in as many calls as wanted), and
+// commit() checks that all arrived and renames the file into place (AtomicFileWriter).
+struct SafetensorsHeaderEntry {
+  std::string name;
+  DType dtype = DType::f32;
+  Shape shape;
+};
+class SafetensorsWriter {
+ public:
+  SafetensorsWriter(const std::filesystem::path& path, std::vector<SafetensorsHeaderEntry> entries,
+                    const std::map<std::string, std::string>& metadata = {});
+  ~SafetensorsWriter();  // without commit(): the temporary file is removed
+  void write(std::span<const std::byte> bytes);
+  void commit();
+  // Where the data buffer starts in the file: tensor i is at data_start() + its data offset.
+  uint64_t data_start() const { return data_start_; }
+
+ private:
+  std::vector<SafetensorsHeaderEntry> entries_;
+  std::filesystem::path path_;
+  std::unique_ptr<AtomicFileWriter> writer_;
+  uint64_t data_start_ = 0;
+  size_t next_ = 0;
+  uint64_t written_of_next_ = 0;
+};
 
 // Reads and validates the whole file; throws FileError naming the path and the problem.
 SafetensorsFile load_safetensors(const std::filesystem::path& path);
