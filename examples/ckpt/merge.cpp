@@ -1,0 +1,63 @@
+// pipetrain-ckpt merge: the pieces of a checkpoint folder as one plain safetensors file, for
+// tools that read one file (PyTorch's safetensors.torch.load_file, numpy, another framework).
+// Tensor names are the checkpoint's own ("3.fc2.weight"); the manifest's metadata (step, seed,
+// model_signature, ...) becomes the file's "__metadata__", all strings as safetensors requires.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "engine/checkpoint/manifest.h"
+#include "engine/io/output_path.h"
+#include "engine/io/safetensors.h"
+#include "examples/ckpt/commands.h"
+
+namespace pt::ckpt {
+
+namespace {
+
+bool is_optimizer_state(const CheckpointTensor& t) {
+  return std::string_view(t.name).starts_with("optimizer.");
+}
+
+}  // namespace
+
+int merge(const std::filesystem::path& checkpoint, const std::filesystem::path& out,
+          bool with_optimizer) {
+  // Checked before any tensor is read: a path that cannot be written costs nothing.
+  check_output_path(out, "merge OUT");
+  const CheckpointManifest manifest = read_manifest(checkpoint);
+
+  // Weights first, then optimizer state, each in manifest order: a reader that wants only the
+  // weights finds them at the front of the data buffer whatever the pieces were.
+  std::vector<const CheckpointTensor*> chosen;
+  for (const CheckpointTensor& t : manifest.tensors)
+    if (!is_optimizer_state(t)) chosen.push_back(&t);
+  const size_t weights = chosen.size();
+  if (with_optimizer)
+    for (const CheckpointTensor& t : manifest.tensors)
+      if (is_optimizer_state(t)) chosen.push_back(&t);
+
+  SafetensorsFile file;
+  file.metadata = manifest.metadata;
+  uint64_t bytes = 0;
+  for (const CheckpointTensor* t : chosen) {
+    // read_checkpoint_tensor checks the CRC-32: a corrupt piece stops the merge with its name
+    // instead of passing damaged weights on to another tool.
+    file.tensors.push_back(
+        {t->name, t->dtype, t->shape, read_checkpoint_tensor(checkpoint, manifest, *t)});
+    bytes += t->bytes;
+  }
+  save_safetensors(out, file);  // atomic: a failed merge leaves no half-written OUT
+
+  fmt::print("wrote {}: {} weight tensors{}, {:.1f} MiB, step {}\n", out.string(), weights,
+             with_optimizer ? fmt::format(" and {} optimizer tensors", chosen.size() - weights)
+                            : std::string(),
+             static_cast<double>(bytes) / (1024.0 * 1024.0), manifest.meta("step"));
+  return 0;
+}
+
+}  // namespace pt::ckpt
