@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "engine/checkpoint/manifest.h"
+#include "engine/core/error.h"
 #include "engine/io/output_path.h"
 #include "engine/io/safetensors.h"
 #include "examples/ckpt/commands.h"
@@ -29,6 +31,16 @@ int merge(const std::filesystem::path& checkpoint, const std::filesystem::path& 
           bool with_optimizer) {
   // Checked before any tensor is read: a path that cannot be written costs nothing.
   check_output_path(out, "merge OUT");
+  // check_output_path accepts any regular file, but the checkpoint folder holds only the
+  // checkpoint's own files: one of its pieces or its manifest replaced would destroy it.
+  std::error_code ec_folder, ec_out;
+  const std::filesystem::path folder = std::filesystem::weakly_canonical(checkpoint, ec_folder);
+  const std::filesystem::path target = std::filesystem::weakly_canonical(out, ec_out);
+  if (!ec_folder && !ec_out && target.parent_path() == folder)
+    throw UsageError(fmt::format(
+        "merge OUT {}: it is inside the checkpoint folder {}, which holds only the checkpoint's "
+        "own files (a piece or the manifest would be replaced); write it somewhere else",
+        out.string(), checkpoint.string()));
   const CheckpointManifest manifest = read_manifest(checkpoint);
 
   // Weights first, then optimizer state, each in manifest order: a reader that wants only the

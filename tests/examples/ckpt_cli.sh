@@ -167,6 +167,11 @@ expect_bad_input "character device" merge "$work/ck" /dev/null
 mkdir "$work/a_folder"
 expect_bad_input "a folder, not a regular file" merge "$work/ck" "$work/a_folder"
 expect_bad_input "does not exist" merge "$work/ck" "$work/nowhere/out.safetensors"
+cp -r "$work/ck" "$work/ck_copy"
+expect_bad_input "inside the checkpoint" merge "$work/ck_copy" "$work/ck_copy/$piece"
+expect 0 "all checksums match" verify "$work/ck_copy"
+expect_bad_input "inside the checkpoint" merge "$work/ck_copy" "$work/ck_copy/merged.safetensors"
+[ ! -e "$work/ck_copy/merged.safetensors" ] || fail "merge wrote into the checkpoint folder"
 
 # ---- damaged checkpoints: each problem named -------------------------------------------------
 # One byte flipped in the middle of 5.linear.weight (its offset from the manifest).
@@ -211,6 +216,8 @@ cp -r "$work/ck" "$work/bad_manifest"
 head -c 200 "$work/ck/manifest.json" >"$work/bad_manifest/manifest.json"
 expect_bad_input "manifest.json is not valid JSON" verify "$work/bad_manifest"
 expect_bad_input "holds no complete numbered checkpoint" inspect "latest:$work/a_folder"
+run bogus "$work/ck"
+[ "$rc" -eq 2 ] && pass "an unknown subcommand -> rc=2" || { fail "pipetrain-ckpt bogus gave rc=$rc, expected 2"; echo "$err"; }
 
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]
