@@ -236,8 +236,11 @@ SaveStats save_checkpoint(const fs::path& path, const Model& model,
   std::string piece;
   try {
     if (!stages.empty()) piece = write_piece(temp, world_rank, stages, &stats.bytes).dump();
-  } catch (...) {
-    error = std::current_exception();
+  } catch (const std::exception& e) {
+    error = std::make_exception_ptr(FileError(fmt::format(
+        "checkpoint {}: writing {} piece failed: {}; the previous checkpoint there, "
+        "if any, is intact",
+        path.string(), world ? fmt::format("world rank {}'s", world_rank) : "the", e.what())));
   }
   auto clean_up = [&] {
     std::error_code ec;

@@ -151,6 +151,15 @@ if [ -f "$work/bad/train-images-idx3-ubyte.gz" ]; then
   grep -q "writing the metrics file $work/full.jsonl failed" <<<"$out" && ! grep -q "train 100/100" <<<"$out" \
     && echo "ok: a metrics write error stops the run" \
     || { echo "FAIL: metrics write error"; echo "$out" | tail -5; fails=$((fails+1)); }
+  # A checkpoint write that fails (the file size limit stands in for a full disk): the run says
+  # so and fails, the previous checkpoint at that path stays whole, no temporary is left.
+  out=$( (trap '' XFSZ; ulimit -f 2000; "$exe" --steps 6 --batch 64 --microbatches 2 --resume "$work/c" --save "$work/c" --data "$data" 2>&1 | cat) )
+  if grep -q "writing the piece failed: .*File too large.*is intact" <<<"$out" && grep -q '"step": "4"' "$work/c/manifest.json" \
+     && ! ls -a "$work" | grep -q '^\.c\.tmp'; then
+    echo "ok: a failed checkpoint write leaves the previous one: $(grep -m1 '^error' <<<"$out" | cut -c1-160)"
+  else
+    echo "FAIL: failed checkpoint write"; echo "$out" | tail -5; ls -a "$work"; fails=$((fails+1))
+  fi
   # SIGTERM (what a batch scheduler sends before it kills): the step ends, the checkpoint is
   # written, exit 75; resuming reaches the same weights as an uninterrupted run.
   "$exe" --steps 30 --batch 64 --seed 5 --threads 1 --log-every 1 --save "$work/full" --data "$data" > "$work/full.txt" 2>&1
