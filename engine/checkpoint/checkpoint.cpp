@@ -2,8 +2,11 @@
 
 #include <charconv>
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <exception>
 #include <limits>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -210,6 +213,54 @@ CheckpointManifest make_manifest(const std::vector<std::string>& pieces, const M
   return m;
 }
 
+// Refuses tensors this model has no place for (another program's, or an edited checkpoint):
+// every name must be one of the model's parameters, or optimizer state of one of them with a slot
+// of this run's optimizer (any slot when loading weights only).
+void check_names(const CheckpointManifest& m, const Model& model, const Optimizer* optimizer,
+                 const fs::path& path) {
+  std::set<std::string> weights;
+  for (int l = 0; l < model.num_layers(); ++l)
+    for (const ParamSpec& spec : model.layer(l).param_specs())
+      weights.insert(parameter_name(l, model.layer(l), spec.name));
+  std::set<std::string> slots;
+  if (optimizer)
+    for (const OptimizerSlot& slot : optimizer->slots()) slots.insert(slot.name);
+  constexpr std::string_view kOptimizer = "optimizer.";
+  for (const CheckpointTensor& t : m.tensors) {
+    if (weights.count(t.name)) continue;
+    if (t.name.rfind(kOptimizer, 0) == 0) {
+      const std::string rest = t.name.substr(kOptimizer.size());
+      const auto dot = rest.rfind('.');
+      if (dot != std::string::npos && weights.count(rest.substr(0, dot)) &&
+          (!optimizer || slots.count(rest.substr(dot + 1))))
+        continue;
+    }
+    throw FileError(fmt::format(
+        "checkpoint {} holds tensor '{}', which is no parameter of this model{}: it was written "
+        "by another program or edited; use a checkpoint this program wrote",
+        path.string(), t.name,
+        optimizer ? fmt::format(" nor state of its optimizer '{}'", optimizer->config().kind)
+                  : std::string()));
+  }
+}
+
+// Refuses NaN and inf in F32 tensors, naming the first: a run resumed from them trains to chance
+// level with every step skipped, long after the damage.
+void check_finite(const std::vector<std::byte>& bytes, const CheckpointTensor& t,
+                  const fs::path& path) {
+  if (t.dtype != DType::f32) return;
+  const size_t n = bytes.size() / sizeof(float);
+  for (size_t i = 0; i < n; ++i) {
+    float v;
+    std::memcpy(&v, bytes.data() + i * sizeof(float), sizeof v);
+    if (!std::isfinite(v))
+      throw FileError(fmt::format(
+          "checkpoint {}: tensor '{}' holds {} at element {} (of {}): the training that wrote it "
+          "had diverged; resume from an earlier checkpoint",
+          path.string(), t.name, v, i, n));
+  }
+}
+
 }  // namespace
 
 SaveStats save_checkpoint(const fs::path& path, const Model& model,
@@ -280,6 +331,45 @@ TrainingState load_checkpoint(const fs::path& path, const Model& model,
         "--model etc.) as the run that saved it",
         path.string(), first_difference(m.meta("model_signature"), model.signature())));
 
+  // Everything the checkpoint says is checked before anything is loaded: a refused checkpoint
+  // leaves the run's parameters as they were.
+  TrainingState state;
+  state.step = parse_int(m, "step", path);
+  state.epoch = parse_int(m, "epoch", path);
+  state.batch_in_epoch = parse_int(m, "batch_in_epoch", path);
+  state.seed = parse_int<uint64_t>(m, "seed", path);
+  state.extra = m.metadata;
+  state.layout = m.layout;
+  for (const auto& [key, value] : {std::pair{"step", state.step}, std::pair{"epoch", state.epoch},
+                                   std::pair{"batch_in_epoch", state.batch_in_epoch}})
+    if (value < 0)
+      throw FileError(
+          fmt::format("checkpoint {}: metadata '{}' is {}, which no run reaches: the "
+                      "manifest is corrupt or was edited",
+                      path.string(), key, value));
+  const Optimizer* any_optimizer = nullptr;
+  for (const StageState& s : stages)
+    if (s.optimizer) any_optimizer = s.optimizer;
+  if (any_optimizer && m.meta("optimizer").empty())
+    throw FileError(fmt::format(
+        "checkpoint {} holds weights only (no optimizer state; e.g. written by --save-init): it "
+        "cannot be resumed from",
+        path.string()));
+  if (any_optimizer && m.meta("optimizer") != any_optimizer->config().kind)
+    throw FileError(fmt::format(
+        "checkpoint {} was trained with optimizer '{}' but this run uses '{}': pass --optim {}",
+        path.string(), m.meta("optimizer"), any_optimizer->config().kind, m.meta("optimizer")));
+  int64_t optimizer_steps = 0;
+  if (any_optimizer) {
+    optimizer_steps = parse_int(m, "optimizer_steps", path);
+    if (optimizer_steps < 0 || optimizer_steps > state.step)
+      throw FileError(fmt::format(
+          "checkpoint {}: metadata 'optimizer_steps' is {} but the step is {} (an optimizer takes "
+          "at most one step per training step): the manifest is corrupt or was edited",
+          path.string(), optimizer_steps, state.step));
+  }
+  check_names(m, model, any_optimizer, path);
+
   auto load = [&](const std::string& name, const Tensor& t, Backend& backend) {
     const CheckpointTensor* e = m.find(name);
     if (!e)
@@ -292,6 +382,7 @@ TrainingState load_checkpoint(const fs::path& path, const Model& model,
                                   path.string(), name, dtype_name(e->dtype), e->shape.str(),
                                   dtype_name(t.dtype()), t.shape().str()));
     const std::vector<std::byte> bytes = read_checkpoint_tensor(path, m, *e);
+    check_finite(bytes, *e, path);
     if (t.bytes()) backend.copy_from_host(t.data(), bytes.data(), t.bytes());
   };
   for (const StageState& s : stages) {
@@ -302,28 +393,12 @@ TrainingState load_checkpoint(const fs::path& path, const Model& model,
   for (const StageState& s : stages) {
     if (!s.optimizer) continue;
     Optimizer& opt = *s.optimizer;
-    if (m.meta("optimizer").empty())
-      throw FileError(fmt::format(
-          "checkpoint {} holds weights only (no optimizer state; e.g. written by --save-init): "
-          "it cannot be resumed from",
-          path.string()));
-    if (m.meta("optimizer") != opt.config().kind)
-      throw FileError(fmt::format(
-          "checkpoint {} was trained with optimizer '{}' but this run uses '{}': pass --optim {}",
-          path.string(), m.meta("optimizer"), opt.config().kind, m.meta("optimizer")));
     for (OptimizerSlot& slot : opt.slots())
       for (size_t i = 0; i < s.params->entries().size(); ++i)
         load(optimizer_name(s.params->entries()[i].name, slot.name),
              slot.state.view(s.params->entries()[i].table_index), s.params->backend());
-    opt.set_steps_taken(parse_int(m, "optimizer_steps", path));
+    opt.set_steps_taken(optimizer_steps);
   }
-  TrainingState state;
-  state.step = parse_int(m, "step", path);
-  state.epoch = parse_int(m, "epoch", path);
-  state.batch_in_epoch = parse_int(m, "batch_in_epoch", path);
-  state.seed = parse_int<uint64_t>(m, "seed", path);
-  state.extra = m.metadata;
-  state.layout = m.layout;
   return state;
 }
 

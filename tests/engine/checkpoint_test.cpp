@@ -475,3 +475,54 @@ TEST_CASE("checkpoint: fit() stops after the step in which SIGTERM arrived and s
   REQUIRE(is_checkpoint(o.checkpoints.save));
   CHECK(read_manifest(o.checkpoints.save).meta("step") == "1");
 }
+
+// ---- what a checkpoint says is checked, not trusted --------------------------------------------
+
+TEST_CASE("checkpoint: impossible metadata, unknown tensors and non-finite values are refused") {
+  const test::TempDir dir("pipetrain-ckpt");
+  Trained t;
+  const fs::path path = dir.path / "ck";
+  save(path, t, 2);
+  Trained fresh(0);
+  const auto before = state_bytes({fresh.state()});
+  const StageState into = fresh.state();
+  auto refuse = [&](const std::string& edit_from, const std::string& edit_to) {
+    const std::string good = read_text(path / kManifestName);
+    std::string bad = good;
+    const auto at = bad.find(edit_from);
+    REQUIRE(at != std::string::npos);
+    bad.replace(at, edit_from.size(), edit_to);
+    write_text(path / kManifestName, bad);
+    const std::string msg =
+        message_of<FileError>([&] { load_checkpoint(path, fresh.model, std::span(&into, 1)); });
+    write_text(path / kManifestName, good);
+    // Refused before anything was loaded: the run's parameters are untouched.
+    CHECK(state_bytes({fresh.state()}) == before);
+    return msg;
+  };
+  CHECK(refuse("\"step\": \"2\"", "\"step\": \"-999\"").find("'step' is -999") !=
+        std::string::npos);
+  CHECK(refuse("\"epoch\": \"0\"", "\"epoch\": \"-1\"").find("'epoch' is -1") != std::string::npos);
+  CHECK(refuse("\"optimizer_steps\": \"2\"", "\"optimizer_steps\": \"3\"")
+            .find("'optimizer_steps' is 3 but the step is 2") != std::string::npos);
+  CHECK(refuse("\"name\": \"1.linear.bias\"", "\"name\": \"1.linear.bogus\"")
+            .find("holds tensor '1.linear.bogus', which is no parameter of this model") !=
+        std::string::npos);
+  CHECK(refuse("momentum_buffer\"", "exp_avg\"").find("nor state of its optimizer 'sgd'") !=
+        std::string::npos);
+  // The checkpoint itself is still good.
+  CHECK_NOTHROW(load_checkpoint(path, fresh.model, std::span(&into, 1)));
+
+  // A NaN written by a diverged run: refused, naming the tensor and the element.
+  Trained diverged;
+  const Tensor w = diverged.trainer.parameters().param(0);
+  w.f32()[5] = std::numeric_limits<float>::quiet_NaN();
+  const fs::path nan_path = dir.path / "nan";
+  save(nan_path, diverged, 2);
+  Trained other(0);
+  const StageState other_state = other.state();
+  const std::string msg = message_of<FileError>(
+      [&] { load_checkpoint(nan_path, other.model, std::span(&other_state, 1)); });
+  CHECK(msg.find("tensor '" + diverged.trainer.parameters().entries()[0].name +
+                 "' holds nan at element 5") != std::string::npos);
+}
