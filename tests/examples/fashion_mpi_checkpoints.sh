@@ -107,7 +107,9 @@ fi
 rm -rf "$work/runs2"; mkdir "$work/runs2"
 mpi_bg "$work/kill2.txt" 4 "$exe" "${common[@]}" --steps $steps --timeout $timeout_s --stages 2 --dp 2 --save "$work/runs2" --save-every 3
 writing() { compgen -G "$work/runs2/.step-*.tmp.*" > /dev/null; }
-if wait_for 60 writing; then
+first_done() { [ -f "$work/runs2/step-00000003/manifest.json" ]; }
+# After the first checkpoint, so that there is a previous one to fall back on.
+if wait_for 60 first_done && wait_for 60 writing; then
   kill -9 "$(rank_pid $mpirun_pid 1)"  # rank 1 writes stage 1's piece
   being_written=$(compgen -G "$work/runs2/.step-*.tmp.*" | head -1 | sed 's|.*/\.\(step-[0-9]*\)\.tmp.*|\1|')
   wait $mpirun_pid
