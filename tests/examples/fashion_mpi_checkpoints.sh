@@ -110,8 +110,9 @@ writing() { compgen -G "$work/runs2/.step-*.tmp.*" > /dev/null; }
 first_done() { [ -f "$work/runs2/step-00000003/manifest.json" ]; }
 # After the first checkpoint, so that there is a previous one to fall back on.
 if wait_for 60 first_done && wait_for 60 writing; then
-  kill -9 "$(rank_pid $mpirun_pid 1)"  # rank 1 writes stage 1's piece
+  victim=$(rank_pid $mpirun_pid 1)  # rank 1 writes stage 1's piece
   being_written=$(compgen -G "$work/runs2/.step-*.tmp.*" | head -1 | sed 's|.*/\.\(step-[0-9]*\)\.tmp.*|\1|')
+  kill -9 "$victim"
   wait $mpirun_pid
   latest=$(ls -d "$work"/runs2/step-* 2>/dev/null | tail -1)
   # A checkpoint exists only with its manifest: whatever is listed must be whole (the one being
