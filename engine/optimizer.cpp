@@ -3,22 +3,27 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.h"
+#include "engine/option_range.h"
 
 namespace pt {
+
+// A learning rate or weight decay above this trains nothing: typical values are 1e-5..1, and
+// 1e3 x a gradient already leaves float's useful range within a few steps. The bound catches
+// 1e30 and inf (a typo, a unit mistake) before any work, with a message, instead of NaN weights.
+constexpr double kMaxLr = 1e3;
 
 void OptimizerConfig::validate() const {
   if (kind != "sgd" && kind != "adamw")
     throw UsageError(fmt::format("unknown optimizer '{}': use sgd or adamw", kind));
-  if (!(lr > 0.f)) throw UsageError(fmt::format("learning rate {} must be > 0", lr));
-  if (momentum < 0.f || momentum >= 1.f)
-    throw UsageError(fmt::format("momentum {} must be in [0, 1)", momentum));
+  check_real("--lr", lr, {.lo = 0, .lo_open = true, .hi = kMaxLr});
+  check_real("--momentum", momentum, {.lo = 0, .hi = 1, .hi_open = true}, "0: plain SGD");
+  check_real("dampening", dampening, {.lo = 0, .hi = 1});
   if (nesterov && (momentum <= 0.f || dampening != 0.f))
     throw UsageError("Nesterov momentum requires momentum > 0 and dampening = 0");
-  if (weight_decay < 0.f)
-    throw UsageError(fmt::format("weight decay {} must be >= 0", weight_decay));
-  if (beta1 < 0.f || beta1 >= 1.f || beta2 < 0.f || beta2 >= 1.f)
+  check_real("--weight-decay", weight_decay, {.lo = 0, .hi = kMaxLr}, "0: off");
+  if (!(beta1 >= 0.f && beta1 < 1.f && beta2 >= 0.f && beta2 < 1.f))
     throw UsageError(fmt::format("AdamW betas ({}, {}) must be in [0, 1)", beta1, beta2));
-  if (!(eps > 0.f)) throw UsageError(fmt::format("AdamW eps {} must be > 0", eps));
+  check_real("AdamW eps", eps, {.lo = 0, .lo_open = true, .hi = 1});
 }
 
 std::string OptimizerConfig::str() const {

@@ -19,8 +19,9 @@ struct OptimizerConfig {
   float weight_decay = 0.f;  // sgd: L2 added to the gradient; adamw: decoupled
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;  // adamw
 
-  // Throws UsageError naming the bad setting (unknown kind, lr <= 0, nesterov without
-  // momentum, betas outside [0, 1), ...).
+  // Throws UsageError naming the bad setting by its flag (unknown kind, --lr not in (0, 1e3],
+  // --momentum not in [0, 1), --weight-decay not in [0, 1e3], nesterov without momentum, betas
+  // outside [0, 1), anything not finite, ...).
   void validate() const;
   std::string str() const;  // "sgd(momentum=0.9, nesterov=false, weight_decay=0)"
   // State tensors per parameter (each the size of the parameters): SGD 0, SGD with momentum 1,

@@ -1,10 +1,12 @@
 #include "schedule/text_format.h"
 
 #include <charconv>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
+#include <system_error>
 #include <vector>
 
 #include "schedule/str_cat.h"
@@ -183,6 +185,16 @@ Schedule parse_schedule_text(std::string_view text, std::string_view source) {
 }
 
 Schedule read_schedule_file(const std::string& path) {
+  // Opening a FIFO blocks until a writer comes (forever, for a typo): only a regular file (or a
+  // link to one) is read. A missing file is left to the open's message.
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+    throw std::invalid_argument("cannot read schedule file '" + path + "': it is " +
+                                (std::filesystem::is_directory(st) ? "a folder"
+                                 : std::filesystem::is_fifo(st)    ? "a FIFO (named pipe)"
+                                                                   : "a device or socket") +
+                                ", not a regular file; give a schedule text file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::invalid_argument("cannot open schedule file '" + path + "'");
   std::ostringstream text;

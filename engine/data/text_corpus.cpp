@@ -53,6 +53,19 @@ TextBatch empty_batch(int64_t batch, int64_t context) {
   return out;
 }
 
+// "a folder", "a FIFO", ... for the message that refuses it.
+const char* file_kind(std::filesystem::file_type type) {
+  using T = std::filesystem::file_type;
+  switch (type) {
+    case T::directory: return "a folder";
+    case T::fifo: return "a FIFO (named pipe)";
+    case T::character: return "a character device";
+    case T::block: return "a block device";
+    case T::socket: return "a socket";
+    default: return "not a regular file";
+  }
+}
+
 // True when `program` names an executable file, directly or through $PATH.
 bool program_exists(const std::string& program) {
   if (program.find('/') != std::string::npos) return ::access(program.c_str(), X_OK) == 0;
@@ -70,6 +83,15 @@ bool program_exists(const std::string& program) {
 }
 
 std::vector<uint8_t> read_file_bytes(const std::filesystem::path& path) {
+  // Opening a FIFO blocks until a writer comes (forever, for a typo), a device never ends: only
+  // a regular file (or a link to one) is read. A missing file is left to the open's message.
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+    throw FileError(
+        fmt::format("cannot read text corpus '{}': it is {}, not a regular file; give "
+                    "a text file",
+                    path.string(), file_kind(st.type())));
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw FileError(fmt::format("cannot open text corpus '{}': {}; give an existing text file",

@@ -9,7 +9,9 @@
 
 #include "engine/comm/mpi.h"
 #include "engine/core/error.h"
+#include "engine/option_range.h"
 #include "engine/preemption.h"
+#include "engine/setup/training_options.h"
 
 namespace pt {
 
@@ -52,6 +54,8 @@ int run_main(double timeout_s, const std::function<int(Communicator* world)>& bo
   {
     std::unique_ptr<Communicator> world;
     try {
+      // Before the communicator's deadline is computed from it (TrainingOptions::check is later).
+      check_real("--timeout", timeout_s, {.lo = 0, .lo_open = true, .hi = kMaxTimeoutS}, "seconds");
       world = mpi_world(timeout_s);
     } catch (const std::exception& e) {
       fmt::print(stderr, "error: rank {}: {}\n", rank, e.what());

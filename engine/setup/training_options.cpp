@@ -3,14 +3,29 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.h"
+#include "engine/devices.h"
 #include "engine/io/output_path.h"
+#include "engine/option_range.h"
 
 namespace pt {
 
 void TrainingOptions::check(int64_t batch) const {
+  check_integer("--batch", batch, 1);
   if (microbatches < 1) throw UsageError("--microbatches must be >= 1");
   if (dp < 1) throw UsageError(fmt::format("--dp {} must be >= 1", dp));
-  if (!(bucket_mib > 0)) throw UsageError(fmt::format("--bucket-mb {} must be > 0", bucket_mib));
+  check_integer("--stages", stages, 1);
+  // More threads per device than the machine has hardware threads only oversubscribe (ARCHITECTURE
+  // notes halved throughput); up to 4x is allowed for experiments, more is surely a typo.
+  const int cores = available_cores();
+  check_integer("--threads", threads, 0, int64_t{4} * cores,
+                fmt::format("4 x the {} cores of this machine; 0: the cores divided between the "
+                            "devices",
+                            cores));
+  // The deadline is now + timeout: beyond 1e6 s (11 days) it is a typo, and inf overflows it.
+  check_real("--timeout", timeout_s, {.lo = 0, .lo_open = true, .hi = kMaxTimeoutS}, "seconds");
+  // A bucket of 1 TiB is already larger than any model this engine holds.
+  check_real("--bucket-mb", bucket_mib, {.lo = 0, .lo_open = true, .hi = 1 << 20}, "MiB");
+  check_real("--mem-cap", mem_cap_mib, {.lo = 0, .hi = 1 << 30}, "MiB; 0: no cap");
   if (microbatches > batch)
     throw UsageError(
         fmt::format("--microbatches {} is more than the --batch of {} samples: every "

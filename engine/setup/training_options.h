@@ -15,6 +15,10 @@
 
 namespace pt {
 
+// The longest --timeout: 1e6 s (11.6 days). Any wait longer than that is a hang, and a deadline
+// of now + inf (or 1e300) overflows the clock.
+inline constexpr double kMaxTimeoutS = 1e6;
+
 struct TrainingOptions {
   std::string devices =
       "auto";  // one per stage and replica: "cpu:0,cpu:1" | "cpu:0..3" | "cuda:0" | "auto"
@@ -38,8 +42,10 @@ struct TrainingOptions {
   std::string trace,
       timeline;  // report_pipeline writes the last step's Chrome trace / SVG timeline here
 
-  // Checks that need no work, against the global batch B, and the trace and timeline paths
-  // (check_output_path); throws UsageError naming the fix.
+  // Checks that need no work: every number in its range (--threads at most 4 x the cores,
+  // --timeout in (0, kMaxTimeoutS], --bucket-mb in (0, 2^20], --mem-cap in [0, 2^30], all finite),
+  // against the global batch B (>= 1), and the trace and timeline paths (check_output_path);
+  // throws UsageError naming the flag, the value and the range.
   void check(int64_t batch) const;
   // True when the run needs the pipeline runtime rather than the single-device Trainer.
   bool pipelined() const;

@@ -1,5 +1,7 @@
 #include "examples/common/parallel_flags.h"
 
+#include "examples/common/integer_text.h"
+
 namespace pt::examples {
 
 void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
@@ -10,15 +12,19 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
                  "GEMM/conv arithmetic on CUDA devices: fp32 | tf32 | bf16 (fp32 weights and "
                  "optimizer state)")
       ->capture_default_str();
-  app.add_option("--threads", f.threads, "threads per device (0: cores / devices)");
+  app.add_option("--threads", f.threads, "threads per device (0: cores / devices)")
+      ->check(kIntText);
   app.add_option("--stages", f.stages, "pipeline stages S (one device each)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(kIntText);
   app.add_option("--dp", f.dp,
                  "data-parallel replicas R of the pipeline (R x S devices or processes)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(kIntText);
   app.add_option("--microbatches", f.microbatches,
                  "split each replica's batch into M micro-batches")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(kIntText);
   app.add_option("--schedule", f.schedule, "gpipe | 1f1b | interleaved:V | zb-h1 | file:PATH")
       ->capture_default_str();
   app.add_option("--partition", f.partition, "uniform | params | time | memory | layout:a,b,...")

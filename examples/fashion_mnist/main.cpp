@@ -14,6 +14,7 @@
 //   run.svg pipetrain-fashion --model cnn --stages 3 --schedule zb-h1 --plan-only pipetrain-fashion
 //   --devices cpu:0..3 --stages 2 --dp 2 mpirun -np 4 pipetrain-fashion --stages 2 --dp 2
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -26,11 +27,13 @@
 #include "engine/data/dataset.h"
 #include "engine/fit.h"
 #include "engine/io/output_path.h"
+#include "engine/option_range.h"
 #include "engine/preemption.h"
 #include "engine/setup/run_main.h"
 #include "engine/setup/training_run.h"
 #include "engine/trainer.h"
 #include "examples/common/checkpoint_flags.h"
+#include "examples/common/integer_text.h"
 #include "examples/common/parallel_flags.h"
 #include "examples/common/parity_check.h"
 #ifdef PIPETRAIN_FAULT_INJECTION  // the test-only build, pipetrain-fashion-faults
@@ -66,10 +69,17 @@ int run(const Flags& f, pt::Communicator* world) {
   opt.momentum = f.optim == "sgd" ? f.momentum : 0.f;
   opt.nesterov = f.nesterov;
   opt.weight_decay = f.weight_decay;
-  opt.validate();
+  opt.validate();  // --lr, --momentum, --weight-decay
   if (f.model != "mlp" && f.model != "cnn")
     throw pt::UsageError(fmt::format("unknown --model '{}': use mlp or cnn", f.model));
+  // 1e6 epochs of 60000 samples is 6e10 steps at --batch 1: the step count stays far from int64.
+  pt::check_integer("--epochs", f.epochs, 0, 1'000'000, "0: only with --steps");
+  pt::check_integer("--steps", f.steps, 0, INT64_MAX, "0: --epochs decides");
   if (f.epochs < 1 && f.steps < 1) throw pt::UsageError("give --epochs >= 1 or --steps >= 1");
+  pt::check_integer("--warmup", f.warmup, 0, INT64_MAX, "0: none");
+  pt::check_integer("--log-every", f.log_every, 1);
+  // Like --lr: a norm bound above 1e6 is no bound, inf is a typo for 0 (off).
+  pt::check_real("--clip", f.clip, {.lo = 0, .hi = 1e6}, "0: no clipping");
   pt::TrainingOptions par = pt::examples::training_options(f.par);
   par.force_pipeline =
       f.parity_check;  // the pipeline runtime even for one stage: that is what is checked
@@ -159,9 +169,14 @@ int main(int argc, char** argv) {
   CLI::App app{"pipetrain-fashion: train an MLP or CNN on Fashion-MNIST"};
   Flags f;
   app.add_option("--model", f.model, "mlp (784-1024x4-10) or cnn")->capture_default_str();
-  app.add_option("--epochs", f.epochs, "passes over the training set")->capture_default_str();
-  app.add_option("--steps", f.steps, "stop after this many optimizer steps (overrides --epochs)");
-  app.add_option("--batch", f.batch, "global batch size B")->capture_default_str();
+  app.add_option("--epochs", f.epochs, "passes over the training set")
+      ->capture_default_str()
+      ->check(pt::examples::kInt64Text);
+  app.add_option("--steps", f.steps, "stop after this many optimizer steps (overrides --epochs)")
+      ->check(pt::examples::kInt64Text);
+  app.add_option("--batch", f.batch, "global batch size B")
+      ->capture_default_str()
+      ->check(pt::examples::kInt64Text);
   app.add_option("--optim", f.optim, "sgd or adamw")->capture_default_str();
   app.add_option("--lr", f.lr, "base learning rate")->capture_default_str();
   app.add_option("--momentum", f.momentum, "SGD momentum")->capture_default_str();
@@ -169,9 +184,10 @@ int main(int argc, char** argv) {
   app.add_option("--weight-decay", f.weight_decay, "weight decay (SGD: L2; AdamW: decoupled)");
   app.add_option("--clip", f.clip, "clip the global gradient norm to this value (0: off)");
   app.add_option("--lr-schedule", f.lr_schedule, "constant or cosine")->capture_default_str();
-  app.add_option("--warmup", f.warmup, "linear warm-up steps");
+  app.add_option("--warmup", f.warmup, "linear warm-up steps")->check(pt::examples::kInt64Text);
   app.add_option("--seed", f.seed, "seed for initialisation, shuffling and dropout")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(pt::examples::kUint64Text);
   app.add_flag("--no-shuffle", f.no_shuffle, "keep the data set's order");
   pt::examples::add_parallel_flags(app, f.par);
   app.add_flag("--parity-check", f.parity_check,
@@ -180,7 +196,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--metrics", f.metrics, "write metrics as JSON lines to this file");
   pt::examples::add_checkpoint_flags(app, f.checkpoints);
-  app.add_option("--log-every", f.log_every, "progress line interval when not on a terminal");
+  app.add_option("--log-every", f.log_every, "progress line interval when not on a terminal")
+      ->check(pt::examples::kInt64Text);
   app.add_flag("--summary", f.summary, "print the model summary table");
   CLI11_PARSE(app, argc, argv);
   return pt::run_main(f.par.timeout, [&](pt::Communicator* world) { return run(f, world); });

@@ -21,6 +21,7 @@
 //   mpirun -np 2 pipetrain-gpt --stages 2
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -37,12 +38,14 @@
 #include "engine/generate.h"
 #include "engine/io/output_path.h"
 #include "engine/metrics.h"
+#include "engine/option_range.h"
 #include "engine/preemption.h"
 #include "engine/progress.h"
 #include "engine/setup/run_main.h"
 #include "engine/setup/training_run.h"
 #include "engine/trainer.h"
 #include "examples/common/checkpoint_flags.h"
+#include "examples/common/integer_text.h"
 #include "examples/common/parallel_flags.h"
 #include "examples/common/parity_check.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -116,12 +119,24 @@ int run(const Flags& f, pt::Communicator* world) {
   opt.kind = "adamw";
   opt.lr = f.lr;
   opt.weight_decay = f.weight_decay;
-  opt.validate();
-  if (f.steps < 1) throw pt::UsageError(fmt::format("--steps {} must be >= 1", f.steps));
-  if (f.batch < 1) throw pt::UsageError(fmt::format("--batch {} must be >= 1", f.batch));
+  opt.validate();  // --lr, --weight-decay
+  // The model: each size at least 1 (gpt() checks that --heads divides --d-model). Above 2^20
+  // a context or width is beyond any memory this runs in; the bound keeps their products in int64.
+  pt::check_integer("--context", f.context, 1, 1 << 20);
+  pt::check_integer("--d-model", f.d_model, 1, 1 << 20);
+  pt::check_integer("--layers", f.layers, 1, 1 << 20);
+  pt::check_integer("--heads", f.heads, 1, 1 << 20);
+  pt::check_integer("--steps", f.steps, 1);
+  pt::check_integer("--warmup", f.warmup, 0, INT64_MAX, "0: none");
+  // The cosine schedule ends at --min-lr: from 0 up to --lr.
+  pt::check_real("--min-lr", f.min_lr, {.lo = 0}, "the learning rate at the last step");
+  if (f.min_lr > f.lr)
+    throw pt::UsageError(fmt::format(
+        "--min-lr {} must be at most --lr {} (the cosine schedule ends there)", f.min_lr, f.lr));
   if (f.eval_every < 0)
     throw pt::UsageError(
         fmt::format("--eval-every {} must be >= 0 (0: only at the end)", f.eval_every));
+  pt::check_integer("--eval-windows", f.eval_windows, 0, INT64_MAX, "0: all");
   if (f.sample_bytes < 0)
     throw pt::UsageError(fmt::format("--sample-bytes {} must be >= 0", f.sample_bytes));
   if (!(f.val_fraction > 0 && f.val_fraction < 1))
@@ -129,10 +144,9 @@ int run(const Flags& f, pt::Communicator* world) {
         fmt::format("--val-fraction {} must be between 0 and 1 (the share of the text "
                     "held out for validation, e.g. 0.1)",
                     f.val_fraction));
-  if (f.log_every < 1)
-    throw pt::UsageError(fmt::format("--log-every {} must be >= 1", f.log_every));
-  if (f.clip < 0)
-    throw pt::UsageError(fmt::format("--clip {} must be >= 0 (0: no clipping)", f.clip));
+  pt::check_integer("--log-every", f.log_every, 1);
+  // Like --lr: a norm bound above 1e6 is no bound, inf is a typo for 0 (off).
+  pt::check_real("--clip", f.clip, {.lo = 0, .hi = 1e6}, "0: no clipping");
   pt::SamplingOptions sampling;
   sampling.max_new_tokens = f.sample_bytes;
   sampling.temperature = f.temperature;
@@ -325,45 +339,63 @@ int main(int argc, char** argv) {
       "pipetrain-gpt: train a byte-level GPT on the King James Bible (or a text file) and sample "
       "from it"};
   Flags f;
-  app.add_option("--context", f.context, "sequence length T (bytes)")->capture_default_str();
-  app.add_option("--d-model", f.d_model, "model width")->capture_default_str();
-  app.add_option("--layers", f.layers, "transformer blocks")->capture_default_str();
+  app.add_option("--context", f.context, "sequence length T (bytes)")
+      ->capture_default_str()
+      ->check(pt::examples::kInt64Text);
+  app.add_option("--d-model", f.d_model, "model width")
+      ->capture_default_str()
+      ->check(pt::examples::kInt64Text);
+  app.add_option("--layers", f.layers, "transformer blocks")
+      ->capture_default_str()
+      ->check(pt::examples::kIntText);
   app.add_option("--heads", f.heads, "attention heads (must divide --d-model)")
-      ->capture_default_str();
-  app.add_option("--steps", f.steps, "optimizer steps")->capture_default_str();
+      ->capture_default_str()
+      ->check(pt::examples::kIntText);
+  app.add_option("--steps", f.steps, "optimizer steps")
+      ->capture_default_str()
+      ->check(pt::examples::kInt64Text);
   app.add_option("--batch", f.batch, "global batch B (windows of --context bytes)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(pt::examples::kInt64Text);
   app.add_option("--lr", f.lr, "AdamW learning rate")->capture_default_str();
   app.add_option("--weight-decay", f.weight_decay, "AdamW decoupled weight decay")
       ->capture_default_str();
   app.add_option("--clip", f.clip, "clip the global gradient norm to this value (0: off)")
       ->capture_default_str();
   app.add_option("--lr-schedule", f.lr_schedule, "constant or cosine")->capture_default_str();
-  app.add_option("--warmup", f.warmup, "linear warm-up steps")->capture_default_str();
+  app.add_option("--warmup", f.warmup, "linear warm-up steps")
+      ->capture_default_str()
+      ->check(pt::examples::kInt64Text);
   app.add_option("--min-lr", f.min_lr, "cosine: the learning rate at the last step")
       ->capture_default_str();
   app.add_option("--seed", f.seed, "seed for initialisation, batches and sampling")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(pt::examples::kUint64Text);
   app.add_option("--data", f.data,
                  "a text file to train on (default: the King James Bible from `bible`)");
   app.add_option("--val-fraction", f.val_fraction, "the tail of the text held out for validation")
       ->capture_default_str();
   app.add_option("--eval-every", f.eval_every, "validation loss every N steps (0: only at the end)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(pt::examples::kInt64Text);
   app.add_option("--eval-windows", f.eval_windows,
                  "validation windows, spread over the held-out text (0: all)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(pt::examples::kInt64Text);
   app.add_option("--prompt", f.prompt, "text the sample starts from")->capture_default_str();
   app.add_option("--temperature", f.temperature, "sampling temperature (0: greedy)")
       ->capture_default_str();
   app.add_option("--top-k", f.top_k, "sample from the k most likely bytes (0: all)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(pt::examples::kInt64Text);
   app.add_option("--sample-bytes", f.sample_bytes, "bytes to sample after training (0: none)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(pt::examples::kInt64Text);
   pt::examples::add_parallel_flags(app, f.par);
   app.add_option("--metrics", f.metrics, "write metrics as JSON lines to this file");
   app.add_option("--log-every", f.log_every, "progress line interval when not on a terminal")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(pt::examples::kInt64Text);
   app.add_flag("--summary", f.summary, "print the model summary table");
   app.add_flag("--untied", f.untied,
                "give lm_head its own weight instead of sharing tok_emb's (GPT-2 ties them)");

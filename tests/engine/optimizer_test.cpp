@@ -1,6 +1,9 @@
 // Optimizers against values computed by hand from PyTorch's update rules, LR schedules, clipping.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "engine/core/error.h"
 #include "engine/lr_schedule.h"
 #include "engine/optimizer.h"
@@ -82,6 +85,37 @@ TEST_CASE("optimizer settings are validated with clear messages") {
   c = OptimizerConfig{};
   c.lr = 0.f;
   CHECK_THROWS_AS(c.validate(), UsageError);
+}
+
+TEST_CASE("optimizer settings: every number in its stated range, finite") {
+  const auto refused = [](auto set, const char* text) {
+    OptimizerConfig c;
+    set(c);
+    CHECK_THROWS_WITH_AS(c.validate(), doctest::Contains(text), UsageError);
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  refused([&](OptimizerConfig& c) { c.lr = inf; },
+          "--lr inf must be a finite number > 0 and <= 1000");
+  refused([](OptimizerConfig& c) { c.lr = 1e30f; }, "--lr 1e+30 must be a finite number > 0");
+  refused([](OptimizerConfig& c) { c.lr = -0.1f; }, "--lr -0.1 must be");
+  refused([](OptimizerConfig& c) { c.lr = std::nanf(""); }, "--lr nan must be");
+  refused([](OptimizerConfig& c) { c.momentum = -0.5f; },
+          "--momentum -0.5 must be a finite number >= 0 and < 1");
+  refused([](OptimizerConfig& c) { c.momentum = std::nanf(""); }, "--momentum nan");
+  refused([](OptimizerConfig& c) { c.weight_decay = -1.f; },
+          "--weight-decay -1 must be a finite number >= 0");
+  refused([&](OptimizerConfig& c) { c.weight_decay = inf; }, "--weight-decay inf");
+  refused([](OptimizerConfig& c) { c.dampening = 2.f; }, "dampening 2 must be");
+  refused(
+      [](OptimizerConfig& c) {
+        c.kind = "adamw";
+        c.eps = 0.f;
+      },
+      "AdamW eps 0 must be");
+  OptimizerConfig ok;
+  ok.lr = 1000.f;  // the bound itself is allowed
+  ok.momentum = 0.f;
+  CHECK_NOTHROW(ok.validate());
 }
 
 TEST_CASE("LR schedules: warm-up, constant, cosine") {

@@ -3,6 +3,7 @@
 // the Bible from Debian's bible-kjv (skipped where the program is not installed).
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -42,6 +43,15 @@ std::string as_text(const std::vector<int32_t>& ids, size_t first, size_t n) {
 }
 
 }  // namespace
+
+TEST_CASE("load_text_corpus refuses a FIFO or a folder before opening it (no hang)") {
+  test::TempDir dir("pipetrain-text");
+  const std::filesystem::path fifo = dir.path / "pipe";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THROWS_WITH_AS(load_text_corpus(fifo), doctest::Contains("it is a FIFO (named pipe)"),
+                       FileError);
+  CHECK_THROWS_WITH_AS(load_text_corpus(dir.path), doctest::Contains("it is a folder"), FileError);
+}
 
 TEST_CASE("load_text_corpus reads bytes; a missing or empty file is a FileError") {
   test::TempDir dir("pipetrain-text");

@@ -3,9 +3,13 @@
 // 2-stage pipeline on two CPU devices that learns, or nothing but a plan.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <limits>
+#include <string>
 #include <vector>
 
 #include "engine/core/error.h"
+#include "engine/devices.h"
 #include "engine/setup/training_run.h"
 #include "layers/builder.h"
 #include "tests/engine/synthetic.h"
@@ -120,4 +124,34 @@ TEST_CASE(
   three.microbatches = 3;
   CHECK_USAGE(make_training(opt, model, small_mlp, three, 8),
               "the trainer's config says 3 micro-batches");
+}
+
+TEST_CASE("TrainingOptions::check: every number in its stated range, before any work") {
+  const auto refused = [](auto set, const std::string& text) {
+    TrainingOptions o;
+    set(o);
+    CHECK_USAGE(o.check(64), text.c_str());
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  const int cores = available_cores();
+  refused([](TrainingOptions& o) { o.threads = -1; },
+          "--threads -1 must be an integer between 0 and");
+  refused([&](TrainingOptions& o) { o.threads = 4 * cores + 1; },
+          "(4 x the " + std::to_string(cores) + " cores of this machine");
+  refused([&](TrainingOptions& o) { o.timeout_s = inf; },
+          "--timeout inf must be a finite number > 0 and <= 1000000");
+  refused([](TrainingOptions& o) { o.timeout_s = 1e10; }, "--timeout 10000000000 must be");
+  refused([](TrainingOptions& o) { o.timeout_s = 0; }, "--timeout 0 must be");
+  refused([&](TrainingOptions& o) { o.bucket_mib = inf; },
+          "--bucket-mb inf must be a finite number > 0");
+  refused([](TrainingOptions& o) { o.bucket_mib = 0; }, "--bucket-mb 0 must be");
+  refused([](TrainingOptions& o) { o.mem_cap_mib = -1; },
+          "--mem-cap -1 must be a finite number >= 0");
+  refused([](TrainingOptions& o) { o.mem_cap_mib = std::nan(""); }, "--mem-cap nan");
+  refused([](TrainingOptions& o) { o.stages = 0; }, "--stages 0 must be an integer >= 1");
+  TrainingOptions o;
+  CHECK_USAGE(o.check(0), "--batch 0 must be an integer >= 1");
+  o.threads = 4 * cores;  // the bound itself is allowed
+  o.timeout_s = 1e6;
+  CHECK_NOTHROW(o.check(64));
 }

@@ -49,6 +49,35 @@ expect_error "--precision bf16 needs CUDA devices" --devices cpu:0 --precision b
 expect_error "unknown precision 'fp8'" --precision fp8 --steps 1
 expect_error "mixes CPU and CUDA devices" --devices cpu:0,cuda:0 --stages 2 --steps 1
 
+# Every numeric flag has a stated range, checked before any data is read (exit 2, no step).
+expect_refused "--lr inf must be a finite number > 0 and <= 1000" --lr inf --steps 100000
+expect_refused "--lr 1e+30 must be a finite number > 0 and <= 1000" --lr 1e30 --steps 100000
+expect_refused "--clip -1 must be a finite number >= 0" --clip -1 --steps 100000
+expect_refused "--clip inf must be a finite number >= 0" --clip inf --steps 100000
+expect_refused "--warmup -5 must be an integer >= 0" --warmup -5 --steps 100000
+expect_refused "--threads -1 must be an integer between 0 and" --threads -1 --steps 100000
+expect_refused "--threads $((4 * $(nproc) + 1)) must be an integer between 0 and $((4 * $(nproc))) (4 x the $(nproc) cores of this machine" \
+  --threads $((4 * $(nproc) + 1)) --steps 100000
+expect_refused "--steps -1 must be an integer >= 0" --steps -1
+expect_refused "--epochs -2 must be an integer between 0 and 1000000" --epochs -2
+expect_refused "--log-every 0 must be an integer >= 1" --log-every 0 --steps 100000
+expect_refused "--timeout inf must be a finite number > 0 and <= 1000000" --timeout inf --steps 100000
+expect_refused "--timeout 10000000000 must be a finite number > 0 and <= 1000000" --timeout 1e10 --steps 100000
+expect_refused "--momentum 1 must be a finite number >= 0 and < 1" --momentum 1 --steps 100000
+expect_refused "--momentum -0.5 must be a finite number >= 0 and < 1" --momentum -0.5 --steps 100000
+expect_refused "--weight-decay -1 must be a finite number >= 0" --weight-decay -1 --steps 100000
+expect_refused "--bucket-mb inf must be a finite number > 0" --bucket-mb inf --steps 100000
+expect_refused "--bucket-mb -1 must be a finite number > 0" --bucket-mb -1 --steps 100000
+expect_refused "--mem-cap -1 must be a finite number >= 0" --mem-cap -1 --steps 100000
+expect_refused "--batch 0 must be an integer >= 1" --batch 0 --steps 100000
+expect_refused "--stages 0 must be an integer >= 1" --stages 0 --steps 100000
+# Text CLI11 would wrap (-1 into 2^64 - 1) or clamp (beyond 64 bits) is refused as it is parsed.
+expect_error "--seed: -1 must be an integer between 0 and 2^64 - 1" --seed -1 --plan-only
+expect_error "--seed: 18446744073709551616 must be an integer between 0 and 2^64 - 1" --seed 18446744073709551616 --plan-only
+expect_error "--steps: 99999999999999999999 must be an integer between -2^63 and 2^63 - 1" --steps 99999999999999999999 --plan-only
+expect_error "--epochs: 99999999999999999999 must be an integer" --epochs 99999999999999999999 --plan-only
+expect_error "--threads: 99999999999 must be an integer" --threads 99999999999 --plan-only
+
 # Pipeline flags that cannot work: each is refused before anything runs.
 sch=$(dirname "$0")/schedules
 expect_error "cannot split 10 layers into 12 stages" --stages 12 --plan-only
@@ -59,13 +88,19 @@ expect_error "unknown --recompute 'sometimes'" --stages 2 --recompute sometimes 
 expect_error "lists 1 device but --stages 2 x --dp 1 needs 2" --stages 2 --devices cpu:0 --plan-only
 expect_error "lists 3 devices but --stages 2 x --dp 2 needs 4" --stages 2 --dp 2 --devices cpu:0..2 --plan-only
 expect_error "--dp 0 must be >= 1" --dp 0 --steps 1
-expect_error "--bucket-mb 0 must be > 0" --dp 2 --bucket-mb 0 --steps 1
+expect_error "--bucket-mb 0 must be a finite number > 0" --dp 2 --bucket-mb 0 --steps 1
 expect_error "--dp 4 x --microbatches 2 is more than the --batch of 7" --dp 4 --microbatches 2 --batch 7 --steps 1
 expect_error "1B1" --stages 2 --microbatches 2 --schedule "file:$sch/missing_action.txt" --plan-only
 expect_error "0F0" --stages 2 --microbatches 2 --schedule "file:$sch/extra_action.txt" --plan-only
 expect_error "deadlock" --stages 2 --microbatches 2 --schedule "file:$sch/deadlock.txt" --plan-only
 expect_error "<-- ERROR HERE" --stages 2 --microbatches 2 --schedule "file:$sch/deadlock.txt" --plan-only
 expect_error "is for 2 devices and 2 micro-batches" --stages 2 --microbatches 4 --schedule "file:$sch/good_gpipe.txt" --plan-only
+# A schedule "file" that is a FIFO (opening it would wait forever for a writer) or a folder.
+mkfifo "$work/sched-fifo"
+expect_refused "cannot read schedule file '$work/sched-fifo': it is a FIFO (named pipe), not a regular file" \
+  --stages 2 --microbatches 2 --schedule "file:$work/sched-fifo" --steps 100000
+rm -f "$work/sched-fifo"
+expect_refused "cannot read schedule file '$sch': it is a folder" --stages 2 --microbatches 2 --schedule "file:$sch" --plan-only
 out=$("$exe" --stages 2 --microbatches 2 --schedule "file:$sch/good_gpipe.txt" --plan-only 2>&1) \
   && grep -q "predicted step time" <<<"$out" && echo "ok: a hand-written schedule plans" \
   || { echo "FAIL: good schedule file"; echo "$out"; fails=$((fails+1)); }

@@ -24,9 +24,54 @@ expect_error() {  # expect_error "what it must say" args...
   fi
 }
 
+# expect_refused "what it must say" args...: exit 2 (a usage error) within 120 s, the message, and
+# not one training step taken (no "train N/M" progress line).
+expect_refused() {
+  local want=$1; shift
+  local out rc
+  out=$(timeout 120 "$exe" "$@" 2>&1); rc=$?
+  if [ $rc -ne 2 ] || ! grep -qF -- "$want" <<<"$out" || grep -qE '(^|'$'\r'')train [0-9]' <<<"$out"; then
+    echo "FAIL: '$*' gave rc=$rc, expected exit 2 before training with '$want'. Output:"; echo "$out"; fails=$((fails+1))
+  else
+    echo "ok: $* -> $(grep -F -- "$want" <<<"$out" | head -1)"
+  fi
+}
+
 expect_error "The following argument was not expected: --bogus" --bogus
+# Every numeric flag has a stated range, checked before any text is read (exit 2, no step).
+expect_refused "--lr inf must be a finite number > 0 and <= 1000" --lr inf
+expect_refused "--lr 1e+30 must be a finite number > 0 and <= 1000" --lr 1e30
+expect_refused "--clip -1 must be a finite number >= 0" --clip -1
+expect_refused "--warmup -5 must be an integer >= 0" --warmup -5
+expect_refused "--min-lr -1 must be a finite number >= 0" --min-lr -1
+expect_refused "--min-lr 1 must be at most --lr 0.0003" --min-lr 1
+expect_refused "--weight-decay -1 must be a finite number >= 0" --weight-decay -1
+expect_refused "--steps -1 must be an integer >= 1" --steps -1
+expect_refused "--log-every 0 must be an integer >= 1" --log-every 0
+expect_refused "--eval-windows -1 must be an integer >= 0" --eval-windows -1
+expect_refused "--threads -1 must be an integer between 0 and" --threads -1
+expect_refused "--threads $((4 * $(nproc) + 1)) must be an integer between 0 and $((4 * $(nproc)))" --threads $((4 * $(nproc) + 1))
+expect_refused "--timeout inf must be a finite number > 0 and <= 1000000" --timeout inf
+expect_refused "--timeout 10000000000 must be a finite number > 0" --timeout 1e10
+expect_refused "--bucket-mb 0 must be a finite number > 0" --bucket-mb 0
+expect_refused "--mem-cap -1 must be a finite number >= 0" --mem-cap -1
+expect_refused "temperature must be >= 0" --temperature -1
+expect_refused "temperature must be >= 0 (0: always the most likely token) but got inf" --temperature inf
+expect_refused "top-k must be >= 0" --top-k -1
+expect_refused "--val-fraction 0 must be between 0 and 1" --val-fraction 0
+for flag in --context --d-model --layers --heads --batch; do
+  expect_refused "$flag 0 must be an integer" "$flag" 0
+done
+expect_error "--seed: -1 must be an integer between 0 and 2^64 - 1" --seed -1 --plan-only
+expect_error "--steps: 99999999999999999999 must be an integer" --steps 99999999999999999999 --plan-only
+expect_error "--heads: 99999999999 must be an integer" --heads 99999999999 --plan-only
+# A --data FIFO (opening it would wait forever for a writer) or folder is refused before it is opened.
+mkfifo "$work/data-fifo"
+expect_refused "cannot read text corpus '$work/data-fifo': it is a FIFO (named pipe), not a regular file" --data "$work/data-fifo"
+rm -f "$work/data-fifo"
+expect_refused "cannot read text corpus '$work': it is a folder" --data "$work"
 expect_error "d_model 256 is not divisible by n_heads 3" --heads 3 --steps 1
-expect_error "--steps 0 must be >= 1" --steps 0
+expect_error "--steps 0 must be an integer >= 1" --steps 0
 expect_error "temperature must be >= 0" --temperature -1 --steps 1
 expect_error "top-k must be >= 0" --top-k -1 --steps 1
 expect_error "--prompt is empty" --prompt "" --steps 1

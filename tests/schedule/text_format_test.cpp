@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "schedule/generators.h"
@@ -147,6 +148,18 @@ TEST_CASE("read_schedule_file: parses, validates, names the file") {
   }
   CHECK_THROWS_WITH_AS(read_schedule_file("/nonexistent/pipetrain.txt"),
                        doctest::Contains("cannot open schedule file"), std::invalid_argument);
+}
+
+TEST_CASE("read_schedule_file: a FIFO or a folder is refused before it is opened (no hang)") {
+  const std::filesystem::path fifo = std::filesystem::temp_directory_path() /
+                                     ("pipetrain_sched_" + std::to_string(::getpid()) + "_fifo");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THROWS_WITH_AS(read_schedule_file(fifo.string()),
+                       doctest::Contains("it is a FIFO (named pipe), not a regular file"),
+                       std::invalid_argument);
+  std::filesystem::remove(fifo);
+  CHECK_THROWS_WITH_AS(read_schedule_file(std::filesystem::temp_directory_path().string()),
+                       doctest::Contains("it is a folder"), std::invalid_argument);
 }
 
 TEST_CASE("generate(\"file:PATH\"): a hand-written compute-only schedule for this D and M") {

@@ -1,0 +1,42 @@
+#pragma once
+// CLI11 turns "--seed -1" into 2^64 - 1 for an unsigned option and clamps an integer beyond 64
+// bits (--steps 99999999999999999999) without a word. These validators look at the text before
+// CLI11 converts it and refuse both, naming the range (CLI11 prefixes the flag).
+#include <charconv>
+#include <cstdint>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace pt::examples {
+
+// The whole text is one integer of type Int (no sign for an unsigned Int); else the reason.
+template <typename Int>
+std::string integer_text_error(const std::string& text, const char* range) {
+  Int value{};
+  const char* end = text.data() + text.size();
+  const auto [stop, ec] = std::from_chars(text.data(), end, value);
+  if (ec == std::errc() && stop == end) return {};
+  return text + " must be an integer " + range;
+}
+
+// For int64_t options: the value must fit in 64 bits (the flag's own range is checked later).
+inline const CLI::Validator kInt64Text(
+    [](std::string& text) {
+      return integer_text_error<int64_t>(text, "between -2^63 and 2^63 - 1");
+    },
+    "INT64");
+
+// For int options (--threads, --layers, ...): the value must fit in 32 bits.
+inline const CLI::Validator kIntText(
+    [](std::string& text) { return integer_text_error<int>(text, "between -2^31 and 2^31 - 1"); },
+    "INT");
+
+// For uint64_t options (--seed): 0 .. 2^64 - 1, and no leading '-'.
+inline const CLI::Validator kUint64Text(
+    [](std::string& text) {
+      return integer_text_error<uint64_t>(text, "between 0 and 2^64 - 1 (18446744073709551615)");
+    },
+    "UINT64");
+
+}  // namespace pt::examples
