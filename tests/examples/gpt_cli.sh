@@ -13,29 +13,7 @@ trap 'rm -rf "$work"' EXIT
 export XDG_CACHE_HOME="$work/cache"  # the Bible is cached here, not in the user's cache
 fails=0
 
-expect_error() {  # expect_error "what it must say" args...
-  local want=$1; shift
-  local out rc
-  out=$("$exe" "$@" 2>&1); rc=$?
-  if [ $rc -eq 0 ] || ! grep -qF -- "$want" <<<"$out"; then
-    echo "FAIL: '$*' gave rc=$rc, expected an error containing '$want'. Output:"; echo "$out"; fails=$((fails+1))
-  else
-    echo "ok: $* -> $(grep -F -- "$want" <<<"$out" | head -1)"
-  fi
-}
-
-# expect_refused "what it must say" args...: exit 2 (a usage error) within 120 s, the message, and
-# not one training step taken (no "train N/M" progress line).
-expect_refused() {
-  local want=$1; shift
-  local out rc
-  out=$(timeout 120 "$exe" "$@" 2>&1); rc=$?
-  if [ $rc -ne 2 ] || ! grep -qF -- "$want" <<<"$out" || grep -qE '(^|'$'\r'')train [0-9]' <<<"$out"; then
-    echo "FAIL: '$*' gave rc=$rc, expected exit 2 before training with '$want'. Output:"; echo "$out"; fails=$((fails+1))
-  else
-    echo "ok: $* -> $(grep -F -- "$want" <<<"$out" | head -1)"
-  fi
-}
+source "$(dirname "$0")/expect.sh"  # expect_error, expect_refused
 
 expect_error "The following argument was not expected: --bogus" --bogus
 # Every numeric flag has a stated range, checked before any text is read (exit 2, no step).
