@@ -203,6 +203,18 @@ if [ -f "$work/bad/train-images-idx3-ubyte.gz" ]; then
   "$exe" --steps 6 --batch 64 --microbatches 2 --stages 2 --resume "$work/c" --data "$data" > "$work/resume2.txt" 2>&1 \
     && grep -q "resumed from" "$work/resume2.txt" && echo "ok: resume under another partition" \
     || { echo "FAIL: resume with --stages 2"; cat "$work/resume2.txt"; fails=$((fails+1)); }
+  # Another layout, schedule and partition, bit for bit: 3 steps on one device, then 3 more on 2
+  # stages with zb-h1 and the params partition, against 6 uninterrupted steps on one device (one
+  # thread per device everywhere: the GEMMs' arithmetic depends on the thread count).
+  one=(--batch 64 --microbatches 2 --threads 1 --data "$data")
+  "$exe" "${one[@]}" --steps 6 --save "$work/u6" > /dev/null 2>&1
+  "$exe" "${one[@]}" --steps 3 --save "$work/u3" > /dev/null 2>&1
+  "$exe" "${one[@]}" --steps 6 --stages 2 --schedule zb-h1 --partition params --resume "$work/u3" \
+    --save "$work/r6" > "$work/r6.txt" 2>&1 || { echo "FAIL: resume on 2 stages"; cat "$work/r6.txt"; fails=$((fails+1)); }
+  if command -v python3 >/dev/null; then
+    out=$(python3 "$(dirname "$0")/compare_checkpoints.py" --quiet "$work/u6" "$work/r6") \
+      && echo "$out (1 device -> 2 stages, zb-h1, params partition)" || { echo "FAIL: $out"; fails=$((fails+1)); }
+  fi
   # Resuming a pipelined run at its last step: nothing left to train, said plainly, exit 0, and the
   # checkpoint's test accuracy still reported (no trace of a step that did not run).
   if "$exe" --steps 4 --batch 64 --microbatches 2 --stages 2 --resume "$work/c" \
