@@ -186,6 +186,7 @@ CheckpointManifest make_manifest(const std::vector<std::string>& pieces, const M
   m.metadata["batch_in_epoch"] = std::to_string(state.batch_in_epoch);
   m.metadata["seed"] = std::to_string(state.seed);
   m.layout = state.layout;
+  std::set<std::string> names;
   for (const std::string& text : pieces) {
     if (text.empty()) continue;  // a process that wrote nothing
     const Json p = Json::parse(text);
@@ -198,7 +199,7 @@ CheckpointManifest make_manifest(const std::vector<std::string>& pieces, const M
     for (const Json& t : p["tensors"]) {
       CheckpointTensor e;
       e.name = t["name"].get<std::string>();
-      if (m.find(e.name))  // two processes wrote one stage: a bug in who writes what
+      if (!names.insert(e.name).second)  // two processes wrote one stage: a bug in who writes what
         throw std::logic_error(fmt::format("checkpoint: tensor '{}' written twice", e.name));
       e.piece = index;
       for (DType d : {DType::f32, DType::bf16, DType::f16, DType::i32})

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <system_error>
 
@@ -73,9 +74,12 @@ uint32_t crc32_of(const std::byte* data, size_t bytes) {
 }
 
 const CheckpointTensor* CheckpointManifest::find(std::string_view name) const {
-  for (const CheckpointTensor& t : tensors)
-    if (t.name == name) return &t;
-  return nullptr;
+  if (index_.size() != tensors.size()) {  // built, or rebuilt after tensors were added
+    index_.clear();
+    for (size_t i = 0; i < tensors.size(); ++i) index_.emplace(tensors[i].name, i);
+  }
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &tensors[it->second];
 }
 
 std::string CheckpointManifest::meta(const std::string& key) const {
@@ -169,6 +173,10 @@ CheckpointManifest read_manifest(const std::filesystem::path& checkpoint) {
   } catch (const Json::exception& e) {
     bad(checkpoint, fmt::format("manifest.json is malformed ({})", e.what()));
   }
+  std::set<std::string_view> names;
+  for (const CheckpointTensor& t : m.tensors)
+    if (!names.insert(t.name).second)
+      bad(checkpoint, fmt::format("manifest.json names tensor '{}' twice", t.name));
   for (const CheckpointPiece& p : m.pieces)
     if (p.file.empty() || p.file.find('/') != std::string::npos || p.file[0] == '.')
       bad(checkpoint,

@@ -54,11 +54,15 @@ struct CheckpointManifest {
   std::vector<CheckpointPiece> pieces;
   std::vector<CheckpointTensor> tensors;
 
-  // The tensor with this name, or nullptr.
+  // The tensor with this name, or nullptr (an index built on first use: loading n tensors is
+  // O(n log n), not O(n^2)).
   const CheckpointTensor* find(std::string_view name) const;
   // The metadata value, or "" when absent.
   std::string meta(const std::string& key) const;
   uint64_t total_bytes() const;
+
+ private:
+  mutable std::map<std::string, size_t, std::less<>> index_;  // name -> position in tensors
 };
 
 std::string manifest_json(const CheckpointManifest& manifest);
