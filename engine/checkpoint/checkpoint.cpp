@@ -202,8 +202,7 @@ CheckpointManifest make_manifest(const std::vector<std::string>& pieces, const M
       if (!names.insert(e.name).second)  // two processes wrote one stage: a bug in who writes what
         throw std::logic_error(fmt::format("checkpoint: tensor '{}' written twice", e.name));
       e.piece = index;
-      for (DType d : {DType::f32, DType::bf16, DType::f16, DType::i32})
-        if (dtype_name(d) == t["dtype"].get<std::string>()) e.dtype = d;
+      dtype_from_name(t["dtype"].get<std::string>(), &e.dtype);  // written by write_piece
       for (const Json& d : t["shape"]) e.shape.push_back(d.get<int64_t>());
       e.offset = t["offset"].get<uint64_t>();
       e.bytes = t["bytes"].get<uint64_t>();

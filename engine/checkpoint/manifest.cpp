@@ -28,8 +28,8 @@ using Json = nlohmann::ordered_json;
 }
 
 DType dtype_from(const std::string& name, const std::filesystem::path& checkpoint) {
-  for (DType t : {DType::f32, DType::bf16, DType::f16, DType::i32})
-    if (dtype_name(t) == name) return t;
+  DType t = DType::f32;
+  if (dtype_from_name(name, &t)) return t;
   bad(checkpoint,
       fmt::format("manifest.json names dtype '{}', which pipetrain does not read", name));
 }

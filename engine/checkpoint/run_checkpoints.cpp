@@ -110,28 +110,27 @@ bool RunCheckpoints::saves_after(int64_t step) const {
   return options_.save_every > 0 && step % options_.save_every == 0 && step != last_saved_step_;
 }
 
+void RunCheckpoints::save_numbered(TrainingEngine& engine, const TrainingState& state) {
+  const bool rank0 = !world_ || world_->world_rank(world_->rank()) == 0;
+  if (rank0) fs::create_directories(options_.save);  // checked writable before; made on first use
+  if (world_) world_->barrier("creating the checkpoint folder");
+  save(engine, numbered_checkpoint(options_.save, engine.step()), state, true);
+  if (rank0) keep_newest(options_.save, options_.keep);
+}
+
 void RunCheckpoints::after_step(TrainingEngine& engine,
                                 const std::function<TrainingState()>& state) {
   if (!saves_after(engine.step())) return;
-  if (!world_ || world_->world_rank(world_->rank()) == 0)
-    fs::create_directories(options_.save);  // checked writable before; created on first use
-  if (world_) world_->barrier("creating the checkpoint folder");
-  save(engine, numbered_checkpoint(options_.save, engine.step()), state(), true);
+  save_numbered(engine, state());
   last_saved_step_ = engine.step();
-  if (!world_ || world_->world_rank(world_->rank()) == 0) keep_newest(options_.save, options_.keep);
 }
 
 void RunCheckpoints::at_end(TrainingEngine& engine, const TrainingState& state) {
   if (options_.save.empty() || engine.step() == last_saved_step_) return;
-  if (options_.save_every > 0) {
-    if (!world_ || world_->world_rank(world_->rank()) == 0) fs::create_directories(options_.save);
-    if (world_) world_->barrier("creating the checkpoint folder");
-    save(engine, numbered_checkpoint(options_.save, engine.step()), state, true);
-    if (!world_ || world_->world_rank(world_->rank()) == 0)
-      keep_newest(options_.save, options_.keep);
-  } else {
+  if (options_.save_every > 0)
+    save_numbered(engine, state);
+  else
     save(engine, options_.save, state, true);
-  }
   last_saved_step_ = engine.step();
 }
 

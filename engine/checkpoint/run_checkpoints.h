@@ -69,6 +69,8 @@ class RunCheckpoints {
  private:
   void save(TrainingEngine& engine, const std::filesystem::path& path, TrainingState state,
             bool with_optimizer);
+  // The numbered checkpoint of the engine's step in --save, then pruning to --keep.
+  void save_numbered(TrainingEngine& engine, const TrainingState& state);
 
   CheckpointOptions options_;
   Communicator* world_;

@@ -30,4 +30,14 @@ constexpr std::string_view dtype_name(DType t) {
   return "?";
 }
 
+// The inverse of dtype_name: false when `name` is none of them.
+constexpr bool dtype_from_name(std::string_view name, DType* out) {
+  for (DType t : {DType::f32, DType::bf16, DType::f16, DType::i32})
+    if (dtype_name(t) == name) {
+      *out = t;
+      return true;
+    }
+  return false;
+}
+
 }  // namespace pt

@@ -68,16 +68,6 @@ void read_exactly(std::FILE* f, const std::filesystem::path& path, void* dst, si
   }
 }
 
-bool parse_dtype(std::string_view name, DType* out) {
-  for (DType t : {DType::f32, DType::bf16, DType::f16, DType::i32}) {
-    if (dtype_name(t) == name) {
-      *out = t;
-      return true;
-    }
-  }
-  return false;
-}
-
 // A JSON value that must be a non-negative integer.
 bool as_u64(const Json& j, uint64_t* out) {
   if (!j.is_number_unsigned()) return false;
@@ -106,7 +96,7 @@ Entry parse_entry(const std::filesystem::path& path, const std::string& name, co
   const Json& dtype = j["dtype"];
   if (!dtype.is_string()) bad("\"dtype\" is not a string");
   const std::string dtype_str = dtype.get<std::string>();
-  if (!parse_dtype(dtype_str, &e.dtype))
+  if (!dtype_from_name(dtype_str, &e.dtype))
     bad(
         fmt::format("dtype \"{}\" is not supported (pipetrain reads F32, BF16, F16 and I32): "
                     "convert the tensor before loading",
