@@ -173,7 +173,7 @@ if "$exe" --steps 3 --stages 2 --microbatches 2 "${small[@]}" --eval-every 2 --m
    && grep -q "^And God said" "$work/run.txt" \
    && [ "$(grep -c '"loss"' "$work/m.jsonl")" -eq 3 ] \
    && grep -q '"val_loss"' "$work/m.jsonl" \
-   && [ -s "$XDG_CACHE_HOME/pipetrain/bible-kjv.txt" ]; then
+   && [ -s "$XDG_CACHE_HOME/pipetrain/bible-kjv.cache" ]; then
   echo "ok: 3 pipelined steps on the Bible: $(grep -a 'final validation loss' "$work/run.txt")"
 else
   echo "FAIL: 3 pipelined steps"; cat "$work/run.txt"; cat "$work/m.jsonl" 2>/dev/null; fails=$((fails+1))
