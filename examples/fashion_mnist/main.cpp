@@ -84,9 +84,6 @@ int run(const Flags& f, pt::Communicator* world) {
   par.force_pipeline =
       f.parity_check;  // the pipeline runtime even for one stage: that is what is checked
   par.check(f.batch);
-  if (f.parity_check && !f.checkpoints.resume.empty())  // refused before training, not after
-    throw pt::UsageError(
-        "--parity-check does not combine with --resume: it replays the run from the start");
   pt::CheckpointOptions checkpoints = pt::examples::checkpoint_options(f.checkpoints);
   checkpoints.settings = {{"model", f.model}, {"optim", f.optim}};
   // Before the data is read: a run must not train and then fail to write its results.
@@ -133,7 +130,14 @@ int run(const Flags& f, pt::Communicator* world) {
       par.dp > 1 ? " (split between the replicas)" : "", par.microbatches,
       par.microbatches == 1 ? "" : "es", opt.str(), cfg.lr.total_steps);
   fit.checkpoints.layout = setup.layout;
-  const pt::FitResult r = pt::fit(*trainer, train, &test, fit);
+  std::unique_ptr<pt::examples::ParityCheckedEngine> parity;
+  if (f.parity_check) {
+    parity = std::make_unique<pt::examples::ParityCheckedEngine>(
+        *trainer, par, make_model, cfg, setup.backends[0]->num_threads(), world);
+    fmt::print("parity check: each step is also trained by the single-device reference\n");
+  }
+  const pt::FitResult r =
+      pt::fit(parity ? static_cast<pt::TrainingEngine&>(*parity) : *trainer, train, &test, fit);
   if (r.preempted) {
     pt::examples::print_how_to_continue(r.preempted, trainer->step(), f.checkpoints);
     return pt::kExitPreempted;
@@ -150,16 +154,7 @@ int run(const Flags& f, pt::Communicator* world) {
   fmt::print("test accuracy: {:.2f}% (test loss {:.4f}, {} samples)\n", 100.0 * r.test.accuracy,
              r.test.loss, r.test.samples);
   pt::report_pipeline(par, setup, world);
-  if (f.parity_check) {
-    pt::FitOptions same_batches = fit;  // the same batches, without the run's side effects
-    same_batches.metrics.clear();
-    same_batches.checkpoints = {};
-    same_batches.world = nullptr;
-    same_batches.watch_signals = false;
-    return pt::examples::parity_check(
-        par, make_model, cfg, *trainer, setup.backends[0]->num_threads(), world,
-        [&](pt::TrainingEngine& reference) { pt::fit(reference, train, nullptr, same_batches); });
-  }
+  if (parity) return parity->verdict();
   return 0;
 }
 
@@ -190,8 +185,9 @@ int main(int argc, char** argv) {
       ->check(pt::examples::kUint64Text);
   app.add_flag("--no-shuffle", f.no_shuffle, "keep the data set's order");
   pt::examples::add_parallel_flags(app, f.par);
-  app.add_flag("--parity-check", f.parity_check,
-               "also train the single-device reference and compare");
+  app.add_flag(
+      "--parity-check", f.parity_check,
+      "every step, also train the single-device reference from the same state and compare");
   app.add_option("--data", f.data, "folder with the Fashion-MNIST IDX files")
       ->capture_default_str();
   app.add_option("--metrics", f.metrics, "write metrics as JSON lines to this file");

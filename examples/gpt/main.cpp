@@ -161,10 +161,7 @@ int run(const Flags& f, pt::Communicator* world) {
   pt::TrainingOptions par = pt::examples::training_options(f.par);
   // The pipeline runtime even for one stage: that is what --parity-check checks.
   par.force_pipeline = f.parity_check;
-  par.check(f.batch);                                   // and --trace, --timeline
-  if (f.parity_check && !f.checkpoints.resume.empty())  // refused before training, not after
-    throw pt::UsageError(
-        "--parity-check does not combine with --resume: it replays the run from the start");
+  par.check(f.batch);  // and --trace, --timeline
   pt::CheckpointOptions checkpoint_options = pt::examples::checkpoint_options(f.checkpoints);
   checkpoint_options.settings = settings_to_match(f);
   // Before the text is read: a run must not train and then fail to write its results.
@@ -199,7 +196,11 @@ int run(const Flags& f, pt::Communicator* world) {
   checkpoint_options.settings["data"] = corpus.source();
 
   pt::TrainingRun setup = pt::make_training(par, model, make_model, cfg, f.batch, world);
-  pt::TrainingEngine& engine = *setup.engine;
+  std::unique_ptr<pt::examples::ParityCheckedEngine> parity;
+  if (f.parity_check)
+    parity = std::make_unique<pt::examples::ParityCheckedEngine>(
+        *setup.engine, par, make_model, cfg, setup.backends[0]->num_threads(), world);
+  pt::TrainingEngine& engine = parity ? *parity : *setup.engine;
   checkpoint_options.layout = setup.layout;
   pt::RunCheckpoints checkpoints(checkpoint_options, world);
   const int64_t tokens_per_step = f.batch * f.context;
@@ -305,16 +306,7 @@ int run(const Flags& f, pt::Communicator* world) {
                  {"val_loss", val_loss}});
   pt::report_pipeline(par, setup, world);
   int status = 0;
-  if (f.parity_check)
-    status =
-        pt::examples::parity_check(par, make_model, cfg, engine, setup.backends[0]->num_threads(),
-                                   world, [&](pt::TrainingEngine& reference) {
-                                     while (reference.step() < f.steps) {
-                                       const pt::TextBatch b = parts.train.sample_batch(
-                                           f.batch, f.context, f.seed, reference.step());
-                                       reference.train_step(b.inputs(), b.targets());
-                                     }
-                                   });
+  if (parity) status = parity->verdict();
 
   // ---- sampling: the trained parameters copied onto one device ----
   if (f.sample_bytes > 0) {
@@ -399,8 +391,9 @@ int main(int argc, char** argv) {
   app.add_flag("--summary", f.summary, "print the model summary table");
   app.add_flag("--untied", f.untied,
                "give lm_head its own weight instead of sharing tok_emb's (GPT-2 ties them)");
-  app.add_flag("--parity-check", f.parity_check,
-               "also train the single-device reference on the same batches and compare");
+  app.add_flag(
+      "--parity-check", f.parity_check,
+      "every step, also train the single-device reference from the same state and compare");
   pt::examples::add_checkpoint_flags(app, f.checkpoints);
   CLI11_PARSE(app, argc, argv);
   return pt::run_main(f.par.timeout, [&](pt::Communicator* world) { return run(f, world); });
