@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Multi-process training across two "hosts": two Linux network namespaces joined by a veth pair,
+# MPI over TCP between them (scripts/two-hosts-lib.sh), --stages 2 --dp 2 over 4 processes, 2 per
+# host (ranks 0,1 = replica 0 on host A; 2,3 = replica 1 on host B: the gradient all-reduce
+# crosses the link).
+#
+#  1. The same 5 steps on one host (mpirun on loopback, shared memory) and across the two hosts:
+#     the checkpoints are bit-identical.
+#  2. Across a slow link (tbf: 200 Mbit/s, packets queued up to 20 ms): slower, still bit-identical.
+#  3. The link cut (from outside, on host B's side) after step 2 of a long run with --timeout 5:
+#     every rank exits within the timeout plus a margin, each that speaks names a rank on the
+#     other host and the action it waited in (host A's ranks may instead be ended by the first
+#     one's abort), and Open MPI's own processes (mpirun, host B's daemon) end too.
+#
+#   two_hosts.sh <pipetrain-fashion> [data dir]
+# Needs root (ip netns), iproute2, mpirun, python3 and Fashion-MNIST; exits 77 (skip) without.
+set -uo pipefail
+exe=$(realpath "$1")
+data=${2:-/usr/share/datasets/fashion-mnist}
+here=$(cd "$(dirname "$0")" && pwd)
+compare="python3 $here/compare_checkpoints.py --quiet"
+[ -f "$data/train-images-idx3-ubyte.gz" ] || [ -f "$data/train-images-idx3-ubyte" ] || { echo "SKIP: no data in $data"; exit 77; }
+command -v mpirun >/dev/null || { echo "SKIP: mpirun not found"; exit 77; }
+command -v python3 >/dev/null || { echo "SKIP: python3 not found"; exit 77; }
+command -v tc >/dev/null || { echo "SKIP: tc (iproute2) not found"; exit 77; }
+source "$here/../../scripts/two-hosts-lib.sh"
+work=$(mktemp -d)
+# Whatever happens (failure, ctest's timeout, Ctrl-C), the namespaces, the veth pair and every
+# process in them go, and nothing is left behind for the next run.
+trap 'two_hosts_down; rm -rf "$work"' EXIT
+trap 'exit 130' INT TERM
+two_hosts_up "$work" > "$work/up.txt" 2>&1 || { echo "SKIP: $(cat "$work/up.txt")"; exit 77; }
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails+1)); }
+steps=5
+timeout_s=5
+# One thread per process: the GEMMs' arithmetic depends on the thread count.
+common=("$exe" --data "$data" --batch 32 --seed 7 --log-every 1 --threads 1 --stages 2 --dp 2)
+seconds_of() { sed -n 's/^trained .* in \([0-9.]*\) s .*/\1/p' "$1"; }
+
+# ---- 1. one host vs two hosts: bit-identical --------------------------------------------------
+# (vader's single copy needs ptrace permission, which containers often deny: off, as in the tests)
+timeout -k 5 120 mpirun -np 4 --oversubscribe --mca btl self,vader \
+  --mca btl_vader_single_copy_mechanism none "${common[@]}" --steps $steps --timeout $timeout_s \
+  --save "$work/one" > "$work/one.txt" 2>&1 || { fail "the run on one host"; tail -20 "$work/one.txt"; exit 1; }
+two_hosts_mpirun 120 "${common[@]}" --steps $steps --timeout $timeout_s --save "$work/two" \
+  > "$work/two.txt" 2>&1 || { fail "the run across two hosts"; tail -20 "$work/two.txt"; exit 1; }
+out=$($compare "$work/one" "$work/two") || fail "two hosts vs one host: $out"
+echo "$out (two hosts over TCP vs one host over shared memory; $steps steps in $(seconds_of "$work/two.txt") s vs $(seconds_of "$work/one.txt") s)"
+
+# ---- 2. a slow link: slower, the same parameters ----------------------------------------------
+# Each step all-reduces 16 MB of gradients across the link: >= 0.6 s per step at 200 Mbit/s.
+two_hosts_slow_link 200mbit 20ms || fail "tc tbf on the veth pair"
+two_hosts_mpirun 120 "${common[@]}" --steps $steps --timeout $timeout_s --save "$work/slow" \
+  > "$work/slow.txt" 2>&1 || { fail "the run across a slow link"; tail -20 "$work/slow.txt"; }
+out=$($compare "$work/one" "$work/slow") || fail "slow link vs one host: $out"
+fast=$(seconds_of "$work/two.txt") slow=$(seconds_of "$work/slow.txt")
+python3 -c "import sys; sys.exit(0 if ${slow:-0} > 2 * ${fast:-1} else 1)" \
+  || fail "the slow link did not slow training down ($slow s vs $fast s)"
+echo "$out (across 200 Mbit/s: $steps steps in $slow s vs $fast s unlimited)"
+two_hosts_fast_link
+
+# ---- 3. the link cut mid-run ------------------------------------------------------------------
+# --output-filename: each host's daemon also writes its ranks' output to files, since host B's
+# output no longer reaches mpirun once the link is down.
+two_hosts_mpirun 90 --output-filename "$work/logs" "${common[@]}" --steps 100000 \
+  --timeout $timeout_s --metrics "$work/m.jsonl" > "$work/cut.txt" 2>&1 &
+for _ in $(seq 600); do grep -q '"step": 2,' "$work/m.jsonl" 2>/dev/null && break; sleep 0.1; done
+# The 4 ranks: the processes running $exe in either namespace.
+declare -A rank_pid gone_at named_across
+for ns in "$ns_a" "$ns_b"; do
+  for pid in $(ip netns pids "$ns"); do
+    [ "$(readlink /proc/$pid/exe 2>/dev/null)" = "$exe" ] || continue
+    r=$(tr '\0' '\n' < /proc/$pid/environ | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
+    rank_pid[$r]=$pid
+  done
+done
+if ! grep -q '"step": 2,' "$work/m.jsonl" 2>/dev/null || [ ${#rank_pid[@]} -ne 4 ]; then
+  fail "the run never reached step 2 with 4 ranks (${#rank_pid[@]} found)"; tail -20 "$work/cut.txt"
+else
+  t0=$EPOCHREALTIME
+  two_hosts_cut
+  # Polls every 0.1 s until no process is left in either namespace (mpirun and the daemons too),
+  # 60 s at most. A rank is gone once its /proc/PID/exe no longer resolves (exited, even if not
+  # yet reaped).
+  cap=$((SECONDS + 60))
+  while [ -n "$(ip netns pids "$ns_a")$(ip netns pids "$ns_b")" ] && [ $SECONDS -lt $cap ]; do
+    now=$EPOCHREALTIME
+    for r in "${!rank_pid[@]}"; do
+      [ -z "${gone_at[$r]:-}" ] && [ ! -e /proc/${rank_pid[$r]}/exe ] && gone_at[$r]=$now
+    done
+    sleep 0.1
+  done
+  t_all=$EPOCHREALTIME
+  for r in 0 1 2 3; do
+    secs=$(python3 -c "print(f'{${gone_at[$r]:-$t_all} - $t0:.2f}')")
+    host=$([ $r -lt 2 ] && echo A || echo B)
+    line=$(grep -h "^error: rank $r:" "$work/logs"/1/rank.$r/stderr 2>/dev/null | head -1)
+    echo "measured: rank $r (host $host) exited $secs s after the cut: ${line:-(no message of its own)}"
+    python3 -c "import sys; sys.exit(0 if $secs <= $timeout_s + 3 else 1)" || fail "rank $r took $secs s to exit (--timeout $timeout_s)"
+    if [ -n "$line" ]; then
+      grep -qE "all-reduce|all_reduce|exchange|recv|send" <<<"$line" || fail "rank $r's message names no action: $line"
+      grep -qE "waiting for world ranks? [0-9]" <<<"$line" || fail "rank $r's message names no peer: $line"
+      # Who is across the link: world ranks 2,3 for host A, 0,1 for host B.
+      other='[01]'; [ $host = A ] && other='[23]'
+      grep -qE "waiting for world ranks? ([0-9]+, )*$other([^0-9]|$)" <<<"$line" && named_across[$host]=1
+    elif [ $host = B ]; then
+      fail "rank $r on host B (cut off from mpirun) exited without a message"
+    fi
+  done
+  # A rank may wait for a peer on its own host that waits across the link (a pipeline neighbour
+  # stuck in the gradient all-reduce): that message is true too. But on each host at least one
+  # rank names a rank on the other.
+  for host in A B; do
+    [ -n "${named_across[$host]:-}" ] || fail "no rank on host $host named a rank on the other host"
+  done
+  [ $fails -eq 0 ] || { echo "mpirun's output:"; tr '\r' '\n' < "$work/cut.txt" | grep -v '^train' | tail -20; }
+  secs=$(python3 -c "print(f'{$t_all - $t0:.2f}')")
+  echo "measured: mpirun and both hosts' daemons gone $secs s after the cut"
+  python3 -c "import sys; sys.exit(0 if $secs <= $timeout_s + 20 else 1)" \
+    || fail "Open MPI's processes were still there $secs s after the cut: $(ip netns pids "$ns_a") $(ip netns pids "$ns_b")"
+fi
+wait
+
+[ $fails -eq 0 ] && echo "all two-host cases passed" || { echo "$fails case(s) failed"; exit 1; }
