@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Multi-process training across two "hosts": two Linux network namespaces joined by a veth pair,
 # MPI over TCP between them (scripts/two-hosts-lib.sh), --stages 2 --dp 2 over 4 processes, 2 per
-# host (ranks 0,1 = replica 0 on host A; 2,3 = replica 1 on host B: the gradient all-reduce
-# crosses the link).
+# host, in two layouts (world rank = replica * 2 + stage):
+#   by slot (mpirun's default): host A runs ranks 0,1 (replica 0), host B 2,3 (replica 1): the
+#     gradient all-reduce crosses the link;
+#   by node (--map-by node): host A runs ranks 0,2 (stage 0), host B 1,3 (stage 1): the pipeline's
+#     activations and gradients cross the link.
 #
-#  1. The same 5 steps on one host (mpirun on loopback, shared memory) and across the two hosts:
-#     the checkpoints are bit-identical.
-#  2. Across a slow link (tbf: 200 Mbit/s, packets queued up to 20 ms): slower, still bit-identical.
-#  3. The link cut (from outside, on host B's side) after step 2 of a long run with --timeout 5:
-#     every rank exits within the timeout plus a margin, each that speaks names a rank on the
-#     other host and the action it waited in (host A's ranks may instead be ended by the first
-#     one's abort), and Open MPI's own processes (mpirun, host B's daemon) end too.
+#  1. The same 5 steps on one host (mpirun on loopback, shared memory) and across the two hosts in
+#     either layout: the checkpoints are bit-identical.
+#  2. Across a slow link (tbf: 200 Mbit/s, packets queued up to 20 ms), by slot: slower, still
+#     bit-identical.
+#  3. The link cut (from outside, on host B's side) after step 2 of a long run by node with 4
+#     micro-batches and --timeout 5: every rank exits within the timeout plus a margin, each that
+#     speaks names the action it waited in and a peer, on each host one names a rank across the
+#     link (host A's ranks may instead be ended by the first one's abort), and Open MPI's own
+#     processes (mpirun, host B's daemon) end too.
 #
 #   two_hosts.sh <pipetrain-fashion> [data dir]
 # Needs root (ip netns), iproute2, mpirun, python3 and Fashion-MNIST; exits 77 (skip) without.
@@ -46,7 +51,11 @@ timeout -k 5 120 mpirun -np 4 --oversubscribe --mca btl self,vader \
 two_hosts_mpirun 120 "${common[@]}" --steps $steps --timeout $timeout_s --save "$work/two" \
   > "$work/two.txt" 2>&1 || { fail "the run across two hosts"; tail -20 "$work/two.txt"; exit 1; }
 out=$($compare "$work/one" "$work/two") || fail "two hosts vs one host: $out"
-echo "$out (two hosts over TCP vs one host over shared memory; $steps steps in $(seconds_of "$work/two.txt") s vs $(seconds_of "$work/one.txt") s)"
+echo "$out (two hosts over TCP by slot vs one host over shared memory; $steps steps in $(seconds_of "$work/two.txt") s vs $(seconds_of "$work/one.txt") s)"
+two_hosts_mpirun 120 --map-by node "${common[@]}" --steps $steps --timeout $timeout_s \
+  --save "$work/by-node" > "$work/by-node.txt" 2>&1 || { fail "the run across two hosts by node"; tail -20 "$work/by-node.txt"; }
+out=$($compare "$work/one" "$work/by-node") || fail "two hosts by node vs one host: $out"
+echo "$out (two hosts by node, the pipeline across the link, vs one host)"
 
 # ---- 2. a slow link: slower, the same parameters ----------------------------------------------
 # Each step all-reduces 16 MB of gradients across the link: >= 0.6 s per step at 200 Mbit/s.
@@ -63,8 +72,8 @@ two_hosts_fast_link
 # ---- 3. the link cut mid-run ------------------------------------------------------------------
 # --output-filename: each host's daemon also writes its ranks' output to files, since host B's
 # output no longer reaches mpirun once the link is down.
-two_hosts_mpirun 90 --output-filename "$work/logs" "${common[@]}" --steps 100000 \
-  --timeout $timeout_s --metrics "$work/m.jsonl" > "$work/cut.txt" 2>&1 &
+two_hosts_mpirun 90 --map-by node --output-filename "$work/logs" "${common[@]}" --microbatches 4 \
+  --steps 100000 --timeout $timeout_s --metrics "$work/m.jsonl" > "$work/cut.txt" 2>&1 &
 for _ in $(seq 600); do grep -q '"step": 2,' "$work/m.jsonl" 2>/dev/null && break; sleep 0.1; done
 # The 4 ranks: the processes running $exe in either namespace.
 declare -A rank_pid gone_at named_across
@@ -94,22 +103,22 @@ else
   t_all=$EPOCHREALTIME
   for r in 0 1 2 3; do
     secs=$(python3 -c "print(f'{${gone_at[$r]:-$t_all} - $t0:.2f}')")
-    host=$([ $r -lt 2 ] && echo A || echo B)
+    host=$( ((r % 2 == 0)) && echo A || echo B)
     line=$(grep -h "^error: rank $r:" "$work/logs"/1/rank.$r/stderr 2>/dev/null | head -1)
     echo "measured: rank $r (host $host) exited $secs s after the cut: ${line:-(no message of its own)}"
     python3 -c "import sys; sys.exit(0 if $secs <= $timeout_s + 3 else 1)" || fail "rank $r took $secs s to exit (--timeout $timeout_s)"
     if [ -n "$line" ]; then
       grep -qE "all-reduce|all_reduce|exchange|recv|send" <<<"$line" || fail "rank $r's message names no action: $line"
       grep -qE "waiting for world ranks? [0-9]" <<<"$line" || fail "rank $r's message names no peer: $line"
-      # Who is across the link: world ranks 2,3 for host A, 0,1 for host B.
-      other='[01]'; [ $host = A ] && other='[23]'
+      # Who is across the link: world ranks 1,3 for host A, 0,2 for host B.
+      other='[02]'; [ $host = A ] && other='[13]'
       grep -qE "waiting for world ranks? ([0-9]+, )*$other([^0-9]|$)" <<<"$line" && named_across[$host]=1
     elif [ $host = B ]; then
       fail "rank $r on host B (cut off from mpirun) exited without a message"
     fi
   done
-  # A rank may wait for a peer on its own host that waits across the link (a pipeline neighbour
-  # stuck in the gradient all-reduce): that message is true too. But on each host at least one
+  # A rank may wait for a peer on its own host that waits across the link (a replica stuck in
+  # the gradient all-reduce waits for one stuck in a pipeline transfer): that message is true too. But on each host at least one
   # rank names a rank on the other.
   for host in A B; do
     [ -n "${named_across[$host]:-}" ] || fail "no rank on host $host named a rank on the other host"
