@@ -50,6 +50,7 @@ tagged veth two_hosts_mpirun 600
 two_hosts_slow_link "$rate" "$latency"
 tagged "veth-tbf-$rate" two_hosts_mpirun 600
 two_hosts_fast_link
-# One host: shared memory only (single copy off, as in the tests: it needs ptrace permission).
-tagged shm timeout -k 5 600 mpirun -np 2 --oversubscribe --mca btl self,vader \
+# One host (host A alone): shared memory only (single copy off, as in the tests: it needs ptrace
+# permission, which containers often deny).
+tagged shm ip netns exec "$ns_a" timeout -k 5 600 mpirun -np 2 --oversubscribe --mca btl self,vader \
   --mca btl_vader_single_copy_mechanism none

@@ -8,7 +8,9 @@
 # the same in every run, since each pair of namespaces is a network of its own. Needs root (or
 # CAP_NET_ADMIN and CAP_SYS_ADMIN) and iproute2; two_hosts_up returns 1 where either is missing.
 #
-#   two_hosts_up WORKDIR      create both hosts and the rsh agent (in WORKDIR); 1 if not permitted
+#   two_hosts_up WORKDIR      create both hosts and the rsh agent (in WORKDIR); 1 if not permitted.
+#                             First removes the hosts of runs whose shell no longer exists (killed
+#                             with SIGKILL, e.g. by ctest's timeout, so that no trap ran)
 #   two_hosts_down            kill every process left in either namespace, delete both (idempotent)
 #   two_hosts_mpirun SECONDS ARGS...  mpirun, $two_hosts_per_host processes per host (2 unless
 #                             set), started inside host A; killed (with its processes) after
@@ -25,8 +27,15 @@ two_hosts_agent=
 two_hosts_per_host=${two_hosts_per_host:-2}
 
 two_hosts_up() {
-  local work=$1
+  local work=$1 stale pid pids
   command -v ip >/dev/null || { echo "ip (iproute2) not found"; return 1; }
+  for stale in $(ip netns list 2>/dev/null | grep -oE '^pt-[ab][0-9]+'); do
+    pid=${stale#pt-?}
+    [ -e /proc/$pid ] && continue
+    pids=$(ip netns pids "$stale" 2>/dev/null)
+    [ -n "$pids" ] && kill -9 $pids 2>/dev/null
+    ip netns del "$stale" 2>/dev/null
+  done
   ip netns add "$ns_a" 2>/dev/null || { echo "cannot create a network namespace here (ip netns add: not root or not permitted)"; return 1; }
   ip netns add "$ns_b" || return 1
   ip link add "$veth_a" netns "$ns_a" type veth peer name "$veth_b" netns "$ns_b" || return 1

@@ -44,8 +44,10 @@ common=("$exe" --data "$data" --batch 32 --seed 7 --log-every 1 --threads 1 --st
 seconds_of() { sed -n 's/^trained .* in \([0-9.]*\) s .*/\1/p' "$1"; }
 
 # ---- 1. one host vs two hosts: bit-identical --------------------------------------------------
-# (vader's single copy needs ptrace permission, which containers often deny: off, as in the tests)
-timeout -k 5 120 mpirun -np 4 --oversubscribe --mca btl self,vader \
+# One host is host A alone (so that every process of this test lives in the namespaces, and goes
+# with them); vader's single copy needs ptrace permission, which containers often deny: off, as in
+# the other tests.
+ip netns exec "$ns_a" timeout -k 5 120 mpirun -np 4 --oversubscribe --mca btl self,vader \
   --mca btl_vader_single_copy_mechanism none "${common[@]}" --steps $steps --timeout $timeout_s \
   --save "$work/one" > "$work/one.txt" 2>&1 || { fail "the run on one host"; tail -20 "$work/one.txt"; exit 1; }
 two_hosts_mpirun 120 "${common[@]}" --steps $steps --timeout $timeout_s --save "$work/two" \
