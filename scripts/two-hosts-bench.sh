@@ -20,7 +20,7 @@ while (($#)); do
     --max-mb) max_mb=$2; shift 2 ;;
     --rate) rate=$2; shift 2 ;;
     --latency) latency=$2; shift 2 ;;
-    -h | --help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,13p' "$0"; exit 0 ;;
     *) exe=$1; shift ;;
   esac
 done
