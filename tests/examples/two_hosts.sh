@@ -60,14 +60,16 @@ out=$($compare "$work/one" "$work/by-node") || fail "two hosts by node vs one ho
 echo "$out (two hosts by node, the pipeline across the link, vs one host)"
 
 # ---- 2. a slow link: slower, the same parameters ----------------------------------------------
-# Each step all-reduces 16 MB of gradients across the link: >= 0.6 s per step at 200 Mbit/s.
+# Each step all-reduces the 3,962,890 gradients (15.9 MB) across the link: every rank sends at
+# least that much (ring or recursive doubling alike), so 5 steps take >= 3.17 s at 200 Mbit/s
+# whatever the load on the machine. Checked against 3.0 s (tbf lets a burst through at once).
 two_hosts_slow_link 200mbit 20ms || fail "tc tbf on the veth pair"
 two_hosts_mpirun 120 "${common[@]}" --steps $steps --timeout $timeout_s --save "$work/slow" \
   > "$work/slow.txt" 2>&1 || { fail "the run across a slow link"; tail -20 "$work/slow.txt"; }
 out=$($compare "$work/one" "$work/slow") || fail "slow link vs one host: $out"
 fast=$(seconds_of "$work/two.txt") slow=$(seconds_of "$work/slow.txt")
-python3 -c "import sys; sys.exit(0 if ${slow:-0} > 2 * ${fast:-1} else 1)" \
-  || fail "the slow link did not slow training down ($slow s vs $fast s)"
+python3 -c "import sys; sys.exit(0 if ${slow:-0} >= 3.0 and ${slow:-0} > ${fast:-1e9} else 1)" \
+  || fail "the slow link did not slow training down to >= 3.0 s ($slow s vs $fast s)"
 echo "$out (across 200 Mbit/s: $steps steps in $slow s vs $fast s unlimited)"
 two_hosts_fast_link
 
@@ -128,7 +130,9 @@ else
   [ $fails -eq 0 ] || { echo "mpirun's output:"; tr '\r' '\n' < "$work/cut.txt" | grep -v '^train' | tail -20; }
   secs=$(python3 -c "print(f'{$t_all - $t0:.2f}')")
   echo "measured: mpirun and both hosts' daemons gone $secs s after the cut"
-  python3 -c "import sys; sys.exit(0 if $secs <= $timeout_s + 20 else 1)" \
+  # The ranks' timeout, then TCP's ~13 s of retransmissions (tcp_retries2=5, two-hosts-lib.sh):
+  # ~21 s measured; 30 s of slack for a busy machine.
+  python3 -c "import sys; sys.exit(0 if $secs <= $timeout_s + 30 else 1)" \
     || fail "Open MPI's processes were still there $secs s after the cut: $(ip netns pids "$ns_a") $(ip netns pids "$ns_b")"
 fi
 wait
