@@ -122,8 +122,8 @@ else
     fi
   done
   # A rank may wait for a peer on its own host that waits across the link (a replica stuck in
-  # the gradient all-reduce waits for one stuck in a pipeline transfer): that message is true too. But on each host at least one
-  # rank names a rank on the other.
+  # the gradient all-reduce waits for one stuck in a pipeline transfer): that message is true
+  # too. But on each host at least one rank names a rank on the other.
   for host in A B; do
     [ -n "${named_across[$host]:-}" ] || fail "no rank on host $host named a rank on the other host"
   done
@@ -131,7 +131,7 @@ else
   secs=$(python3 -c "print(f'{$t_all - $t0:.2f}')")
   echo "measured: mpirun and both hosts' daemons gone $secs s after the cut"
   # The ranks' timeout, then TCP's ~13 s of retransmissions (tcp_retries2=5, two-hosts-lib.sh):
-  # ~21 s measured; 30 s of slack for a busy machine.
+  # ~21 s measured; the bound (timeout + 30 s) leaves room for a busy machine.
   python3 -c "import sys; sys.exit(0 if $secs <= $timeout_s + 30 else 1)" \
     || fail "Open MPI's processes were still there $secs s after the cut: $(ip netns pids "$ns_a") $(ip netns pids "$ns_b")"
 fi
