@@ -12,6 +12,7 @@
 #include "engine/metrics.h"
 #include "engine/preemption.h"
 #include "engine/progress.h"
+#include "engine/resident_memory.h"
 
 namespace pt {
 
@@ -97,7 +98,9 @@ FitResult fit(TrainingEngine& trainer, const Dataset& train, const Dataset* test
                    {"loss", st.loss},
                    {"lr", static_cast<double>(st.lr)},
                    {"grad_norm", st.grad_norm},
-                   {"samples_per_s", static_cast<double>(st.samples) / dt}});
+                   {"samples_per_s", static_cast<double>(st.samples) / dt},
+                   {"reserved_bytes", static_cast<int64_t>(st.reserved_bytes)},
+                   {"rss_bytes", static_cast<int64_t>(resident_bytes())}});
     progress.update(trainer.step(), fmt::format("epoch {} loss {:.4f}", epoch + 1,
                                                 loss_sum / static_cast<double>(loss_count)));
 

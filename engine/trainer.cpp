@@ -67,6 +67,7 @@ StepStats Trainer::train_step(const Tensor& inputs, const Tensor& targets) {
   const EpilogueResult end = finish_step(*model_, stage_states(), epilogue);
   stats.grad_norm = end.grad_norm;
   stats.skipped = end.skipped;
+  stats.reserved_bytes = backend_->memory_stats().reserved_bytes;
   ++step_;
   return stats;
 }

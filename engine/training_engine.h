@@ -17,6 +17,9 @@ struct StepStats {
   double grad_norm = 0;  // global L2 norm before clipping
   float lr = 0;
   bool skipped = false;  // non-finite gradients: the step was not applied
+  // Device memory this process's devices hold from the system after the step (MemoryStats::
+  // reserved_bytes, summed): flat from the second step on, or something leaks.
+  size_t reserved_bytes = 0;
 };
 
 struct EvalStats {

@@ -25,9 +25,10 @@
 namespace pt {
 
 struct MemoryStats {
-  size_t current_bytes = 0;  // live allocations
-  size_t peak_bytes = 0;     // high-water mark since the last reset_peak()
-  size_t limit_bytes = 0;    // 0 = unlimited
+  size_t current_bytes = 0;   // live allocations
+  size_t peak_bytes = 0;      // high-water mark since the last reset_peak()
+  size_t limit_bytes = 0;     // 0 = unlimited
+  size_t reserved_bytes = 0;  // held from the system: live blocks' capacity plus the cache
 };
 
 // Completion marker for work queued on a backend (a CUDA event; already complete on the CPU).

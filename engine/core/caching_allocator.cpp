@@ -98,7 +98,7 @@ void CachingAllocator::deallocate(void* ptr, size_t bytes) {
 
 MemoryStats CachingAllocator::stats() const {
   std::lock_guard lock(mutex_);
-  return MemoryStats{current_, peak_, limit_};
+  return MemoryStats{current_, peak_, limit_, live_capacity_ + cached_};
 }
 
 void CachingAllocator::reset_peak() {

@@ -80,6 +80,8 @@ StepStats DataParallelTrainer::train_step(const Tensor& inputs, const Tensor& ta
   StepStats out = each[0];  // grad norm, lr and skipped are the same on every replica
   out.loss = 0;
   out.correct = 0;
+  out.reserved_bytes = 0;
+  for (const StepStats& s : each) out.reserved_bytes += s.reserved_bytes;  // distinct devices
   for (size_t i = 0; i < each.size(); ++i) {
     if (!replica(static_cast<int>(i)).holds_last_stage()) continue;
     out.loss += each[i].loss;

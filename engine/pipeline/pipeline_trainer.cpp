@@ -225,6 +225,8 @@ StepStats PipelineTrainer::train_step(const Tensor& inputs, const Tensor& target
   const EpilogueResult end = finish_step(*model_, held, epilogue);
   stats.grad_norm = end.grad_norm;
   stats.skipped = end.skipped;
+  for (int d : local_devices_)
+    stats.reserved_bytes += devices_[at(d)]->memory_stats().reserved_bytes;
   ++step_;
   return stats;
 }

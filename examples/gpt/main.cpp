@@ -41,6 +41,7 @@
 #include "engine/option_range.h"
 #include "engine/preemption.h"
 #include "engine/progress.h"
+#include "engine/resident_memory.h"
 #include "engine/setup/run_main.h"
 #include "engine/setup/training_run.h"
 #include "engine/trainer.h"
@@ -256,7 +257,9 @@ int run(const Flags& f, pt::Communicator* world) {
                    {"loss", st.loss},
                    {"lr", static_cast<double>(st.lr)},
                    {"grad_norm", st.grad_norm},
-                   {"tokens_per_s", static_cast<double>(tokens_per_step) / dt}});
+                   {"tokens_per_s", static_cast<double>(tokens_per_step) / dt},
+                   {"reserved_bytes", static_cast<int64_t>(st.reserved_bytes)},
+                   {"rss_bytes", static_cast<int64_t>(pt::resident_bytes())}});
     progress.update(engine.step(),
                     fmt::format("loss {:.4f}", recent_loss / static_cast<double>(recent)));
     if (engine.step() % f.log_every == 0) {  // the progress loss is over the last log_every steps

@@ -97,6 +97,20 @@ TEST_CASE("training is deterministic: same seed, same bits") {
   }
 }
 
+TEST_CASE("a step reports the device memory held from the system: at least the parameters, flat") {
+  auto backend = make_cpu_backend(0, 1);
+  Batch b(32);
+  Model m = deep_mlp(2, 16, {1, 4, 4});
+  Trainer t(m, *backend, config(4));
+  const size_t params = t.parameters().params_flat().bytes();
+  std::vector<size_t> reserved;
+  for (int i = 0; i < 4; ++i) reserved.push_back(t.train_step(b.x, b.y).reserved_bytes);
+  CHECK(reserved[0] >= 2 * params);  // parameters and gradients at least
+  CHECK(reserved[0] == backend->memory_stats().reserved_bytes);
+  CHECK(reserved[1] == reserved[2]);  // the cache serves every later step's activations
+  CHECK(reserved[2] == reserved[3]);
+}
+
 TEST_CASE("non-finite gradients skip the step and leave parameters unchanged") {
   auto backend = make_cpu_backend(0, 1);
   Batch b(8);
