@@ -80,6 +80,20 @@ expect_refused "cannot read schedule file '$work/sched-fifo': it is a FIFO (name
   --stages 2 --microbatches 2 --schedule "file:$work/sched-fifo" --steps 100000
 rm -f "$work/sched-fifo"
 expect_refused "cannot read schedule file '$sch': it is a folder" --stages 2 --microbatches 2 --schedule "file:$sch" --plan-only
+# A schedule header claiming billions of micro-batches is refused before anything is allocated
+# (it ended in std::bad_alloc after 30-50 s).
+printf 'pipeline devices=2 stages=2 microbatches=2000000000\ndevice 0:\ndevice 1:\n' > "$work/huge.txt"
+expect_refused "line 1: header field microbatches=2000000000 exceeds the limit of 1048576" \
+  --stages 2 --microbatches 2 --schedule "file:$work/huge.txt" --plan-only
+# A data folder whose IDX "file" is a FIFO or a device: refused, not waited on or read forever.
+if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
+  mkdir -p "$work/fifo-data"
+  ln -s "$data"/* "$work/fifo-data/"
+  rm "$work/fifo-data/train-images-idx3-ubyte.gz"
+  mkfifo "$work/fifo-data/train-images-idx3-ubyte.gz"
+  expect_refused "train-images-idx3-ubyte.gz: it is a FIFO (named pipe), not a regular file" --data "$work/fifo-data" --steps 1
+  rm -rf "$work/fifo-data"
+fi
 out=$("$exe" --stages 2 --microbatches 2 --schedule "file:$sch/good_gpipe.txt" --plan-only 2>&1) \
   && grep -q "predicted step time" <<<"$out" && echo "ok: a hand-written schedule plans" \
   || { echo "FAIL: good schedule file"; echo "$out"; fails=$((fails+1)); }
