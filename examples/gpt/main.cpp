@@ -403,5 +403,6 @@ int main(int argc, char** argv) {
                "also train the single-device reference on the same batches and compare");
   pt::examples::add_checkpoint_flags(app, f.checkpoints);
   CLI11_PARSE(app, argc, argv);
-  return pt::run_main(f.par.timeout, [&](pt::Communicator* world) { return run(f, world); });
+  return pt::run_main(
+      f.par.timeout, [&](pt::Communicator* world) { return run(f, world); }, f.par.flight_recorder);
 }
