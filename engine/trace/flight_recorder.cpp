@@ -79,7 +79,8 @@ uint64_t FlightRecorder::begin(const FlightEvent& e) {
   const uint64_t i = next_.fetch_add(1, relaxed);
   Slot& s = slots_[i % capacity_];
   // Claim the slot. Another thread holds it only in the rare case that it writes event i - N (or
-  // finishes it) at this very moment: wait for that write to end.
+  // finishes it) at this very moment: wait for that write to end. A writer delayed so long that
+  // event i + N is already there leaves the newer event in place (the slot's events only grow).
   uint64_t seen = s.seq.load(relaxed);
   for (;;) {
     if (seen & 1) {
@@ -87,6 +88,7 @@ uint64_t FlightRecorder::begin(const FlightEvent& e) {
       seen = s.seq.load(relaxed);
       continue;
     }
+    if (seen > written(i)) return i + 1;  // finish() will find the slot taken and do nothing
     if (s.seq.compare_exchange_weak(seen, writing(i), std::memory_order_acquire, relaxed)) break;
   }
   const uint64_t head = static_cast<uint64_t>(e.kind) | static_cast<uint64_t>(e.op) << 8 |
@@ -125,10 +127,11 @@ std::vector<FlightEvent> FlightRecorder::snapshot() const {
     const Slot& s = slots_[k];
     const uint64_t before = s.seq.load(std::memory_order_acquire);
     if (before == 0 || (before & 1)) continue;
+    // Acquire loads (plain moves on x86) keep the second look at seq after them; a fence would
+    // do the same, but TSan does not understand fences.
     uint64_t w[9];
-    for (int j = 0; j < 9; ++j) w[j] = s.w[j].load(relaxed);
-    const auto state = static_cast<FlightState>(s.state.load(relaxed));
-    std::atomic_thread_fence(std::memory_order_acquire);
+    for (int j = 0; j < 9; ++j) w[j] = s.w[j].load(std::memory_order_acquire);
+    const auto state = static_cast<FlightState>(s.state.load(std::memory_order_acquire));
     if (s.seq.load(relaxed) != before) continue;  // rewritten while we read it
     FlightEvent e;
     e.seq = before / 2 - 1;

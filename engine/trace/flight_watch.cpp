@@ -104,8 +104,11 @@ void FlightRecorderWatch::watch() {
       // rank's file ends up newer than the last request, which is what dump_all waits for.
       if (mtime(flight_record_path(dir_, world_rank_)) >= t) continue;
       const auto colon = who.find(':');
-      dump(fmt::format("asked by {}, which failed",
-                       colon == std::string::npos ? "another rank" : who.substr(0, colon)));
+      const std::string from = colon == std::string::npos ? "another rank" : who.substr(0, colon);
+      // Our own request (it replaced another's): written again, under our own failure's reason.
+      dump(from == fmt::format("rank {}", world_rank_)
+               ? std::string()
+               : fmt::format("asked by {}, which failed", from));
     }
   }
 }
@@ -114,7 +117,7 @@ void FlightRecorderWatch::dump(const std::string& reason, bool failure) {
   std::lock_guard lock(mutex_);
   if (failure && failure_reason_.empty()) failure_reason_ = reason;
   // A rank that failed says why, however often its record is written again afterwards.
-  const std::string why = failure_reason_.empty() || failure_reason_ == reason
+  const std::string why = failure_reason_.empty() || reason.empty() || failure_reason_ == reason
                               ? reason
                               : fmt::format("{} (written again: {})", failure_reason_, reason);
   try {

@@ -35,7 +35,8 @@ class FlightRecorderWatch {
   FlightRecorderWatch& operator=(const FlightRecorderWatch&) = delete;
 
   // Writes this rank's record now; errors are reported on stderr, never thrown (it runs on the
-  // way out of a failure). The first failure's reason sticks: later dumps keep it.
+  // way out of a failure). The first failure's reason sticks: later dumps keep it (an empty
+  // `reason`: only that).
   void dump(const std::string& reason, bool failure = false);
   // dump(reason, failure), then asks the other ranks to write theirs and waits until every rank's
   // file is at least as new as the request, at most `wait_s` seconds (a dead rank never answers).
