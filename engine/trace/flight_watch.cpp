@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -22,14 +23,18 @@ namespace {
 
 namespace fs = std::filesystem;
 
-int g_signal_pipe = -1;  // the write end, for the handler
+// The write end, for the handler (a lock-free atomic: safe to read in a signal handler).
+std::atomic<int> g_signal_pipe{-1};
+static_assert(std::atomic<int>::is_always_lock_free);
 struct sigaction g_old_usr1 {};
 
 extern "C" void on_usr1(int) {
   const int saved = errno;
   const char byte = 'u';
-  if (g_signal_pipe >= 0) [[maybe_unused]]
-    const auto n = ::write(g_signal_pipe, &byte, 1);
+  const int fd = g_signal_pipe.load();
+  if (fd >= 0) {
+    [[maybe_unused]] const auto n = ::write(fd, &byte, 1);  // nothing to do if the pipe is full
+  }
   errno = saved;
 }
 

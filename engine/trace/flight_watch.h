@@ -15,7 +15,6 @@
 // handler plus a pipe works whatever the other threads' masks are. The same thread polls for the
 // request file every 200 ms (one stat() call), which is how ranks on other hosts sharing DIR are
 // reached without any communicator (which may be the very thing that hangs).
-#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <mutex>

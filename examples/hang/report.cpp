@@ -128,11 +128,29 @@ std::string grid_section(const Job& job) {
   return render_progress(grid);
 }
 
+// A wait shorter than this, in a record written on request (SIGUSR1) of a healthy job, is the
+// job's normal traffic, not a hang: it is listed, but it names nobody as stalled.
+constexpr double kLongWaitS = 1.0;
+
 struct Wait {
   int waiter;
   std::vector<int> waited_for;
   std::string text;
+  bool long_wait;  // timed out, or kLongWaitS or longer
 };
+
+// Whether the peer's record shows the receive that matches send `e` of `rank` as finished (the
+// send is done then, even if nobody has tested its request yet).
+bool received(const Job& job, int rank, const FlightRecord& r, const FlightEvent& e) {
+  const FlightRecord* peer = job.record(e.peer);
+  if (!peer) return false;
+  const GroupKey g = Job::group(r, e);
+  for (const FlightEvent& o : peer->events)
+    if (o.kind == FlightKind::recv && o.state == FlightState::finished && o.peer == rank &&
+        o.tag == e.tag && o.run == e.run && Job::group(*peer, o) == g)
+      return true;
+  return false;
+}
 
 // The ranks each open communication call waits for.
 std::vector<Wait> waits(const Job& job) {
@@ -146,7 +164,12 @@ std::vector<Wait> waits(const Job& job) {
       int k = -1;
       if (e.kind == FlightKind::collective) k = ordinal[{g, e.run}]++;
       if (!open(e)) continue;
-      Wait w{rank, {}, ""};
+      if (e.kind == FlightKind::send && received(job, rank, *r, e)) continue;
+      Wait w{rank,
+             {},
+             "",
+             e.state == FlightState::timed_out ||
+                 seconds(r->written_unix_ns - e.start_ns) >= kLongWaitS};
       if (e.kind == FlightKind::recv) {
         w.waited_for = {e.peer};
         w.text = fmt::format("recv from rank {}, tag {} ({} bytes) in {}{}: {}", e.peer, e.tag,
@@ -192,8 +215,17 @@ std::string waits_section(const Job& job, const std::vector<Wait>& ws) {
   std::map<int, std::set<int>> waited_by;
   std::set<int> waiting;
   for (const Wait& w : ws) {
+    if (!w.long_wait) continue;
     waiting.insert(w.waiter);
     for (int p : w.waited_for) waited_by[p].insert(w.waiter);
+  }
+  if (waiting.empty()) {
+    if (!ws.empty())
+      out += fmt::format(
+          "no wait has lasted {:g} s or timed out: the job was moving when the records were "
+          "written\n",
+          kLongWaitS);
+    return out;
   }
   bool any = false;
   for (const auto& [rank, by] : waited_by) {
@@ -223,8 +255,7 @@ std::string waits_section(const Job& job, const std::vector<Wait>& ws) {
           flight_event_name(*last), last->step, seconds(r->written_unix_ns - last->end_ns));
     }
   }
-  if (!ws.empty() && !any)
-    out += "no rank is waited for without waiting itself: look for a cycle above\n";
+  if (!any) out += "no rank is waited for without waiting itself: look for a cycle above\n";
   return out;
 }
 

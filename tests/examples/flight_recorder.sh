@@ -4,7 +4,8 @@
 #    pipetrain-fashion refuses a --flight-recorder folder that does not exist, before training;
 #  - SIGUSR1 to a healthy, training process writes its record (with its actions) and training
 #    goes on to the end (exit 0, test accuracy printed);
-#  - with --mpi: under mpirun -np 4 (--stages 2 --dp 2, one process per device) world rank 2
+#  - with --mpi: SIGUSR1 to mpirun reaches every rank (Open MPI forwards it): two records, the
+#    run finishes, pipetrain-hang sees no stall; and under mpirun -np 4 (--stages 2 --dp 2, one process per device) world rank 2
 #    stalls at step 1 (PIPETRAIN_FAULT, the test-only build): the other ranks time out, all four
 #    records are written (the stalled rank's by its watcher thread, on request), and
 #    pipetrain-hang names rank 2 as the stalled one, says what ranks 0, 1 and 3 wait in, shows
@@ -74,6 +75,23 @@ if [ -z "$faults" ]; then
     fi
   fi
 else
+  # ---- SIGUSR1 to mpirun (it forwards it to every rank): all records, training goes on ----
+  mkdir "$work/usr1"
+  mpirun ${PIPETRAIN_MPIRUN_FLAGS:-} -np 2 --oversubscribe "$fashion" --data "$data" --batch 32 \
+    --stages 2 --steps 400 --log-every 20 --flight-recorder "$work/usr1" >"$work/usr1.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 600); do grep -qE 'train .*[0-9]+/400' "$work/usr1.log" && break; sleep 0.1; done
+  kill -USR1 $pid
+  for _ in $(seq 1 100); do [ -f "$work/usr1/rank-00001.json" ] && [ -f "$work/usr1/rank-00000.json" ] && break; sleep 0.1; done
+  wait $pid; rc=$?
+  report=$("$hang" "$work/usr1" 2>&1)
+  if [ $rc -eq 0 ] && grep -qF "test accuracy" "$work/usr1.log" && has "$report" "flight records of 2 of 2 ranks" &&
+     ! has "$report" "stalled:"; then
+    pass "SIGUSR1 to mpirun: both ranks wrote a record, training finished, pipetrain-hang sees no stall"
+  else
+    fail "SIGUSR1 to mpirun (rc=$rc):"; tail -5 "$work/usr1.log"; echo "$report"
+  fi
+
   # ---- a stalled rank under mpirun ----
   mkdir "$work/stall"
   t0=$SECONDS
