@@ -37,10 +37,29 @@ void Executor::run(const std::vector<Action>& actions, std::vector<ExecutedActio
     return std::chrono::duration<double, std::micro>(t - run_.start).count();
   };
   std::atomic<int>& position = run_.position[static_cast<size_t>(device_)];
+  FlightRecorder& recorder = flight_recorder();
+  FlightEvent event;
+  event.kind = FlightKind::action;
+  event.list = setup_.flight_list;
+  event.device = setup_.flight_device_base + device_;
   for (size_t i = 0; i < actions.size(); ++i) {
     position = static_cast<int>(i);
     const auto t0 = Clock::now();
-    execute(actions[i]);
+    event.op = static_cast<uint8_t>(actions[i].type);
+    event.stage = actions[i].stage;
+    event.microbatch = actions[i].microbatch;
+    event.index = static_cast<int>(i);
+    const uint64_t ticket = recorder.begin(event);
+    try {
+      execute(actions[i]);
+    } catch (const TimeoutError&) {
+      recorder.finish(ticket, FlightState::timed_out);
+      throw;
+    } catch (...) {
+      recorder.finish(ticket, FlightState::failed);
+      throw;
+    }
+    recorder.finish(ticket, FlightState::finished);
     if (trace) {
       backend_.synchronize();
       trace->push_back({actions[i], micros(t0), micros(Clock::now())});

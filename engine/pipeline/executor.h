@@ -17,6 +17,7 @@
 #include "engine/pipeline/recompute.h"
 #include "engine/pipeline/skip_routing.h"
 #include "engine/pipeline/transport.h"
+#include "engine/trace/flight_recorder.h"
 #include "schedule/timed_action.h"
 
 namespace pt {
@@ -51,6 +52,9 @@ struct ExecutorSetup {
   double timeout_s = 60;
   // Every device's list with its current action marked, for error messages.
   std::function<std::string(const ScheduleRun&)> progress;
+  // How the flight recorder names this run's list and its devices (device d: base + d).
+  FlightList flight_list = FlightList::training;
+  int flight_device_base = 0;
 };
 
 class Executor {

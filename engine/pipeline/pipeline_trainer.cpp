@@ -7,7 +7,9 @@
 
 #include "engine/core/error.h"
 #include "engine/data/batching.h"
+#include "engine/pipeline/progress_grid.h"
 #include "engine/step_epilogue.h"
+#include "engine/trace/flight_recorder.h"
 #include "schedule/generators.h"
 #include "schedule/lowering.h"
 #include "schedule/validate.h"
@@ -17,6 +19,13 @@ namespace pt {
 namespace {
 
 size_t at(int i) { return static_cast<size_t>(i); }
+
+std::vector<std::string> action_texts(const std::vector<sched::Action>& actions) {
+  std::vector<std::string> out;
+  out.reserve(actions.size());
+  for (const sched::Action& a : actions) out.push_back(a.str());
+  return out;
+}
 
 std::vector<int64_t> first_rows(const std::vector<int64_t>& sizes, int64_t first) {
   std::vector<int64_t> out;
@@ -90,6 +99,7 @@ PipelineTrainer::PipelineTrainer(Model& model, std::vector<Backend*> devices,
       if (layout_.stage(s).device == d) held_stages.emplace_back(s, stages_[at(s)].params.get());
     reducers_[at(d)] = std::make_unique<GradientReducer>(*group, held_stages, par.bucket_bytes);
   }
+  record_action_lists(sc, FlightList::training);
 }
 
 PipelineTrainer::~PipelineTrainer() = default;
@@ -112,23 +122,35 @@ std::vector<StageState> PipelineTrainer::stage_states() {
 
 std::string PipelineTrainer::progress(const sched::Schedule& schedule,
                                       const ScheduleRun& run) const {
-  std::string out =
-      "where each device was (the action in [brackets] is the one it was executing):\n";
+  std::vector<DeviceProgress> grid;
   for (int d = 0; d < schedule.num_devices; ++d) {
+    DeviceProgress p;
     if (!local(d)) {
-      out += fmt::format("  device {}: in another process (world rank {})\n", d,
-                         config_.parallel.pipeline_group->world_rank(d));
-      continue;
+      p.label = fmt::format("device {}", d);
+      p.note = fmt::format("in another process (world rank {})",
+                           config_.parallel.pipeline_group->world_rank(d));
+    } else {
+      p.label = fmt::format("device {} ({})", d, devices_[at(d)]->device().str());
+      p.actions = action_texts(schedule.actions[at(d)]);
+      p.position = run.position[at(d)].load();
     }
-    const auto& actions = schedule.actions[at(d)];
-    const int pos = run.position[at(d)].load();
-    out += fmt::format("  device {} ({}):", d, devices_[at(d)]->device().str());
-    for (int i = 0; i < static_cast<int>(actions.size()); ++i)
-      out += fmt::format(fmt::runtime(i == pos ? " [{}]" : " {}"), actions[at(i)].str());
-    if (pos >= static_cast<int>(actions.size())) out += "  (finished)";
-    out += "\n";
+    grid.push_back(std::move(p));
   }
-  return out;
+  return render_progress(grid);
+}
+
+// The flight recorder's copy of the lists this process's devices run (for pipetrain-hang).
+void PipelineTrainer::record_action_lists(const sched::Schedule& schedule, FlightList list) const {
+  for (int d : local_devices_)
+    flight_recorder().set_action_list(
+        {list, flight_device(d),
+         fmt::format("replica {} device {} ({})", config_.parallel.replica, d,
+                     devices_[at(d)]->device().str()),
+         action_texts(schedule.actions[at(d)])});
+}
+
+int PipelineTrainer::flight_device(int d) const {
+  return config_.parallel.replica * config_.schedule.num_devices + d;
 }
 
 void PipelineTrainer::run_schedule(const sched::Schedule& schedule, ScheduleRun& run, bool training,
@@ -140,6 +162,9 @@ void PipelineTrainer::run_schedule(const sched::Schedule& schedule, ScheduleRun&
   setup.transport = transport_.get();
   setup.timeout_s = config_.timeout_s;
   setup.progress = [&](const ScheduleRun& r) { return progress(schedule, r); };
+  setup.flight_list = training ? FlightList::training : FlightList::evaluation;
+  setup.flight_device_base = flight_device(0);
+  flight_recorder().set_run(runs_++, step_);
   transport_->start_run(schedule.num_stages, schedule.microbatches);
   if (trace) trace->assign(devices_.size(), {});
   run.start = ScheduleRun::Clock::now();
@@ -267,6 +292,7 @@ PipelineTrainer::EvalShare PipelineTrainer::evaluate_rows(const Tensor& inputs,
   sched::ValidateOptions check;
   check.forward_only = true;
   sched::require_valid(schedule, check);
+  record_action_lists(schedule, FlightList::evaluation);
   run_schedule(schedule, run, /*training=*/false, nullptr);
   if (!holds_last_stage()) return out;
   const int last = layout_.stages.back().device;

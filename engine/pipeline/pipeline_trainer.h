@@ -27,6 +27,7 @@
 #include "engine/pipeline/layout.h"
 #include "engine/pipeline/recompute.h"
 #include "engine/pipeline/transport.h"
+#include "engine/trace/flight_recorder.h"
 #include "engine/trainer.h"
 #include "schedule/schedule.h"
 
@@ -94,6 +95,9 @@ class PipelineTrainer final : public TrainingEngine {
   // Every device's action list with the action it was executing marked (for error messages).
   std::string progress(const sched::Schedule& schedule, const ScheduleRun& run) const;
   bool local(int device) const { return devices_[static_cast<size_t>(device)] != nullptr; }
+  void record_action_lists(const sched::Schedule& schedule, FlightList list) const;
+  // Schedule device d as the flight recorder numbers devices (replica * devices + d).
+  int flight_device(int d) const;
 
   Model* model_;
   PipelineConfig config_;
@@ -110,6 +114,7 @@ class PipelineTrainer final : public TrainingEngine {
   int64_t traced_step_ = -1, traced_batch_ = 0;
   std::vector<size_t> peak_bytes_;
   int64_t step_ = 0;
+  int64_t runs_ = 0;  // schedule runs so far (the flight recorder's run numbers)
 };
 
 }  // namespace pt

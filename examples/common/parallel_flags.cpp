@@ -43,6 +43,10 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
                "print partition, schedule and predicted step time, then exit");
   app.add_option("--trace", f.trace, "write a Chrome/Perfetto trace of the last step");
   app.add_option("--timeline", f.timeline, "write an SVG timeline of the last step");
+  app.add_option("--flight-recorder", f.flight_recorder,
+                 "folder for each process's record of its last actions and communication calls "
+                 "(rank-N.json), written on a timeout, an error or SIGUSR1; read it with "
+                 "pipetrain-hang DIR");
 }
 
 TrainingOptions training_options(const ParallelFlags& f) {

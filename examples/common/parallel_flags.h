@@ -20,11 +20,12 @@ struct ParallelFlags {
   double mem_cap_mib = 0, timeout = 60, bucket_mb = 25;
   bool plan_only = false;
   std::string trace, timeline;
+  std::string flight_recorder;  // folder for the flight records (pt::run_main)
 };
 
 // Registers --devices --precision --threads --stages --dp --microbatches --schedule --partition
 // --costs
-// --mem-cap --recompute --timeout --bucket-mb --plan-only --trace --timeline.
+// --mem-cap --recompute --timeout --bucket-mb --plan-only --trace --timeline --flight-recorder.
 void add_parallel_flags(CLI::App& app, ParallelFlags& f);
 
 // Parses the texts (schedule, partition, costs, recompute, precision); throws UsageError naming

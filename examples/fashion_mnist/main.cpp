@@ -196,5 +196,6 @@ int main(int argc, char** argv) {
       ->check(pt::examples::kInt64Text);
   app.add_flag("--summary", f.summary, "print the model summary table");
   CLI11_PARSE(app, argc, argv);
-  return pt::run_main(f.par.timeout, [&](pt::Communicator* world) { return run(f, world); });
+  return pt::run_main(
+      f.par.timeout, [&](pt::Communicator* world) { return run(f, world); }, f.par.flight_recorder);
 }

@@ -399,5 +399,6 @@ int main(int argc, char** argv) {
       "every step, also train the single-device reference from the same state and compare");
   pt::examples::add_checkpoint_flags(app, f.checkpoints);
   CLI11_PARSE(app, argc, argv);
-  return pt::run_main(f.par.timeout, [&](pt::Communicator* world) { return run(f, world); });
+  return pt::run_main(
+      f.par.timeout, [&](pt::Communicator* world) { return run(f, world); }, f.par.flight_recorder);
 }

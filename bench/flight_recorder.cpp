@@ -1,0 +1,140 @@
+// bench/flight_recorder: what the always-on flight recorder (engine/trace/flight_recorder.h)
+// costs. Prints JSON lines:
+//
+//   {"bench":"flight_recorder_event", "threads":T, "enabled":0|1, "ns_median", "ns_min",
+//    "ns_max", "reps"}   one begin() + finish() pair, per thread, T threads recording at once
+//   {"bench":"flight_recorder_train", "stages":S, "microbatches":M, "actions_per_step",
+//    "step_ms_on_median", "step_ms_on_min", "step_ms_on_max", "step_ms_off_median", ...,
+//    "overhead_pct"}   pipeline training steps (fashion MLP, 1 core per device) with the
+//    recorder on and off, repetitions interleaved (on, off, on, ...) so drift hits both alike;
+//    overhead_pct = 100 * (median on - median off) / median off; "bound_pct" = the events of one
+//    step times the single-thread event cost, over the step: what the recorder can cost at most
+//    when nothing else differs (the measured difference is within the machine's noise).
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "bench/json_line.h"
+#include "bench/synthetic_batch.h"
+#include "engine/setup/training_run.h"
+#include "engine/trace/flight_recorder.h"
+#include "layers/zoo.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Spread {
+  double median, min, max;
+};
+
+Spread spread(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v.front(), v.back()};
+}
+
+// ns per begin()+finish() on each of `threads` threads recording at once.
+double event_ns(pt::FlightRecorder& r, int threads, int64_t events) {
+  std::vector<std::thread> pool;
+  const auto t0 = Clock::now();
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      pt::FlightEvent e;
+      e.device = t;
+      for (int64_t i = 0; i < events; ++i) {
+        e.index = static_cast<int>(i);
+        r.finish(r.begin(e), pt::FlightState::finished);
+      }
+    });
+  for (auto& p : pool) p.join();
+  return std::chrono::duration<double, std::nano>(Clock::now() - t0).count() /
+         static_cast<double>(events);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"pipetrain-bench-flight-recorder: the cost of the flight recorder"};
+  int reps = 7, stages = 2, microbatches = 8, steps = 10;
+  int64_t events = 1'000'000, batch = 64;
+  app.add_option("--reps", reps, "repetitions of each measurement (median, min, max)");
+  app.add_option("--events", events, "events per repetition and thread");
+  app.add_option("--stages", stages, "pipeline stages S");
+  app.add_option("--microbatches", microbatches, "micro-batches M");
+  app.add_option("--steps", steps, "training steps per repetition");
+  app.add_option("--batch", batch, "batch size");
+  CLI11_PARSE(app, argc, argv);
+
+  // ---- one event ----
+  for (int threads : {1, 2})
+    for (bool enabled : {true, false}) {
+      pt::FlightRecorder r(4096);
+      r.set_enabled(enabled);
+      event_ns(r, threads, events / 10);  // warm-up
+      std::vector<double> ns;
+      for (int i = 0; i < reps; ++i) ns.push_back(event_ns(r, threads, events));
+      const Spread s = spread(ns);
+      pt::bench::emit({{"bench", "flight_recorder_event"},
+                       {"threads", int64_t{threads}},
+                       {"enabled", int64_t{enabled}},
+                       {"ns_median", s.median},
+                       {"ns_min", s.min},
+                       {"ns_max", s.max},
+                       {"reps", int64_t{reps}}});
+    }
+
+  // ---- training steps, recorder on and off ----
+  pt::TrainingOptions opt;
+  opt.devices = fmt::format("cpu:0..{}", stages - 1);
+  opt.threads = 1;
+  opt.stages = stages;
+  opt.microbatches = microbatches;
+  opt.print = false;
+  pt::Model model = pt::fashion_mlp();
+  pt::TrainingRun run =
+      pt::make_training(opt, model, pt::fashion_mlp, pt::bench::sgd_config(microbatches), batch);
+  pt::bench::Batch data(batch);
+  pt::FlightRecorder& recorder = pt::flight_recorder();
+  int64_t actions = 0;
+  for (const auto& l : recorder.action_lists())
+    if (l.list == pt::FlightList::training) actions += static_cast<int64_t>(l.actions.size());
+  const auto timed_steps = [&](bool on) {
+    recorder.set_enabled(on);
+    const auto t0 = Clock::now();
+    for (int i = 0; i < steps; ++i) run.engine->train_step(data.hx, data.hy);
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / steps;
+  };
+  timed_steps(true);  // warm-up
+  timed_steps(false);
+  std::vector<double> on, off;
+  for (int i = 0; i < reps; ++i) {
+    on.push_back(timed_steps(true));
+    off.push_back(timed_steps(false));
+  }
+  recorder.set_enabled(true);
+  const Spread a = spread(on), b = spread(off);
+  pt::FlightRecorder probe(4096);
+  const double one_event_ns = event_ns(probe, 1, events);
+  pt::bench::emit(
+      {{"bench", "flight_recorder_train"},
+       {"model", "fashion_mlp"},
+       {"stages", int64_t{stages}},
+       {"microbatches", int64_t{microbatches}},
+       {"batch", batch},
+       {"steps_per_rep", int64_t{steps}},
+       {"reps", int64_t{reps}},
+       {"actions_per_step", actions},
+       {"step_ms_on_median", a.median},
+       {"step_ms_on_min", a.min},
+       {"step_ms_on_max", a.max},
+       {"step_ms_off_median", b.median},
+       {"step_ms_off_min", b.min},
+       {"step_ms_off_max", b.max},
+       {"overhead_pct", 100.0 * (a.median - b.median) / b.median},
+       {"bound_pct", 100.0 * static_cast<double>(actions) * one_event_ns * 1e-6 / b.median}});
+  return 0;
+}

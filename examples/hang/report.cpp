@@ -1,0 +1,328 @@
+#include "examples/hang/report.h"
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "engine/pipeline/progress_grid.h"
+
+namespace pt::hang {
+
+namespace {
+
+// ---- helpers -----------------------------------------------------------------------------------
+
+std::string clock_time(int64_t unix_ns) {  // "02:27:05.123 UTC"
+  const std::time_t s = static_cast<std::time_t>(unix_ns / 1'000'000'000);
+  std::tm tm{};
+  gmtime_r(&s, &tm);
+  return fmt::format("{:02d}:{:02d}:{:02d}.{:03d} UTC", tm.tm_hour, tm.tm_min, tm.tm_sec,
+                     static_cast<int>((unix_ns / 1'000'000) % 1000));
+}
+
+double seconds(int64_t ns) { return static_cast<double>(ns) / 1e9; }
+
+bool open(const FlightEvent& e) {
+  return e.state == FlightState::started || e.state == FlightState::timed_out;
+}
+
+std::string first_line(const std::string& s, size_t max = 240) {
+  std::string line = s.substr(0, s.find('\n'));
+  if (line.size() > max) line = line.substr(0, max) + " ...";
+  return line;
+}
+
+// A group as every member names it (its number differs between the records).
+using GroupKey = std::pair<std::string, std::vector<int>>;
+
+struct Job {
+  std::map<int, const FlightRecord*> by_rank;
+  int world_size = 0;
+
+  const FlightRecord* record(int rank) const {
+    const auto it = by_rank.find(rank);
+    return it == by_rank.end() ? nullptr : it->second;
+  }
+  static GroupKey group(const FlightRecord& r, const FlightEvent& e) {
+    const FlightGroup& g = r.groups.at(static_cast<size_t>(e.group));
+    return {g.name, g.world_ranks};
+  }
+};
+
+std::string group_text(const GroupKey& g) {
+  return fmt::format("'{}' (world ranks {})", g.first, fmt::join(g.second, ", "));
+}
+
+// The action of the rank's device that was running when `e` started (or the one before it).
+std::string during(const FlightRecord& r, const FlightEvent& e) {
+  const FlightEvent* last = nullptr;
+  for (const FlightEvent& a : r.events)
+    if (a.kind == FlightKind::action && a.start_ns <= e.start_ns) last = &a;
+  if (!last) return "";
+  const bool running = last->end_ns == 0 || last->end_ns >= e.start_ns;
+  return fmt::format(", {} action {} of step {}", running ? "in" : "after",
+                     flight_event_name(*last), last->step);
+}
+
+std::string how_long(const FlightRecord& r, const FlightEvent& e) {
+  if (e.state == FlightState::timed_out)
+    return fmt::format("timed out after {:.1f} s", seconds(e.end_ns - e.start_ns));
+  return fmt::format("waiting for {:.1f} s when the record was written",
+                     seconds(r.written_unix_ns - e.start_ns));
+}
+
+// ---- sections
+// ------------------------------------------------------------------------------------
+
+std::string records_section(const Job& job) {
+  std::string out =
+      fmt::format("flight records of {} of {} ranks:\n", job.by_rank.size(), job.world_size);
+  for (int rank = 0; rank < job.world_size; ++rank) {
+    const FlightRecord* r = job.record(rank);
+    if (!r) {
+      out += fmt::format(
+          "  rank {}: no record (dead, killed before it could write one, or its folder is "
+          "elsewhere)\n",
+          rank);
+      continue;
+    }
+    out += fmt::format("  rank {} (pid {}), written {}: {}\n", rank, r->pid,
+                       clock_time(r->written_unix_ns), first_line(r->reason));
+  }
+  return out;
+}
+
+// Every device's list with the action it was in, as the runtime's timeout messages show them.
+std::string grid_section(const Job& job) {
+  std::vector<DeviceProgress> grid;
+  for (const auto& [rank, r] : job.by_rank) {
+    std::set<int> devices;
+    for (const FlightActionList& l : r->lists) devices.insert(l.device);
+    for (int device : devices) {
+      const FlightEvent* last = nullptr;
+      for (const FlightEvent& e : r->events)
+        if (e.kind == FlightKind::action && e.device == device) last = &e;
+      const FlightList list = last ? last->list : FlightList::training;
+      const FlightActionList* actions = nullptr;
+      for (const FlightActionList& l : r->lists)
+        if (l.device == device && l.list == list) actions = &l;
+      if (!actions) continue;
+      DeviceProgress p;
+      p.label = fmt::format("rank {}, {}", rank, actions->label);
+      if (last)
+        p.label += fmt::format(", step {}{}", last->step,
+                               list == FlightList::evaluation ? " (evaluation)" : "");
+      p.actions = actions->actions;
+      p.position = !last                                               ? -1
+                   : open(*last) || last->state == FlightState::failed ? last->index
+                                                                       : last->index + 1;
+      grid.push_back(std::move(p));
+    }
+  }
+  return render_progress(grid);
+}
+
+// A wait shorter than this, in a record written on request (SIGUSR1) of a healthy job, is the
+// job's normal traffic, not a hang: it is listed, but it names nobody as stalled.
+constexpr double kLongWaitS = 1.0;
+
+struct Wait {
+  int waiter;
+  std::vector<int> waited_for;
+  std::string text;
+  bool long_wait;  // timed out, or kLongWaitS or longer
+};
+
+// Whether the peer's record shows the receive that matches send `e` of `rank` as finished (the
+// send is done then, even if nobody has tested its request yet).
+bool received(const Job& job, int rank, const FlightRecord& r, const FlightEvent& e) {
+  const FlightRecord* peer = job.record(e.peer);
+  if (!peer) return false;
+  const GroupKey g = Job::group(r, e);
+  for (const FlightEvent& o : peer->events)
+    if (o.kind == FlightKind::recv && o.state == FlightState::finished && o.peer == rank &&
+        o.tag == e.tag && o.run == e.run && Job::group(*peer, o) == g)
+      return true;
+  return false;
+}
+
+// The ranks each open communication call waits for.
+std::vector<Wait> waits(const Job& job) {
+  std::vector<Wait> out;
+  for (const auto& [rank, r] : job.by_rank) {
+    // Per (group, run): how many collectives came before, to compare with the other members.
+    std::map<std::pair<GroupKey, int64_t>, int> ordinal;
+    for (const FlightEvent& e : r->events) {
+      if (e.kind == FlightKind::action) continue;
+      const GroupKey g = Job::group(*r, e);
+      int k = -1;
+      if (e.kind == FlightKind::collective) k = ordinal[{g, e.run}]++;
+      if (!open(e)) continue;
+      if (e.kind == FlightKind::send && received(job, rank, *r, e)) continue;
+      Wait w{rank,
+             {},
+             "",
+             e.state == FlightState::timed_out ||
+                 seconds(r->written_unix_ns - e.start_ns) >= kLongWaitS};
+      if (e.kind == FlightKind::recv) {
+        w.waited_for = {e.peer};
+        w.text = fmt::format("recv from rank {}, tag {} ({} bytes) in {}{}: {}", e.peer, e.tag,
+                             e.bytes, group_text(g), during(*r, e), how_long(*r, e));
+      } else if (e.kind == FlightKind::send) {
+        w.waited_for = {e.peer};
+        w.text = fmt::format("send to rank {}, tag {} ({} bytes) in {} not completed{}: {}", e.peer,
+                             e.tag, e.bytes, group_text(g), during(*r, e), how_long(*r, e));
+      } else {
+        // Members that have not reached the same collective (the k-th of this run on this group).
+        for (int m : g.second) {
+          if (m == rank) continue;
+          const FlightRecord* other = job.record(m);
+          int seen = 0;
+          if (other)
+            for (const FlightEvent& o : other->events)
+              if (o.kind == FlightKind::collective && o.run == e.run && Job::group(*other, o) == g)
+                ++seen;
+          if (seen <= k) w.waited_for.push_back(m);
+        }
+        w.text = fmt::format(
+            "{} ({} bytes) in {}{}: {}; not there: {}", comm_op_name(static_cast<CommOp>(e.op)),
+            e.bytes, group_text(g), during(*r, e), how_long(*r, e),
+            w.waited_for.empty() ? std::string("none (it is in progress)")
+                                 : fmt::format("rank {}", fmt::join(w.waited_for, ", rank ")));
+      }
+      out.push_back(std::move(w));
+    }
+  }
+  return out;
+}
+
+std::string waits_section(const Job& job, const std::vector<Wait>& ws) {
+  std::string out = "who waits for whom:\n";
+  if (ws.empty()) out += "  nobody: no rank was inside a communication call\n";
+  for (const Wait& w : ws)
+    out += fmt::format("  rank {} waits for {}: {}\n", w.waiter,
+                       w.waited_for.empty()
+                           ? std::string("nobody in particular")
+                           : fmt::format("rank {}", fmt::join(w.waited_for, ", rank ")),
+                       w.text);
+  // The ranks at the end of the chains: waited for, waiting for nobody.
+  std::map<int, std::set<int>> waited_by;
+  std::set<int> waiting;
+  for (const Wait& w : ws) {
+    if (!w.long_wait) continue;
+    waiting.insert(w.waiter);
+    for (int p : w.waited_for) waited_by[p].insert(w.waiter);
+  }
+  if (waiting.empty()) {
+    if (!ws.empty())
+      out += fmt::format(
+          "no wait has lasted {:g} s or timed out: the job was moving when the records were "
+          "written\n",
+          kLongWaitS);
+    return out;
+  }
+  bool any = false;
+  for (const auto& [rank, by] : waited_by) {
+    if (waiting.count(rank)) continue;
+    any = true;
+    out += fmt::format("stalled: rank {} (waited for by rank {}) waits for nobody", rank,
+                       fmt::join(by, ", rank "));
+    const FlightRecord* r = job.record(rank);
+    if (!r) {
+      out += " and wrote no record: it died, was killed, or its folder is elsewhere\n";
+      continue;
+    }
+    const FlightEvent* last = nullptr;
+    for (const FlightEvent& e : r->events)
+      if (e.kind == FlightKind::action) last = &e;
+    if (!last) {
+      out += " and ran no action yet\n";
+    } else if (open(*last)) {
+      out +=
+          fmt::format(": it is in action {} of step {}, for {:.1f} s\n", flight_event_name(*last),
+                      last->step, seconds(r->written_unix_ns - last->start_ns));
+    } else {
+      out += fmt::format(
+          ": its last action, {} of step {}, ended {:.1f} s before its record was written; it is "
+          "stuck outside the pipeline's actions and communication (computation, I/O, a sleep, a "
+          "lock)\n",
+          flight_event_name(*last), last->step, seconds(r->written_unix_ns - last->end_ns));
+    }
+  }
+  if (!any) out += "no rank is waited for without waiting itself: look for a cycle above\n";
+  return out;
+}
+
+// Sends and receives paired by (group, sender, receiver, tag, run); what is left has no partner.
+std::string unmatched_section(const Job& job) {
+  using Key = std::tuple<GroupKey, int, int, int, int64_t>;  // group, from, to, tag, run
+  std::map<Key, std::vector<std::pair<int, const FlightEvent*>>> sends, recvs;
+  // Only runs every record still covers: older ones may have left some rings.
+  int64_t window = INT64_MAX;
+  for (const auto& [rank, r] : job.by_rank) {
+    int64_t last = 0;
+    for (const FlightEvent& e : r->events) last = std::max(last, e.run);
+    window = std::min(window, last);
+  }
+  for (const auto& [rank, r] : job.by_rank)
+    for (const FlightEvent& e : r->events) {
+      if (e.run < window) continue;
+      if (e.kind == FlightKind::send)
+        sends[{Job::group(*r, e), rank, e.peer, e.tag, e.run}].push_back({rank, &e});
+      else if (e.kind == FlightKind::recv)
+        recvs[{Job::group(*r, e), e.peer, rank, e.tag, e.run}].push_back({rank, &e});
+    }
+  struct Left {
+    int rank;
+    const FlightEvent* e;
+    bool is_send;
+  };
+  std::vector<Left> left;
+  const auto unpaired = [&](const auto& mine, const auto& theirs, bool is_send) {
+    for (const auto& [key, list] : mine) {
+      const auto it = theirs.find(key);
+      const size_t paired = it == theirs.end() ? 0 : it->second.size();
+      for (size_t i = paired; i < list.size(); ++i)
+        left.push_back({list[i].first, list[i].second, is_send});
+    }
+  };
+  unpaired(sends, recvs, true);
+  unpaired(recvs, sends, false);
+  if (left.empty()) return "first unmatched send or receive: none (every one has its partner)\n";
+  const Left& first = *std::min_element(left.begin(), left.end(), [](const Left& a, const Left& b) {
+    return a.e->start_ns < b.e->start_ns;
+  });
+  const FlightRecord& r = *job.record(first.rank);
+  const FlightEvent& e = *first.e;
+  const bool peer_recorded = job.record(e.peer) != nullptr;
+  return fmt::format(
+      "first unmatched send or receive ({} in all): rank {}'s {} rank {}, tag {} ({} bytes) in "
+      "{}, step {}{}, started {} ({}): {}\n",
+      left.size(), first.rank, first.is_send ? "send to" : "recv from", e.peer, e.tag, e.bytes,
+      group_text(Job::group(r, e)), e.step, during(r, e), clock_time(e.start_ns),
+      flight_state_name(e.state),
+      !peer_recorded  ? fmt::format("rank {} wrote no record, so what it did is unknown", e.peer)
+      : first.is_send ? fmt::format("rank {} never posted the matching recv", e.peer)
+                      : fmt::format("rank {} never sent it", e.peer));
+}
+
+}  // namespace
+
+std::string report(const std::vector<FlightRecord>& records) {
+  Job job;
+  for (const FlightRecord& r : records) {
+    job.by_rank[r.world_rank] = &r;
+    job.world_size = std::max({job.world_size, r.world_size, r.world_rank + 1});
+  }
+  const std::vector<Wait> ws = waits(job);
+  return records_section(job) + "\n" + grid_section(job) + "\n" + waits_section(job, ws) + "\n" +
+         unmatched_section(job);
+}
+
+}  // namespace pt::hang
