@@ -13,6 +13,7 @@
 #include "engine/option_range.h"
 #include "engine/preemption.h"
 #include "engine/setup/training_options.h"
+#include "engine/signal_thread.h"
 #include "engine/trace/flight_recorder.h"
 #include "engine/trace/flight_watch.h"
 
@@ -62,6 +63,7 @@ std::function<int(Communicator*)> with_watch(const std::function<int(Communicato
 
 int run_main(double timeout_s, const std::function<int(Communicator* world)>& body,
              const std::string& flight_recorder_dir) {
+  route_signals_to_a_thread();  // before any thread exists: MPI's, the devices', OpenMP's
   std::unique_ptr<FlightRecorderWatch> watch;
   std::string error;
   if (!launched_by_mpi()) {
