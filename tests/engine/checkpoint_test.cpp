@@ -252,6 +252,16 @@ TEST_CASE("checkpoint: manifest numbers out of range are refused with FileError"
             .find("\"crc32\" is 4294967296") != std::string::npos);
   CHECK(manifest_with(R"("piece": 0, "shape": [2], "bytes": 8.5, "crc32": 0)")
             .find("\"bytes\" is 8.5") != std::string::npos);
+  // An integer literal beyond 64 bits parses as a float: the piece's size too.
+  write_text(dir.path / kManifestName,
+             R"({"format": "pipetrain-checkpoint-2", "metadata": {}, "layout": {},
+                 "pieces": [{"file": "part-00000.safetensors", "world_rank": 0,
+                             "bytes": 317888888888888888888888888888888805080}],
+                 "tensors": []})");
+  CHECK(message_of<FileError>([&] {
+          read_manifest(dir.path);
+        }).find("piece part-00000.safetensors: \"bytes\" is 3.178888888888889e+38") !=
+        std::string::npos);
   // The same tensor with sound numbers loads.
   write_text(dir.path / kManifestName,
              R"({"format": "pipetrain-checkpoint-2", "metadata": {}, "layout": {},
