@@ -13,13 +13,26 @@
 #include "tests/fuzz/command_line.h"
 #include "tests/fuzz/fuzz_support.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  pt::fuzz::CommandLine line("pipetrain-gpt", data, size);
-  CLI::App app{"pipetrain-gpt"};
+namespace {
+
+// Registering the flags is most of the time of one input: it is done once, and each input parses
+// into fresh defaults (CLI::App::clear() forgets the previous parse).
+struct Parser {
   pt::examples::GptFlags f;
-  pt::examples::add_gpt_flags(app, f);
+  CLI::App app{"pipetrain-gpt"};
+  Parser() { pt::examples::add_gpt_flags(app, f); }
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static Parser parser;
+  pt::examples::GptFlags& f = parser.f;
+  f = {};
+  parser.app.clear();
+  pt::fuzz::CommandLine line("pipetrain-gpt", data, size);
   try {
-    app.parse(line.argc(), line.argv.data());
+    parser.app.parse(line.argc(), line.argv.data());
   } catch (const CLI::ParseError&) {
     return 0;  // main() prints it and exits (CLI11_PARSE)
   }
