@@ -1,17 +1,25 @@
-// bench/allreduce: all-reduce bandwidth of the communicators, next to the machine's memcpy
-// bandwidth measured in the same run (what a shared-memory all-reduce can at best approach).
+// bench/allreduce: all-reduce and point-to-point bandwidth of the communicators, next to the
+// machine's memcpy bandwidth measured in the same run (what shared memory can at best approach).
 // Prints JSON lines (world rank 0 only):
 //
 //   {"bench":"memcpy", "bytes", "gbps"}                      best of N memcpy of `bytes`
-//   {"bench":"allreduce", "impl":"mpi"|"in_process", "ranks":R, "bytes", "time_us",
-//    "algbw_gbps", "busbw_gbps", "wrong"}                    one line per (impl, size)
-//       algbw = bytes / time; busbw = algbw * 2(R-1)/R (nccl-tests' all-reduce bus bandwidth:
-//       the bytes each rank must send and receive, comparable across R); GB/s = 1e9 bytes/s
+//   {"bench":"allreduce", "impl":"mpi"|"in_process", "ranks":R, "bytes", "reps", "time_us",
+//    "median_us", "min_us", "max_us", "algbw_gbps", "busbw_gbps", "busbw_median_gbps",
+//    "wrong"}                                                one line per (impl, size)
+//       time_us = min_us (the best call); algbw = bytes / time; busbw = algbw * 2(R-1)/R
+//       (nccl-tests' all-reduce bus bandwidth: the bytes each rank must send and receive,
+//       comparable across R); GB/s = 1e9 bytes/s
 //       wrong = elements that differed from the expected sum in the verification call
+//   {"bench":"sendrecv", "impl":"mpi", "from":0, "to":R-1, "bytes", "reps", "median_us",
+//    "min_us", "max_us", "gbps", "gbps_best", "wrong"}       one line per size, under mpirun
+//       one message of `bytes` from world rank 0 to the last rank, timed by the sender until a
+//       1-byte reply arrived (so the time includes one small message's latency back);
+//       gbps = bytes / median time (bus bandwidth factor 1); wrong = bytes that differed
 //
-// Timing follows nccl-tests: verify once, warm up once, then N timed calls, each started after a
-// barrier; a call's time is the slowest rank's, the reported time the best call's. f32 sums.
-// The in-process group (R = 2 threads) always runs; MPI (R = world size) runs under mpirun.
+// Timing follows nccl-tests: verify once, warm up once, then N >= 5 timed calls, each started
+// after a barrier; a call's time is the slowest rank's. The spread (min, median, max over the
+// calls) says how far one figure can be trusted on a shared machine. f32 sums. The in-process
+// group (R = 2 threads) always runs; MPI (R = world size) runs under mpirun.
 // Exits 3 when a verification failed, 2 on bad flags, 1 on any other failure.
 #include <algorithm>
 #include <chrono>
@@ -40,9 +48,21 @@ double seconds_since(Clock::time_point t0) {
 }
 
 struct Result {
-  double seconds = 0;  // best call, slowest rank
+  double seconds = 0;  // best call (slowest rank's time)
+  double median = 0, worst = 0;
+  int reps = 0;
   int64_t wrong = 0;
 };
+
+// Fills seconds, median and worst from the times of the timed calls.
+void summarise(std::vector<double> times, Result& r) {
+  std::sort(times.begin(), times.end());
+  const size_t n = times.size();
+  r.reps = static_cast<int>(n);
+  r.seconds = times.front();
+  r.worst = times.back();
+  r.median = n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
+}
 
 // One size on one communicator; every rank of `c` calls it.
 Result time_all_reduce(pt::Communicator& c, size_t bytes, int reps) {
@@ -63,21 +83,55 @@ Result time_all_reduce(pt::Communicator& c, size_t bytes, int reps) {
   }
   std::vector<double> all(static_cast<size_t>(reps) * c.size());
   c.all_gather(mine.data(), all.data(), mine.size() * sizeof(double), "times");
-  result.seconds = 1e30;
-  for (int i = 0; i < reps; ++i) {
-    double slowest = 0;
-    for (int r = 0; r < c.size(); ++r) slowest = std::max(slowest, all[r * reps + i]);
-    result.seconds = std::min(result.seconds, slowest);
-  }
+  std::vector<double> slowest(reps, 0.0);
+  for (int i = 0; i < reps; ++i)
+    for (int r = 0; r < c.size(); ++r) slowest[i] = std::max(slowest[i], all[r * reps + i]);
+  summarise(slowest, result);
   int64_t wrong = result.wrong;
   c.all_reduce(&wrong, 1, pt::ElemType::i64, pt::ReduceOp::sum, "wrong");
   result.wrong = wrong;
   return result;
 }
 
+// One message of `bytes` from rank 0 to the last rank of `c`, answered by 1 byte; every rank of
+// `c` calls it (the others only meet in the barriers). The times are the sender's.
+Result time_send_recv(pt::Communicator& c, size_t bytes, int reps) {
+  const int from = 0, to = c.size() - 1;
+  constexpr int kData = 1, kReply = 2;  // tags
+  std::vector<unsigned char> data(bytes);
+  unsigned char reply = 0;
+  auto pattern = [](size_t i) { return static_cast<unsigned char>(i % 251); };
+  if (c.rank() == from)
+    for (size_t i = 0; i < bytes; ++i) data[i] = pattern(i);
+  // One untimed call verifies the bytes and warms the connection up, then `reps` timed ones.
+  Result result;
+  std::vector<double> times;
+  for (int i = 0; i <= reps; ++i) {
+    c.barrier("start");
+    if (c.rank() == from) {
+      const auto t0 = Clock::now();
+      auto sent = c.isend(data.data(), bytes, to, kData);
+      sent->wait("send");
+      c.recv(&reply, 1, to, kReply, "reply");
+      if (i > 0) times.push_back(seconds_since(t0));
+    } else if (c.rank() == to) {
+      c.recv(data.data(), bytes, from, kData, "receive");
+      if (i == 0)
+        for (size_t j = 0; j < bytes; ++j) result.wrong += data[j] != pattern(j);
+      c.isend(&reply, 1, from, kReply)->wait("reply");
+    }
+  }
+  int64_t wrong = result.wrong;
+  c.all_reduce(&wrong, 1, pt::ElemType::i64, pt::ReduceOp::sum, "wrong");
+  result.wrong = wrong;
+  if (c.rank() == from) summarise(times, result);
+  return result;
+}
+
+// At least 5 timed calls (a median and a spread), ~1 GiB per size for small sizes.
 int reps_for(size_t bytes, bool quick) {
-  if (quick) return 3;
-  return static_cast<int>(std::clamp<size_t>((size_t{1} << 30) / bytes, 3, 50));  // ~1 GiB per size
+  if (quick) return 5;
+  return static_cast<int>(std::clamp<size_t>((size_t{1} << 30) / bytes, 5, 50));
 }
 
 void emit_result(const std::string& impl, int ranks, size_t bytes, const Result& r) {
@@ -87,9 +141,32 @@ void emit_result(const std::string& impl, int ranks, size_t bytes, const Result&
       {"impl", impl},
       {"ranks", int64_t{ranks}},
       {"bytes", static_cast<int64_t>(bytes)},
+      {"reps", int64_t{r.reps}},
       {"time_us", r.seconds * 1e6},
+      {"median_us", r.median * 1e6},
+      {"min_us", r.seconds * 1e6},
+      {"max_us", r.worst * 1e6},
       {"algbw_gbps", algbw},
       {"busbw_gbps", algbw * 2.0 * (ranks - 1) / ranks},
+      {"busbw_median_gbps",
+       static_cast<double>(bytes) / r.median / 1e9 * 2.0 * (ranks - 1) / ranks},
+      {"wrong", r.wrong},
+  });
+}
+
+void emit_send_recv(int to, size_t bytes, const Result& r) {
+  emit({
+      {"bench", std::string("sendrecv")},
+      {"impl", std::string("mpi")},
+      {"from", int64_t{0}},
+      {"to", int64_t{to}},
+      {"bytes", static_cast<int64_t>(bytes)},
+      {"reps", int64_t{r.reps}},
+      {"median_us", r.median * 1e6},
+      {"min_us", r.seconds * 1e6},
+      {"max_us", r.worst * 1e6},
+      {"gbps", static_cast<double>(bytes) / r.median / 1e9},
+      {"gbps_best", static_cast<double>(bytes) / r.seconds / 1e9},
       {"wrong", r.wrong},
   });
 }
@@ -135,13 +212,13 @@ int64_t in_process_bench(const std::vector<size_t>& sizes, bool quick, double ti
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"all-reduce bandwidth of the in-process and MPI communicators"};
+  CLI::App app{"all-reduce and send/recv bandwidth of the in-process and MPI communicators"};
   double max_mb = 256;
   bool quick = false;
   double timeout_s = 300;
   app.add_option("--max-mb", max_mb, "largest all-reduce, MiB (sizes are 1 KiB * 4^k)")
       ->check(CLI::PositiveNumber);
-  app.add_flag("--quick", quick, "sizes up to 1 MiB, 3 timed calls each (a smoke run)");
+  app.add_flag("--quick", quick, "sizes up to 1 MiB, 5 timed calls each (a smoke run)");
   app.add_option("--timeout", timeout_s, "communicator timeout, seconds")
       ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
@@ -162,6 +239,12 @@ int main(int argc, char** argv) {
       for (size_t bytes : sizes) {
         const Result r = time_all_reduce(*world, bytes, reps_for(bytes, quick));
         if (printer) emit_result("mpi", world->size(), bytes, r);
+        wrong += r.wrong;
+      }
+      // Point to point needs two ranks (a message to oneself measures nothing).
+      for (size_t bytes : world->size() > 1 ? sizes : std::vector<size_t>{}) {
+        const Result r = time_send_recv(*world, bytes, reps_for(bytes, quick));
+        if (printer) emit_send_recv(world->size() - 1, bytes, r);
         wrong += r.wrong;
       }
     }

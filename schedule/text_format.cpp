@@ -1,6 +1,7 @@
 #include "schedule/text_format.h"
 
 #include <charconv>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -36,6 +37,13 @@ std::optional<int> to_int(std::string_view word) {
   if (ec != std::errc() || end != word.data() + word.size()) return std::nullopt;
   return value;
 }
+
+// What a schedule header may claim: far above any cluster a what-if run models (4,096 devices x
+// 1,024 micro-batches), far below what would exhaust memory.
+constexpr int kMaxHeaderValue[3] = {1 << 16, 1 << 16, 1 << 20};  // devices, stages, microbatches
+constexpr int64_t kMaxStageMicrobatchCells = int64_t{1} << 24;
+// A schedule file is read whole; a larger one is not a schedule (1 GiB holds ~100M actions).
+constexpr uintmax_t kMaxScheduleFileBytes = uintmax_t{1} << 30;
 
 class Parser {
  public:
@@ -105,6 +113,16 @@ class Parser {
              std::to_string(k + 1) + " of the header, found '" + std::string(w) + "'");
       values[k] = *value;
     }
+    // Bounded before anything is allocated: a header claiming billions of devices or cells would
+    // otherwise end in bad_alloc (or a validator running for hours) instead of an error.
+    for (size_t k = 0; k < 3; ++k)
+      if (values[k] > kMaxHeaderValue[k])
+        fail(cat("header field ", keys[k], std::to_string(values[k]), " exceeds the limit of ",
+                 std::to_string(kMaxHeaderValue[k]), " (a corrupt or mistyped header?)"));
+    if (int64_t{values[1]} * values[2] > kMaxStageMicrobatchCells)
+      fail(cat("stages x microbatches = ", std::to_string(int64_t{values[1]} * values[2]),
+               " exceeds the limit of ", std::to_string(kMaxStageMicrobatchCells),
+               " (the validator tracks every stage and micro-batch)"));
     schedule_ = empty_schedule(values[0], values[1], values[2]);
     seen_device_.assign(static_cast<size_t>(values[0]), false);
     have_header_ = true;
@@ -195,6 +213,14 @@ Schedule read_schedule_file(const std::string& path) {
                                  : std::filesystem::is_fifo(st)    ? "a FIFO (named pipe)"
                                                                    : "a device or socket") +
                                 ", not a regular file; give a schedule text file");
+  if (std::filesystem::exists(st)) {
+    const uintmax_t bytes = std::filesystem::file_size(path, ec);
+    if (!ec && bytes > kMaxScheduleFileBytes)
+      throw std::invalid_argument("cannot read schedule file '" + path + "': it has " +
+                                  std::to_string(bytes) + " bytes, more than the limit of " +
+                                  std::to_string(kMaxScheduleFileBytes) +
+                                  "; it is not a schedule text file");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::invalid_argument("cannot open schedule file '" + path + "'");
   std::ostringstream text;

@@ -10,6 +10,7 @@ packages=(
   libfmt-dev doctest-dev libcli11-dev nlohmann-json3-dev
   libdnnl-dev ocl-icd-opencl-dev zlib1g-dev
   libopenmpi-dev openmpi-bin
+  iproute2  # ip netns, tc: tests/examples/two_hosts.sh (two "hosts" in network namespaces)
   python3
   dataset-fashion-mnist bible-kjv
 )

@@ -16,6 +16,7 @@
 #include "engine/checkpoint/manifest.h"
 #include "engine/core/error.h"
 #include "engine/io/atomic_file.h"
+#include "engine/io/crc32.h"
 #include "engine/io/safetensors.h"
 
 namespace pt {

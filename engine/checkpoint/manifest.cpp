@@ -1,7 +1,5 @@
 #include "engine/checkpoint/manifest.h"
 
-#include <zlib.h>
-
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -16,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/error.h"
+#include "engine/io/crc32.h"
 #include "engine/io/safetensors.h"
 
 namespace pt {
@@ -73,18 +72,6 @@ bool read_range(const std::filesystem::path& file, uint64_t offset, std::byte* o
 }
 
 }  // namespace
-
-uint32_t crc32_of(const std::byte* data, size_t bytes) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  const auto* p = reinterpret_cast<const Bytef*>(data);
-  while (bytes > 0) {  // zlib takes uInt lengths
-    const uInt n = static_cast<uInt>(std::min<size_t>(bytes, 1u << 30));
-    crc = crc32(crc, p, n);
-    p += n;
-    bytes -= n;
-  }
-  return static_cast<uint32_t>(crc);
-}
 
 const CheckpointTensor* CheckpointManifest::find(std::string_view name) const {
   if (index_.size() != tensors.size()) {  // built, or rebuilt after tensors were added

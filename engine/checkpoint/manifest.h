@@ -81,7 +81,4 @@ std::vector<std::byte> read_checkpoint_tensor(const std::filesystem::path& check
 // (empty: the checkpoint is whole). Throws FileError only when there is no readable manifest.
 std::vector<std::string> verify_checkpoint(const std::filesystem::path& checkpoint);
 
-// zlib's CRC-32 of `bytes`.
-uint32_t crc32_of(const std::byte* data, size_t bytes);
-
 }  // namespace pt

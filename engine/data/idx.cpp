@@ -71,6 +71,16 @@ size_t read_some(gzFile f, const std::filesystem::path& path, void* dst, size_t 
 }  // namespace
 
 IdxArray read_idx(const std::filesystem::path& path) {
+  // Opening a FIFO blocks until a writer comes (forever, for a mistake) and a device such as
+  // /dev/zero never ends: only a regular file (or a link to one) is read. A missing file is left
+  // to the open's message.
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+    bad_file(path, fmt::format("it is {}, not a regular file; give the IDX file (.gz or plain)",
+                               std::filesystem::is_directory(st) ? "a folder"
+                               : std::filesystem::is_fifo(st)    ? "a FIFO (named pipe)"
+                                                                 : "a device or socket"));
   GzPtr f(gzopen(path.c_str(), "rb"));
   if (!f) {
     const int err = errno;

@@ -97,11 +97,12 @@ TextCorpus load_text_corpus(const std::filesystem::path& path);
 std::filesystem::path default_cache_dir();
 
 // The King James Bible, one verse per line ("Ge1:1 In the beginning God created ..."), as
-// printed by `bible -f Gen1:1-Rev22:21`. Read from cache_dir/bible-kjv.txt when present; else
-// runs `program` and writes that file atomically (if the folder is not writable the text is
-// still returned). Throws FileError naming the package (bible-kjv) when the program is missing,
-// and when it fails or prints too little.
+// printed by `bible -f Gen1:1-Rev22:21`. Read from cache_dir/bible-kjv.cache when present and
+// its size and CRC-32 check; else runs `program` (stopped after `timeout_seconds`) and writes
+// that file atomically (if the folder is not writable the text is still returned). Throws
+// FileError naming the package (bible-kjv) when the program is missing, fails, prints too little
+// or does not finish in time.
 TextCorpus bible_corpus(const std::filesystem::path& cache_dir = default_cache_dir(),
-                        const std::string& program = "bible");
+                        const std::string& program = "bible", double timeout_seconds = 60);
 
 }  // namespace pt

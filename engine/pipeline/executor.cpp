@@ -63,7 +63,7 @@ Executor::State& Executor::state(int s, int m) {
   if (!p) {
     p = std::make_unique<State>();
     StepInfo info = run_.info;
-    info.microbatch = m;
+    info.microbatch = run_.info.microbatch + m;  // the global index: run_.info holds the first
     p->ctx = std::make_unique<MicrobatchContexts>(backend_, info, stage(s).first_layer,
                                                   stage(s).last_layer, setup_.layout->is_last(s));
     p->dy.resize(static_cast<size_t>(stage(s).last_layer - stage(s).first_layer));

@@ -32,7 +32,7 @@ struct ScheduleRun {
   Tensor inputs, targets;                  // host (B, ...)
   int64_t loss_divisor = 1;                // the loss shares are sums over samples / this
   std::vector<int64_t> mb_first, mb_size;  // rows of each micro-batch
-  StepInfo info;                           // micro-batch filled in per micro-batch
+  StepInfo info;  // info.microbatch: the global index of micro-batch 0 here (replica r: r*M)
   std::vector<double> loss;                // per device: its loss shares, added in list order
   std::vector<int64_t> correct;            // per device (-1: not a classification loss)
   std::vector<std::atomic<int>> position;  // per device: index of the action being executed

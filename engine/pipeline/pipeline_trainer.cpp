@@ -179,7 +179,9 @@ StepStats PipelineTrainer::train_step(const Tensor& inputs, const Tensor& target
   const auto mine = static_cast<ptrdiff_t>(par.replica) * M;
   run.mb_size.assign(all_sizes.begin() + mine, all_sizes.begin() + mine + M);
   run.mb_first.assign(all_first.begin() + mine, all_first.begin() + mine + M);
-  run.info = StepInfo{config_.trainer.seed, step_, 0, true};
+  // Dropout masks are keyed by the global micro-batch index (replica r's m-th is r*M + m), so
+  // replicas draw the masks single-device accumulation over R*M micro-batches would.
+  run.info = StepInfo{config_.trainer.seed, step_, static_cast<int>(mine), true};
 
   for (StageOwned& s : stages_)
     if (s.params) s.params->zero_grads();

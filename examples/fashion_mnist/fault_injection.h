@@ -13,10 +13,11 @@
 
 #include "engine/core/error.h"
 #include "engine/training_engine.h"
+#include "examples/common/forwarding_engine.h"
 
 namespace pt {
 
-class FaultInjection final : public TrainingEngine {
+class FaultInjection final : public examples::ForwardingEngine {
  public:
   // Returns `inner` unchanged when PIPETRAIN_FAULT is unset or names another rank.
   static std::unique_ptr<TrainingEngine> wrap(std::unique_ptr<TrainingEngine> inner,
@@ -38,29 +39,19 @@ class FaultInjection final : public TrainingEngine {
   }
 
   FaultInjection(std::unique_ptr<TrainingEngine> inner, bool kill, int64_t step)
-      : inner_(std::move(inner)), kill_(kill), step_(step) {}
+      : ForwardingEngine(*inner), owned_(std::move(inner)), kill_(kill), step_(step) {}
 
   StepStats train_step(const Tensor& inputs, const Tensor& targets) override {
-    if (inner_->step() == step_) {
+    if (inner().step() == step_) {
       std::fflush(stdout);
       if (kill_) std::raise(SIGKILL);
       for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
     }
-    return inner_->train_step(inputs, targets);
+    return inner().train_step(inputs, targets);
   }
-  EvalStats evaluate(const Tensor& inputs, const Tensor& targets, int64_t chunk) override {
-    return inner_->evaluate(inputs, targets, chunk);
-  }
-  Model& model() const override { return inner_->model(); }
-  uint64_t seed() const override { return inner_->seed(); }
-  int64_t step() const override { return inner_->step(); }
-  void set_step(int64_t step) override { inner_->set_step(step); }
-  std::vector<StageState> stage_states() override { return inner_->stage_states(); }
-  std::vector<StageState> all_stage_copies() override { return inner_->all_stage_copies(); }
-  std::vector<StageState> stages_to_save() override { return inner_->stages_to_save(); }
 
  private:
-  std::unique_ptr<TrainingEngine> inner_;
+  std::unique_ptr<TrainingEngine> owned_;
   bool kill_;
   int64_t step_;
 };

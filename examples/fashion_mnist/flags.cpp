@@ -32,8 +32,9 @@ void add_fashion_flags(CLI::App& app, FashionFlags& f) {
       ->check(kUint64Text);
   app.add_flag("--no-shuffle", f.no_shuffle, "keep the data set's order");
   add_parallel_flags(app, f.par);
-  app.add_flag("--parity-check", f.parity_check,
-               "also train the single-device reference and compare");
+  app.add_flag(
+      "--parity-check", f.parity_check,
+      "every step, also train the single-device reference from the same state and compare");
   app.add_option("--data", f.data, "folder with the Fashion-MNIST IDX files")
       ->capture_default_str();
   app.add_option("--metrics", f.metrics, "write metrics as JSON lines to this file");
@@ -66,9 +67,6 @@ FashionOptions check_fashion_flags(const FashionFlags& f) {
   // The pipeline runtime even for one stage: that is what --parity-check checks.
   o.parallel.force_pipeline = f.parity_check;
   o.parallel.check(f.batch);
-  if (f.parity_check && !f.checkpoints.resume.empty())  // refused before training, not after
-    throw UsageError(
-        "--parity-check does not combine with --resume: it replays the run from the start");
   o.checkpoints = checkpoint_options(f.checkpoints);
   o.checkpoints.settings = {{"model", f.model}, {"optim", f.optim}};
   // Before the data is read: a run must not train and then fail to write its results.

@@ -87,7 +87,14 @@ int run(const pt::examples::FashionFlags& f, pt::Communicator* world) {
       par.dp > 1 ? " (split between the replicas)" : "", par.microbatches,
       par.microbatches == 1 ? "" : "es", opt.str(), cfg.lr.total_steps);
   fit.checkpoints.layout = setup.layout;
-  const pt::FitResult r = pt::fit(*trainer, train, &test, fit);
+  std::unique_ptr<pt::examples::ParityCheckedEngine> parity;
+  if (f.parity_check) {
+    parity = std::make_unique<pt::examples::ParityCheckedEngine>(
+        *trainer, par, make_model, cfg, setup.backends[0]->num_threads(), world);
+    fmt::print("parity check: each step is also trained by the single-device reference\n");
+  }
+  const pt::FitResult r =
+      pt::fit(parity ? static_cast<pt::TrainingEngine&>(*parity) : *trainer, train, &test, fit);
   if (r.preempted) {
     pt::examples::print_how_to_continue(r.preempted, trainer->step(), f.checkpoints);
     return pt::kExitPreempted;
@@ -104,16 +111,7 @@ int run(const pt::examples::FashionFlags& f, pt::Communicator* world) {
   fmt::print("test accuracy: {:.2f}% (test loss {:.4f}, {} samples)\n", 100.0 * r.test.accuracy,
              r.test.loss, r.test.samples);
   pt::report_pipeline(par, setup, world);
-  if (f.parity_check) {
-    pt::FitOptions same_batches = fit;  // the same batches, without the run's side effects
-    same_batches.metrics.clear();
-    same_batches.checkpoints = {};
-    same_batches.world = nullptr;
-    same_batches.watch_signals = false;
-    return pt::examples::parity_check(
-        par, make_model, cfg, *trainer, setup.backends[0]->num_threads(), world,
-        [&](pt::TrainingEngine& reference) { pt::fit(reference, train, nullptr, same_batches); });
-  }
+  if (parity) return parity->verdict();
   return 0;
 }
 

@@ -83,8 +83,9 @@ void add_gpt_flags(CLI::App& app, GptFlags& f) {
   app.add_flag("--summary", f.summary, "print the model summary table");
   app.add_flag("--untied", f.untied,
                "give lm_head its own weight instead of sharing tok_emb's (GPT-2 ties them)");
-  app.add_flag("--parity-check", f.parity_check,
-               "also train the single-device reference on the same batches and compare");
+  app.add_flag(
+      "--parity-check", f.parity_check,
+      "every step, also train the single-device reference from the same state and compare");
   add_checkpoint_flags(app, f.checkpoints);
 }
 
@@ -137,10 +138,7 @@ GptOptions check_gpt_flags(const GptFlags& f) {
   par = training_options(f.par);
   // The pipeline runtime even for one stage: that is what --parity-check checks.
   par.force_pipeline = f.parity_check;
-  par.check(f.batch);                                   // and --trace, --timeline
-  if (f.parity_check && !f.checkpoints.resume.empty())  // refused before training, not after
-    throw UsageError(
-        "--parity-check does not combine with --resume: it replays the run from the start");
+  par.check(f.batch);  // and --trace, --timeline
   o.checkpoints = checkpoint_options(f.checkpoints);
   o.checkpoints.settings = settings_to_match(f);
   // Before the text is read: a run must not train and then fail to write its results.

@@ -109,7 +109,11 @@ int run(const pt::examples::GptFlags& f, pt::Communicator* world) {
   checkpoint_options.settings["data"] = corpus.source();
 
   pt::TrainingRun setup = pt::make_training(par, model, make_model, cfg, f.batch, world);
-  pt::TrainingEngine& engine = *setup.engine;
+  std::unique_ptr<pt::examples::ParityCheckedEngine> parity;
+  if (f.parity_check)
+    parity = std::make_unique<pt::examples::ParityCheckedEngine>(
+        *setup.engine, par, make_model, cfg, setup.backends[0]->num_threads(), world);
+  pt::TrainingEngine& engine = parity ? *parity : *setup.engine;
   checkpoint_options.layout = setup.layout;
   pt::RunCheckpoints checkpoints(checkpoint_options, world);
   const int64_t tokens_per_step = f.batch * f.context;
@@ -215,16 +219,7 @@ int run(const pt::examples::GptFlags& f, pt::Communicator* world) {
                  {"val_loss", val_loss}});
   pt::report_pipeline(par, setup, world);
   int status = 0;
-  if (f.parity_check)
-    status =
-        pt::examples::parity_check(par, make_model, cfg, engine, setup.backends[0]->num_threads(),
-                                   world, [&](pt::TrainingEngine& reference) {
-                                     while (reference.step() < f.steps) {
-                                       const pt::TextBatch b = parts.train.sample_batch(
-                                           f.batch, f.context, f.seed, reference.step());
-                                       reference.train_step(b.inputs(), b.targets());
-                                     }
-                                   });
+  if (parity) status = parity->verdict();
 
   // ---- sampling: the trained parameters copied onto one device ----
   if (f.sample_bytes > 0) {

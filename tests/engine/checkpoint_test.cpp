@@ -22,6 +22,7 @@
 #include "engine/comm/in_process.h"
 #include "engine/core/error.h"
 #include "engine/fit.h"
+#include "engine/io/crc32.h"
 #include "engine/metrics.h"
 #include "engine/parallel/data_parallel_trainer.h"
 #include "engine/preemption.h"

@@ -1,6 +1,7 @@
 // IDX reader on small generated files: plain and gzipped, good and damaged.
 #include <doctest/doctest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <filesystem>
@@ -134,4 +135,13 @@ TEST_CASE("read_idx rejects wrong magic, other element types, trailing garbage, 
   write_gz(p, idx_bytes({0, 5}, ""));  // empty arrays are fine
   CHECK(read_idx(p).data.empty());
   CHECK(contains(read_error(dir.path / "missing.gz"), "cannot open: No such file or directory"));
+}
+
+TEST_CASE("read_idx refuses a FIFO, a device and a folder before opening them (no hang)") {
+  TempDir dir;
+  const fs::path fifo = dir.path / "train-images-idx3-ubyte.gz";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK(contains(read_error(fifo), "it is a FIFO (named pipe), not a regular file"));
+  CHECK(contains(read_error("/dev/zero"), "it is a device or socket, not a regular file"));
+  CHECK(contains(read_error(dir.path), "it is a folder, not a regular file"));
 }

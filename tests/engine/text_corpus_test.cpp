@@ -182,8 +182,43 @@ TEST_CASE("bible_corpus: the whole King James Bible, cached after the first run"
   CHECK(c.size() > 4'000'000);
   const std::string head(c.bytes().begin(), c.bytes().begin() + 40);
   CHECK(head == "Ge1:1 In the beginning God created the h");
-  CHECK(std::filesystem::exists(dir.path / "cache" / "bible-kjv.txt"));
+  const std::filesystem::path cache = dir.path / "cache" / "bible-kjv.cache";
+  CHECK(std::filesystem::exists(cache));
   // The second call reads the cache: the same bytes even without the program.
   const TextCorpus again = bible_corpus(dir.path / "cache", "pipetrain-no-such-bible-program");
   CHECK(again.bytes() == c.bytes());
+
+  // A cache with one byte changed (same size) fails its CRC-32 and is not used: without the
+  // program that is an error, with it the text is made again and the cache rewritten.
+  {
+    std::fstream f(cache, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(1000);
+    f.put('#');
+  }
+  CHECK_THROWS_WITH_AS(bible_corpus(dir.path / "cache", "pipetrain-no-such-bible-program"),
+                       doctest::Contains("was not found"), FileError);
+  CHECK(bible_corpus(dir.path / "cache", "/usr/bin/bible").bytes() == c.bytes());
+  CHECK(bible_corpus(dir.path / "cache", "pipetrain-no-such-bible-program").bytes() == c.bytes());
+  // A truncated cache is not used either.
+  std::filesystem::resize_file(cache, std::filesystem::file_size(cache) - 1);
+  CHECK_THROWS_AS(bible_corpus(dir.path / "cache", "pipetrain-no-such-bible-program"), FileError);
+}
+
+TEST_CASE("bible_corpus: a program that never finishes is stopped after the timeout") {
+  test::TempDir dir("pipetrain-bible");
+  const std::filesystem::path hung = dir.path / "hung-bible";
+  std::ofstream(hung) << "#!/bin/sh\necho 'Ge1:1 In the beginning'\nexec sleep 1000\n";
+  std::filesystem::permissions(hung, std::filesystem::perms::owner_all);
+  CHECK_THROWS_WITH_AS(bible_corpus(dir.path / "cache", hung.string(), 0.5),
+                       doctest::Contains("did not finish within 0.5 s (it printed 23 bytes)"),
+                       FileError);
+  CHECK_FALSE(std::filesystem::exists(dir.path / "cache"));
+
+  // A program that fails or prints too little is refused, and nothing is cached.
+  const std::filesystem::path failing = dir.path / "failing-bible";
+  std::ofstream(failing) << "#!/bin/sh\necho oops\nexit 3\n";
+  std::filesystem::permissions(failing, std::filesystem::perms::owner_all);
+  CHECK_THROWS_WITH_AS(bible_corpus(dir.path / "cache", failing.string()),
+                       doctest::Contains("failed (status 3) and printed 5 bytes"), FileError);
+  CHECK_FALSE(std::filesystem::exists(dir.path / "cache"));
 }

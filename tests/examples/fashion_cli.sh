@@ -225,8 +225,15 @@ if [ -f "$work/bad/train-images-idx3-ubyte.gz" ]; then
   else
     echo "FAIL: resume at the last step"; cat "$work/resume3.txt"; fails=$((fails+1))
   fi
-  expect_error "--parity-check does not combine with --resume" --steps 4 --batch 64 --stages 2 --parity-check \
-    --resume "$work/c" --data "$data"
+  # --parity-check restarts the reference from the run's state every step: it checks the steps
+  # of a resumed run too.
+  if "$exe" --steps 6 --batch 64 --microbatches 2 --stages 2 --parity-check --resume "$work/c" \
+       --data "$data" > "$work/resume-parity.txt" 2>&1 \
+     && grep -q "bit-identical to the single-device reference (2 steps, each from the run's own state)" "$work/resume-parity.txt"; then
+    echo "ok: --parity-check after --resume: $(grep '^parity:' "$work/resume-parity.txt")"
+  else
+    echo "FAIL: --parity-check after --resume"; cat "$work/resume-parity.txt"; fails=$((fails+1))
+  fi
   # No temporary files left behind by any of the above.
   if ls -a "$work" | grep -q '\.tmp'; then echo "FAIL: temporary files left: $(ls -a "$work")"; fails=$((fails+1)); fi
 fi

@@ -126,7 +126,12 @@ run_ok "$work/done.txt" --steps 3 --resume "$work/ck" && grep -q "nothing left t
 expect_error "was saved with --d-model 32 but this run has --d-model 64" \
   "${base[@]}" --batch 4 --d-model 64 --steps 6 --resume "$work/ck"
 expect_error "was saved with --batch 4 but this run has --batch 8" "${base[@]}" --d-model 32 --batch 8 --steps 6 --resume "$work/ck"
-expect_error "--parity-check does not combine with --resume" "${ck[@]}" --parity-check --steps 6 --resume "$work/ck"
+# --parity-check restarts the reference from the run's state every step, so it checks a resumed
+# run too (the steps after the checkpoint).
+run_ok "$work/resumed-parity.txt" --parity-check --stages 2 --steps 5 --resume "$work/ck" \
+  && grep -q "bit-identical to the single-device reference (2 steps, each from the run's own state)" "$work/resumed-parity.txt" \
+  && echo "ok: --parity-check after --resume: $(grep '^parity:' "$work/resumed-parity.txt")" \
+  || { echo "FAIL: --parity-check after --resume"; cat "$work/resumed-parity.txt"; fails=$((fails+1)); }
 expect_error "--keep applies to the numbered checkpoints" "${ck[@]}" --steps 1 --save "$work/k" --keep 2
 # --save-every 2 --keep 2 over 7 steps: step-6 and step-7 stay; latest: resumes the newest.
 if run_ok "$work/every.txt" --steps 7 --save "$work/runs" --save-every 2 --keep 2; then
@@ -173,7 +178,7 @@ if "$exe" --steps 3 --stages 2 --microbatches 2 "${small[@]}" --eval-every 2 --m
    && grep -q "^And God said" "$work/run.txt" \
    && [ "$(grep -c '"loss"' "$work/m.jsonl")" -eq 3 ] \
    && grep -q '"val_loss"' "$work/m.jsonl" \
-   && [ -s "$XDG_CACHE_HOME/pipetrain/bible-kjv.txt" ]; then
+   && [ -s "$XDG_CACHE_HOME/pipetrain/bible-kjv.cache" ]; then
   echo "ok: 3 pipelined steps on the Bible: $(grep -a 'final validation loss' "$work/run.txt")"
 else
   echo "FAIL: 3 pipelined steps"; cat "$work/run.txt"; cat "$work/m.jsonl" 2>/dev/null; fails=$((fails+1))

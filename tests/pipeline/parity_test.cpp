@@ -11,6 +11,7 @@
 #include "engine/data/batching.h"
 #include "engine/pipeline/pipeline_trainer.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "layers/builder.h"
 #include "layers/zoo.h"
 #include "schedule/generators.h"
 #include "schedule/lowering.h"
@@ -125,6 +126,16 @@ void check_parity(const std::function<Model()>& make, Shape sample, int64_t batc
 
 TEST_CASE("pipeline parity: deep MLP (14 layers)") {
   check_parity([] { return deep_mlp(6, 48, {1, 6, 6}); }, Shape{1, 6, 6}, 16);
+}
+
+TEST_CASE("pipeline parity: an MLP with dropout (masks keyed by micro-batch, step and layer)") {
+  check_parity(
+      [] {
+        ModelBuilder b(Shape{1, 6, 6});
+        b.flatten().linear(48).relu().dropout(0.3f).linear(48).relu().dropout(0.5f);
+        return b.linear(10).cross_entropy().build();
+      },
+      Shape{1, 6, 6}, 16);
 }
 
 TEST_CASE("pipeline parity: Fashion-MNIST CNN") {

@@ -109,6 +109,13 @@ TEST_CASE("text format: parse errors carry the line number and the fix") {
       {header + "device 0: 0F0\nplacement 0 1\n", "line 3: 'placement' must come before"},
       {header + "placement 0 1\nplacement 0 1\n", "line 3: a second 'placement' line"},
       {header + "stage 0: 0F0\n", "line 2: unknown line starting with 'stage'"},
+      // Sizes are bounded before anything is allocated (these ended in bad_alloc).
+      {"pipeline devices=2000000000 stages=2 microbatches=2\n",
+       "line 1: header field devices=2000000000 exceeds the limit of 65536"},
+      {"pipeline devices=1 stages=1 microbatches=2147483647\n",
+       "microbatches=2147483647 exceeds the limit of 1048576"},
+      {"pipeline devices=4 stages=65536 microbatches=1048576\n",
+       "stages x microbatches = 68719476736 exceeds the limit of 16777216"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.text);
@@ -148,6 +155,13 @@ TEST_CASE("read_schedule_file: parses, validates, names the file") {
   }
   CHECK_THROWS_WITH_AS(read_schedule_file("/nonexistent/pipetrain.txt"),
                        doctest::Contains("cannot open schedule file"), std::invalid_argument);
+
+  // A file too large to be a schedule is refused before it is read (a sparse file: no disk used).
+  const TempFile huge("huge.txt", "pipeline devices=1 stages=1 microbatches=1\n");
+  std::filesystem::resize_file(huge.path, (uintmax_t{1} << 30) + 1);
+  CHECK_THROWS_WITH_AS(read_schedule_file(huge.path.string()),
+                       doctest::Contains("it has 1073741825 bytes, more than the limit of"),
+                       std::invalid_argument);
 }
 
 TEST_CASE("read_schedule_file: a FIFO or a folder is refused before it is opened (no hang)") {
