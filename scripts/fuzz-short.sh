@@ -17,9 +17,9 @@ cd "$(dirname "$0")/.."
 
 all_targets=(safetensors manifest idx schedule text_corpus fashion_flags gpt_flags)
 runs=20000 max_time=300 timeout=10 keep_corpus=0 targets=()
-# The IDX reader zero-fills a 4 MiB chunk before reading into it, so every input whose header
-# claims more data than it has costs milliseconds: ~100 inputs/s against 1000-3000 for the
-# others. Its short run is 2000 inputs (about as long as the others' 20000).
+# The IDX target is the slowest (~300 inputs/s against 1000-3000): zlib's buffers (the reader's
+# 128 KiB gzbuffer, the target's deflate) are large allocations, which ASan maps and unmaps on
+# every input. Its short run is 2000 inputs, about as long as the others' 20000.
 declare -A short_runs=([idx]=2000)
 runs_given=0
 while (($#)); do
