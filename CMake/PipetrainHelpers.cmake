@@ -9,6 +9,21 @@ function(pipetrain_warnings target)
   endif()
 endfunction()
 
+# Fuzzing (tests/fuzz) needs libFuzzer, which only clang has, and the sanitizers that turn a bad
+# read into a finding: every object gets the fuzzer's coverage instrumentation, the fuzz
+# programs link its driver (tests/fuzz/CMakeLists.txt).
+if(PIPETRAIN_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "PIPETRAIN_FUZZ=ON needs clang (libFuzzer), but the C++ compiler is "
+      "${CMAKE_CXX_COMPILER_ID} ${CMAKE_CXX_COMPILER}: configure a fresh build folder with "
+      "-DCMAKE_CXX_COMPILER=clang++-14 (Debian package clang-14), as scripts/fuzz-short.sh does")
+  endif()
+  if(NOT PIPETRAIN_SANITIZE)
+    set(PIPETRAIN_SANITIZE "address,undefined")
+  endif()
+  add_compile_options(-fsanitize=fuzzer-no-link)
+endif()
+
 if(PIPETRAIN_SANITIZE)
   add_compile_options(-fsanitize=${PIPETRAIN_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
   add_link_options(-fsanitize=${PIPETRAIN_SANITIZE})

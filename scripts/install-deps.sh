@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Installs pipetrain's build and run dependencies (Debian 12 packages only; run as root).
-# Skips apt entirely when every package is already installed, so offline re-runs work.
+# clang-14, its runtimes (libFuzzer, sanitizers) and its OpenMP build the fuzz targets
+# (scripts/fuzz-short.sh). Skips apt entirely when every package is already installed, so
+# offline re-runs work.
 set -euo pipefail
 packages=(
   cmake ninja-build g++ pkg-config clang-format
+  clang-14 libclang-rt-14-dev libomp-14-dev
   libfmt-dev doctest-dev libcli11-dev nlohmann-json3-dev
   libdnnl-dev ocl-icd-opencl-dev zlib1g-dev
   libopenmpi-dev openmpi-bin

@@ -1,6 +1,7 @@
 #include "engine/checkpoint/manifest.h"
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <limits>
@@ -31,6 +32,18 @@ DType dtype_from(const std::string& name, const std::filesystem::path& checkpoin
   if (dtype_from_name(name, &t)) return t;
   bad(checkpoint,
       fmt::format("manifest.json names dtype '{}', which pipetrain does not read", name));
+}
+
+// The integer `key` of the JSON object `j`, which must be in [0, max]. nlohmann's get<int>() and
+// friends convert silently: a float (1e300: undefined behaviour), a negative or a too large
+// number would come out as some other number, so the manifest's numbers are checked here.
+uint64_t count_at(const std::filesystem::path& checkpoint, const Json& j, const char* key,
+                  uint64_t max, const std::string& where) {
+  const Json& v = j.at(key);
+  if (!v.is_number_unsigned() || v.get<uint64_t>() > max)
+    bad(checkpoint, fmt::format("manifest.json: {}\"{}\" is {}, expected an integer from 0 to {}",
+                                where, key, v.dump(), max));
+  return v.get<uint64_t>();
 }
 
 struct FileCloser {
@@ -137,22 +150,41 @@ CheckpointManifest read_manifest(const std::filesystem::path& checkpoint) {
                                   kCheckpointFormat));
     for (const auto& [k, v] : j.at("metadata").items()) m.metadata[k] = v.get<std::string>();
     for (const auto& [k, v] : j.at("layout").items()) m.layout[k] = v.get<std::string>();
-    for (const Json& p : j.at("pieces"))
-      m.pieces.push_back({p.at("file").get<std::string>(), p.at("bytes").get<uint64_t>(),
-                          p.at("world_rank").get<int>()});
+    constexpr uint64_t kMaxInt = std::numeric_limits<int>::max();
+    for (const Json& p : j.at("pieces")) {
+      const std::string file = p.at("file").get<std::string>();
+      const std::string where = fmt::format("piece {}: ", file);
+      m.pieces.push_back({file, count_at(checkpoint, p, "bytes", UINT64_MAX, where),
+                          static_cast<int>(count_at(checkpoint, p, "world_rank", kMaxInt, where))});
+    }
     for (const Json& t : j.at("tensors")) {
       CheckpointTensor e;
       e.name = t.at("name").get<std::string>();
-      e.piece = t.at("piece").get<int>();
+      const std::string where = fmt::format("tensor '{}': ", e.name);
+      e.piece = static_cast<int>(count_at(checkpoint, t, "piece", kMaxInt, where));
       e.dtype = dtype_from(t.at("dtype").get<std::string>(), checkpoint);
-      for (const Json& d : t.at("shape")) e.shape.push_back(d.get<int64_t>());
-      e.offset = t.at("offset").get<uint64_t>();
-      e.bytes = t.at("bytes").get<uint64_t>();
-      e.crc32 = t.at("crc32").get<uint32_t>();
-      if (e.piece < 0 || e.piece >= static_cast<int>(m.pieces.size()))
+      // The shape's dimensions are sizes, and their product in bytes must fit in 64 bits (as in
+      // a safetensors header): a larger one is corrupt, not a tensor.
+      const Json& shape = t.at("shape");
+      if (!shape.is_array() || shape.size() > static_cast<size_t>(Shape::kMaxRank))
+        bad(checkpoint, fmt::format("manifest.json: {}shape {} is not a list of at most {} sizes",
+                                    where, shape.dump(), Shape::kMaxRank));
+      uint64_t bytes = dtype_size(e.dtype);
+      for (const Json& d : shape) {
+        if (!d.is_number_unsigned() || __builtin_mul_overflow(bytes, d.get<uint64_t>(), &bytes) ||
+            d.get<uint64_t>() > uint64_t{1} << 62)
+          bad(checkpoint, fmt::format("manifest.json: {}shape {} is not a list of sizes whose "
+                                      "bytes fit in 64 bits",
+                                      where, shape.dump()));
+        e.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
+      }
+      e.offset = count_at(checkpoint, t, "offset", UINT64_MAX, where);
+      e.bytes = count_at(checkpoint, t, "bytes", UINT64_MAX, where);
+      e.crc32 = static_cast<uint32_t>(count_at(checkpoint, t, "crc32", UINT32_MAX, where));
+      if (e.piece >= static_cast<int>(m.pieces.size()))
         bad(checkpoint, fmt::format("manifest.json: tensor '{}' names piece {} of {}", e.name,
                                     e.piece, m.pieces.size()));
-      if (static_cast<uint64_t>(e.shape.numel()) * dtype_size(e.dtype) != e.bytes)
+      if (bytes != e.bytes)
         bad(checkpoint, fmt::format("manifest.json: tensor '{}' has {} bytes but shape {} of {}",
                                     e.name, e.bytes, e.shape.str(), dtype_name(e.dtype)));
       m.tensors.push_back(std::move(e));

@@ -122,18 +122,22 @@ IdxArray read_idx(const std::filesystem::path& path) {
     out.dims.push_back(static_cast<int64_t>(d));
   }
 
-  // -- data: grown as it arrives, so a corrupt header cannot make us allocate a terabyte
-  constexpr size_t kChunk = size_t{1} << 22;
-  out.data.reserve(static_cast<size_t>(std::min<uint64_t>(elements, uint64_t{1} << 28)));
+  // -- data: grown as it arrives, so a corrupt header cannot make us allocate a terabyte. The
+  //    chunks double from 64 KiB to 4 MiB: a short file whose header claims much more costs what
+  //    the file holds, not a 256 MiB reservation and a 4 MiB zero-fill (the IDX fuzz target ran
+  //    at 100 inputs/s because of them; the vector's own doubling keeps large files linear).
+  constexpr size_t kMaxChunk = size_t{1} << 22;
+  size_t chunk = size_t{1} << 16;
   while (out.data.size() < elements) {
     const size_t old = out.data.size();
-    const size_t want = static_cast<size_t>(std::min<uint64_t>(kChunk, elements - old));
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(chunk, elements - old));
     out.data.resize(old + want);
     const size_t got = read_some(f.get(), path, out.data.data() + old, want);
     out.data.resize(old + got);
     if (got < want)
       bad_file(path, fmt::format("expected {} bytes of data, found {}: the file is truncated",
                                  elements, out.data.size()));
+    chunk = std::min(2 * chunk, kMaxChunk);
   }
   uint8_t extra[4096];
   if (const size_t more = read_some(f.get(), path, extra, sizeof(extra)); more > 0)

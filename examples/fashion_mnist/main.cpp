@@ -26,16 +26,14 @@
 #include "engine/core/error.h"
 #include "engine/data/dataset.h"
 #include "engine/fit.h"
-#include "engine/io/output_path.h"
-#include "engine/option_range.h"
 #include "engine/preemption.h"
 #include "engine/setup/run_main.h"
 #include "engine/setup/training_run.h"
 #include "engine/trainer.h"
 #include "examples/common/checkpoint_flags.h"
-#include "examples/common/integer_text.h"
 #include "examples/common/parallel_flags.h"
 #include "examples/common/parity_check.h"
+#include "examples/fashion_mnist/flags.h"
 #ifdef PIPETRAIN_FAULT_INJECTION  // the test-only build, pipetrain-fashion-faults
 #include "examples/fashion_mnist/fault_injection.h"
 #endif
@@ -43,53 +41,12 @@
 
 namespace {
 
-struct Flags {
-  std::string model = "mlp";
-  int64_t epochs = 3, steps = 0, batch = 256;
-  std::string optim = "sgd";
-  float lr = 0.05f, momentum = 0.9f, weight_decay = 0.f, clip = 0.f;
-  bool nesterov = false;
-  std::string lr_schedule = "constant";
-  int64_t warmup = 0;
-  uint64_t seed = 0;
-  bool no_shuffle = false, parity_check = false;
-  pt::examples::ParallelFlags par;
-  std::string data = pt::kFashionMnistDir;
-  std::string metrics;
-  pt::examples::CheckpointFlags checkpoints;
-  int64_t log_every = 50;
-  bool summary = false;
-};
-
-int run(const Flags& f, pt::Communicator* world) {
-  // ---- check everything the user gave before doing any work ----
-  pt::OptimizerConfig opt;
-  opt.kind = f.optim;
-  opt.lr = f.lr;
-  opt.momentum = f.optim == "sgd" ? f.momentum : 0.f;
-  opt.nesterov = f.nesterov;
-  opt.weight_decay = f.weight_decay;
-  opt.validate();  // --lr, --momentum, --weight-decay
-  if (f.model != "mlp" && f.model != "cnn")
-    throw pt::UsageError(fmt::format("unknown --model '{}': use mlp or cnn", f.model));
-  // 1e6 epochs of 60000 samples is 6e10 steps at --batch 1: the step count stays far from int64.
-  pt::check_integer("--epochs", f.epochs, 0, 1'000'000, "0: only with --steps");
-  pt::check_integer("--steps", f.steps, 0, INT64_MAX, "0: --epochs decides");
-  if (f.epochs < 1 && f.steps < 1) throw pt::UsageError("give --epochs >= 1 or --steps >= 1");
-  pt::check_integer("--warmup", f.warmup, 0, INT64_MAX, "0: none");
-  pt::check_integer("--log-every", f.log_every, 1);
-  // Like --lr: a norm bound above 1e6 is no bound, inf is a typo for 0 (off).
-  pt::check_real("--clip", f.clip, {.lo = 0, .hi = 1e6}, "0: no clipping");
-  pt::TrainingOptions par = pt::examples::training_options(f.par);
-  par.force_pipeline =
-      f.parity_check;  // the pipeline runtime even for one stage: that is what is checked
-  par.check(f.batch);
-  pt::CheckpointOptions checkpoints = pt::examples::checkpoint_options(f.checkpoints);
-  checkpoints.settings = {{"model", f.model}, {"optim", f.optim}};
-  // Before the data is read: a run must not train and then fail to write its results.
-  checkpoints.check();
-  pt::check_output_path(f.metrics, "--metrics");
-  const auto schedule_kind = pt::LrSchedule::parse_kind(f.lr_schedule);
+int run(const pt::examples::FashionFlags& f, pt::Communicator* world) {
+  // ---- check everything the user gave before doing any work (flags.cpp) ----
+  const pt::examples::FashionOptions checked = pt::examples::check_fashion_flags(f);
+  const pt::OptimizerConfig& opt = checked.optimizer;
+  const pt::TrainingOptions& par = checked.parallel;
+  const pt::CheckpointOptions& checkpoints = checked.checkpoints;
   const auto make_model = [&] { return f.model == "mlp" ? pt::fashion_mlp() : pt::fashion_cnn(); };
   pt::Model model = make_model();
   if (f.summary) fmt::print("{}", model.summary());
@@ -115,7 +72,7 @@ int run(const Flags& f, pt::Communicator* world) {
   fit.metrics = pt::speaks(world) ? f.metrics : "";
   fit.checkpoints = checkpoints;
   fit.world = world;
-  cfg.lr = {schedule_kind, f.lr, f.warmup, pt::planned_steps(fit, train.size()), 0.f};
+  cfg.lr = {checked.lr_schedule, f.lr, f.warmup, pt::planned_steps(fit, train.size()), 0.f};
 
   pt::TrainingRun setup = pt::make_training(par, model, make_model, cfg, f.batch, world);
 #ifdef PIPETRAIN_FAULT_INJECTION
@@ -162,39 +119,8 @@ int run(const Flags& f, pt::Communicator* world) {
 
 int main(int argc, char** argv) {
   CLI::App app{"pipetrain-fashion: train an MLP or CNN on Fashion-MNIST"};
-  Flags f;
-  app.add_option("--model", f.model, "mlp (784-1024x4-10) or cnn")->capture_default_str();
-  app.add_option("--epochs", f.epochs, "passes over the training set")
-      ->capture_default_str()
-      ->check(pt::examples::kInt64Text);
-  app.add_option("--steps", f.steps, "stop after this many optimizer steps (overrides --epochs)")
-      ->check(pt::examples::kInt64Text);
-  app.add_option("--batch", f.batch, "global batch size B")
-      ->capture_default_str()
-      ->check(pt::examples::kInt64Text);
-  app.add_option("--optim", f.optim, "sgd or adamw")->capture_default_str();
-  app.add_option("--lr", f.lr, "base learning rate")->capture_default_str();
-  app.add_option("--momentum", f.momentum, "SGD momentum")->capture_default_str();
-  app.add_flag("--nesterov", f.nesterov, "Nesterov momentum (SGD)");
-  app.add_option("--weight-decay", f.weight_decay, "weight decay (SGD: L2; AdamW: decoupled)");
-  app.add_option("--clip", f.clip, "clip the global gradient norm to this value (0: off)");
-  app.add_option("--lr-schedule", f.lr_schedule, "constant or cosine")->capture_default_str();
-  app.add_option("--warmup", f.warmup, "linear warm-up steps")->check(pt::examples::kInt64Text);
-  app.add_option("--seed", f.seed, "seed for initialisation, shuffling and dropout")
-      ->capture_default_str()
-      ->check(pt::examples::kUint64Text);
-  app.add_flag("--no-shuffle", f.no_shuffle, "keep the data set's order");
-  pt::examples::add_parallel_flags(app, f.par);
-  app.add_flag(
-      "--parity-check", f.parity_check,
-      "every step, also train the single-device reference from the same state and compare");
-  app.add_option("--data", f.data, "folder with the Fashion-MNIST IDX files")
-      ->capture_default_str();
-  app.add_option("--metrics", f.metrics, "write metrics as JSON lines to this file");
-  pt::examples::add_checkpoint_flags(app, f.checkpoints);
-  app.add_option("--log-every", f.log_every, "progress line interval when not on a terminal")
-      ->check(pt::examples::kInt64Text);
-  app.add_flag("--summary", f.summary, "print the model summary table");
+  pt::examples::FashionFlags f;
+  pt::examples::add_fashion_flags(app, f);
   CLI11_PARSE(app, argc, argv);
   return pt::run_main(
       f.par.timeout, [&](pt::Communicator* world) { return run(f, world); }, f.par.flight_recorder);

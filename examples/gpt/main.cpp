@@ -36,9 +36,7 @@
 #include "engine/core/error.h"
 #include "engine/data/text_corpus.h"
 #include "engine/generate.h"
-#include "engine/io/output_path.h"
 #include "engine/metrics.h"
-#include "engine/option_range.h"
 #include "engine/preemption.h"
 #include "engine/progress.h"
 #include "engine/resident_memory.h"
@@ -46,52 +44,13 @@
 #include "engine/setup/training_run.h"
 #include "engine/trainer.h"
 #include "examples/common/checkpoint_flags.h"
-#include "examples/common/integer_text.h"
 #include "examples/common/parallel_flags.h"
 #include "examples/common/parity_check.h"
+#include "examples/gpt/flags.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "layers/zoo.h"
 
 namespace {
-
-struct Flags {
-  // model
-  int64_t context = 128, d_model = 256;
-  int layers = 4, heads = 4;
-  // training
-  int64_t steps = 200, batch = 16;
-  float lr = 3e-4f, weight_decay = 0.f, clip = 1.f, min_lr = 0.f;
-  std::string lr_schedule = "constant";
-  int64_t warmup = 0;
-  uint64_t seed = 0;
-  // data and evaluation
-  std::string data;  // empty: the Bible
-  double val_fraction = 0.1;
-  int64_t eval_every = 50, eval_windows = 256;
-  // sampling
-  std::string prompt = "And God said";
-  float temperature = 0.8f;
-  int64_t top_k = 0, sample_bytes = 300;
-  // output
-  pt::examples::ParallelFlags par;
-  std::string metrics;
-  int64_t log_every = 20;
-  bool summary = false, untied = false, parity_check = false;
-  pt::examples::CheckpointFlags checkpoints;
-};
-
-// The settings a checkpoint must have been saved with to be resumed (named like their flags):
-// the model, and what the batches of each step are made of. The data source is added once the
-// text is read.
-std::map<std::string, std::string> settings_to_match(const Flags& f) {
-  return {{"context", std::to_string(f.context)},
-          {"d-model", std::to_string(f.d_model)},
-          {"layers", std::to_string(f.layers)},
-          {"heads", std::to_string(f.heads)},
-          {"untied", f.untied ? "true" : "false"},
-          {"batch", std::to_string(f.batch)},
-          {"val-fraction", fmt::format("{}", f.val_fraction)}};
-}
 
 // The batches are a pure function of (seed, step): the step is the whole data position.
 pt::TrainingState state_of(const pt::TrainingEngine& engine) {
@@ -103,7 +62,8 @@ pt::TrainingState state_of(const pt::TrainingEngine& engine) {
 
 // Mean loss per byte (nats) over the evaluation windows of `corpus`: every evaluate() returns
 // the mean over its batch, so the batches are weighted by their window counts.
-double validation_loss(pt::TrainingEngine& engine, const pt::TextCorpus& corpus, const Flags& f) {
+double validation_loss(pt::TrainingEngine& engine, const pt::TextCorpus& corpus,
+                       const pt::examples::GptFlags& f) {
   pt::WindowIterator windows(corpus, 4 * f.batch, f.context, f.eval_windows);
   pt::TextBatch b;
   double sum = 0;
@@ -114,60 +74,13 @@ double validation_loss(pt::TrainingEngine& engine, const pt::TextCorpus& corpus,
   return sum / static_cast<double>(windows.windows());
 }
 
-int run(const Flags& f, pt::Communicator* world) {
-  // ---- check everything the user gave before doing any work ----
-  pt::OptimizerConfig opt;
-  opt.kind = "adamw";
-  opt.lr = f.lr;
-  opt.weight_decay = f.weight_decay;
-  opt.validate();  // --lr, --weight-decay
-  // The model: each size at least 1 (gpt() checks that --heads divides --d-model). Above 2^20
-  // a context or width is beyond any memory this runs in; the bound keeps their products in int64.
-  pt::check_integer("--context", f.context, 1, 1 << 20);
-  pt::check_integer("--d-model", f.d_model, 1, 1 << 20);
-  pt::check_integer("--layers", f.layers, 1, 1 << 20);
-  pt::check_integer("--heads", f.heads, 1, 1 << 20);
-  pt::check_integer("--steps", f.steps, 1);
-  pt::check_integer("--warmup", f.warmup, 0, INT64_MAX, "0: none");
-  // The cosine schedule ends at --min-lr: from 0 up to --lr.
-  pt::check_real("--min-lr", f.min_lr, {.lo = 0}, "the learning rate at the last step");
-  if (f.min_lr > f.lr)
-    throw pt::UsageError(fmt::format(
-        "--min-lr {} must be at most --lr {} (the cosine schedule ends there)", f.min_lr, f.lr));
-  if (f.eval_every < 0)
-    throw pt::UsageError(
-        fmt::format("--eval-every {} must be >= 0 (0: only at the end)", f.eval_every));
-  pt::check_integer("--eval-windows", f.eval_windows, 0, INT64_MAX, "0: all");
-  if (f.sample_bytes < 0)
-    throw pt::UsageError(fmt::format("--sample-bytes {} must be >= 0", f.sample_bytes));
-  if (!(f.val_fraction > 0 && f.val_fraction < 1))
-    throw pt::UsageError(
-        fmt::format("--val-fraction {} must be between 0 and 1 (the share of the text "
-                    "held out for validation, e.g. 0.1)",
-                    f.val_fraction));
-  pt::check_integer("--log-every", f.log_every, 1);
-  // Like --lr: a norm bound above 1e6 is no bound, inf is a typo for 0 (off).
-  pt::check_real("--clip", f.clip, {.lo = 0, .hi = 1e6}, "0: no clipping");
-  pt::SamplingOptions sampling;
-  sampling.max_new_tokens = f.sample_bytes;
-  sampling.temperature = f.temperature;
-  sampling.top_k = f.top_k;
-  sampling.seed = f.seed;
-  sampling.validate();
-  if (f.sample_bytes > 0 && f.prompt.empty())
-    throw pt::UsageError(
-        "--prompt is empty; give at least one character to start the sample from "
-        "(or --sample-bytes 0 to skip sampling)");
-  pt::check_output_path(f.metrics, "--metrics");
-  pt::TrainingOptions par = pt::examples::training_options(f.par);
-  // The pipeline runtime even for one stage: that is what --parity-check checks.
-  par.force_pipeline = f.parity_check;
-  par.check(f.batch);  // and --trace, --timeline
-  pt::CheckpointOptions checkpoint_options = pt::examples::checkpoint_options(f.checkpoints);
-  checkpoint_options.settings = settings_to_match(f);
-  // Before the text is read: a run must not train and then fail to write its results.
-  checkpoint_options.check();
-  const auto schedule_kind = pt::LrSchedule::parse_kind(f.lr_schedule);
+int run(const pt::examples::GptFlags& f, pt::Communicator* world) {
+  // ---- check everything the user gave before doing any work (flags.cpp) ----
+  const pt::examples::GptOptions checked = pt::examples::check_gpt_flags(f);
+  const pt::OptimizerConfig& opt = checked.optimizer;
+  const pt::SamplingOptions& sampling = checked.sampling;
+  const pt::TrainingOptions& par = checked.parallel;
+  pt::CheckpointOptions checkpoint_options = checked.checkpoints;
   const auto make_model = [&] {
     return pt::gpt(pt::TextCorpus::kVocab, f.context, f.d_model, f.layers, f.heads, !f.untied);
   };
@@ -179,7 +92,7 @@ int run(const Flags& f, pt::Communicator* world) {
   cfg.seed = f.seed;
   cfg.optimizer = opt;
   cfg.clip_norm = f.clip;
-  cfg.lr = {schedule_kind, f.lr, f.warmup, f.steps, f.min_lr};
+  cfg.lr = {checked.lr_schedule, f.lr, f.warmup, f.steps, f.min_lr};
   if (par.plan_only) {  // before reading any text
     pt::make_training(par, model, make_model, cfg, f.batch, world);
     return 0;
@@ -333,71 +246,8 @@ int main(int argc, char** argv) {
   CLI::App app{
       "pipetrain-gpt: train a byte-level GPT on the King James Bible (or a text file) and sample "
       "from it"};
-  Flags f;
-  app.add_option("--context", f.context, "sequence length T (bytes)")
-      ->capture_default_str()
-      ->check(pt::examples::kInt64Text);
-  app.add_option("--d-model", f.d_model, "model width")
-      ->capture_default_str()
-      ->check(pt::examples::kInt64Text);
-  app.add_option("--layers", f.layers, "transformer blocks")
-      ->capture_default_str()
-      ->check(pt::examples::kIntText);
-  app.add_option("--heads", f.heads, "attention heads (must divide --d-model)")
-      ->capture_default_str()
-      ->check(pt::examples::kIntText);
-  app.add_option("--steps", f.steps, "optimizer steps")
-      ->capture_default_str()
-      ->check(pt::examples::kInt64Text);
-  app.add_option("--batch", f.batch, "global batch B (windows of --context bytes)")
-      ->capture_default_str()
-      ->check(pt::examples::kInt64Text);
-  app.add_option("--lr", f.lr, "AdamW learning rate")->capture_default_str();
-  app.add_option("--weight-decay", f.weight_decay, "AdamW decoupled weight decay")
-      ->capture_default_str();
-  app.add_option("--clip", f.clip, "clip the global gradient norm to this value (0: off)")
-      ->capture_default_str();
-  app.add_option("--lr-schedule", f.lr_schedule, "constant or cosine")->capture_default_str();
-  app.add_option("--warmup", f.warmup, "linear warm-up steps")
-      ->capture_default_str()
-      ->check(pt::examples::kInt64Text);
-  app.add_option("--min-lr", f.min_lr, "cosine: the learning rate at the last step")
-      ->capture_default_str();
-  app.add_option("--seed", f.seed, "seed for initialisation, batches and sampling")
-      ->capture_default_str()
-      ->check(pt::examples::kUint64Text);
-  app.add_option("--data", f.data,
-                 "a text file to train on (default: the King James Bible from `bible`)");
-  app.add_option("--val-fraction", f.val_fraction, "the tail of the text held out for validation")
-      ->capture_default_str();
-  app.add_option("--eval-every", f.eval_every, "validation loss every N steps (0: only at the end)")
-      ->capture_default_str()
-      ->check(pt::examples::kInt64Text);
-  app.add_option("--eval-windows", f.eval_windows,
-                 "validation windows, spread over the held-out text (0: all)")
-      ->capture_default_str()
-      ->check(pt::examples::kInt64Text);
-  app.add_option("--prompt", f.prompt, "text the sample starts from")->capture_default_str();
-  app.add_option("--temperature", f.temperature, "sampling temperature (0: greedy)")
-      ->capture_default_str();
-  app.add_option("--top-k", f.top_k, "sample from the k most likely bytes (0: all)")
-      ->capture_default_str()
-      ->check(pt::examples::kInt64Text);
-  app.add_option("--sample-bytes", f.sample_bytes, "bytes to sample after training (0: none)")
-      ->capture_default_str()
-      ->check(pt::examples::kInt64Text);
-  pt::examples::add_parallel_flags(app, f.par);
-  app.add_option("--metrics", f.metrics, "write metrics as JSON lines to this file");
-  app.add_option("--log-every", f.log_every, "progress line interval when not on a terminal")
-      ->capture_default_str()
-      ->check(pt::examples::kInt64Text);
-  app.add_flag("--summary", f.summary, "print the model summary table");
-  app.add_flag("--untied", f.untied,
-               "give lm_head its own weight instead of sharing tok_emb's (GPT-2 ties them)");
-  app.add_flag(
-      "--parity-check", f.parity_check,
-      "every step, also train the single-device reference from the same state and compare");
-  pt::examples::add_checkpoint_flags(app, f.checkpoints);
+  pt::examples::GptFlags f;
+  pt::examples::add_gpt_flags(app, f);
   CLI11_PARSE(app, argc, argv);
   return pt::run_main(
       f.par.timeout, [&](pt::Communicator* world) { return run(f, world); }, f.par.flight_recorder);

@@ -227,6 +227,51 @@ TEST_CASE("checkpoint: a flipped byte, a truncated piece and a missing piece are
   }
 }
 
+// Found by tests/fuzz/manifest_fuzz.cpp: numbers that nlohmann converts silently (a float piece
+// index was undefined behaviour, a shape whose byte count overflows int64 too) are refused, as
+// are negative sizes and a CRC beyond 32 bits.
+TEST_CASE("checkpoint: manifest numbers out of range are refused with FileError") {
+  test::TempDir dir("pipetrain-ckpt");
+  auto manifest_with = [&](const std::string& tensor_fields) {
+    write_text(dir.path / kManifestName,
+               R"({"format": "pipetrain-checkpoint-2", "metadata": {}, "layout": {},
+                   "pieces": [{"file": "part-00000.safetensors", "bytes": 64, "world_rank": 0}],
+                   "tensors": [{"name": "w", "dtype": "F32", "offset": 8, )" +
+                   tensor_fields + "}]}");
+    return message_of<FileError>([&] { read_manifest(dir.path); });
+  };
+  CHECK(manifest_with(R"("piece": 1e300, "shape": [2], "bytes": 8, "crc32": 0)")
+            .find("\"piece\" is 1e+300, expected an integer from 0 to") != std::string::npos);
+  CHECK(manifest_with(R"("piece": 0, "shape": [4294967296, 4294967296, 16], "bytes": 0,
+                         "crc32": 0)")
+            .find("bytes fit in 64 bits") != std::string::npos);
+  CHECK(manifest_with(R"("piece": 0, "shape": [-2, -2], "bytes": 16, "crc32": 0)")
+            .find("shape [-2,-2] is not a list of sizes") != std::string::npos);
+  CHECK(manifest_with(R"("piece": 0, "shape": [1, 1, 1, 1, 1, 1, 1], "bytes": 4, "crc32": 0)")
+            .find("at most 6 sizes") != std::string::npos);
+  CHECK(manifest_with(R"("piece": 0, "shape": [2], "bytes": 8, "crc32": 4294967296)")
+            .find("\"crc32\" is 4294967296") != std::string::npos);
+  CHECK(manifest_with(R"("piece": 0, "shape": [2], "bytes": 8.5, "crc32": 0)")
+            .find("\"bytes\" is 8.5") != std::string::npos);
+  // An integer literal beyond 64 bits parses as a float: the piece's size too.
+  write_text(dir.path / kManifestName,
+             R"({"format": "pipetrain-checkpoint-2", "metadata": {}, "layout": {},
+                 "pieces": [{"file": "part-00000.safetensors", "world_rank": 0,
+                             "bytes": 317888888888888888888888888888888805080}],
+                 "tensors": []})");
+  CHECK(message_of<FileError>([&] {
+          read_manifest(dir.path);
+        }).find("piece part-00000.safetensors: \"bytes\" is 3.178888888888889e+38") !=
+        std::string::npos);
+  // The same tensor with sound numbers loads.
+  write_text(dir.path / kManifestName,
+             R"({"format": "pipetrain-checkpoint-2", "metadata": {}, "layout": {},
+                 "pieces": [{"file": "part-00000.safetensors", "bytes": 64, "world_rank": 0}],
+                 "tensors": [{"name": "w", "dtype": "F32", "offset": 8, "piece": 0,
+                              "shape": [2], "bytes": 8, "crc32": 7}]})");
+  CHECK(read_manifest(dir.path).tensors.at(0).crc32 == 7);
+}
+
 // ---- atomic replacement and temporaries ---------------------------------------------------------
 
 TEST_CASE("checkpoint: saving over a checkpoint replaces it and leaves no temporary") {

@@ -119,6 +119,23 @@ TEST_CASE("read_idx rejects truncated files with the byte counts") {
   CHECK(contains(msg, "the file is truncated"));
 }
 
+// The IDX fuzz target's slowest inputs: a few bytes whose header claims up to the 2^40-element
+// limit. Refused as truncated after reading what there is, plain and gzipped, and a file larger
+// than one chunk of the reader (64 KiB, doubling) still loads whole.
+TEST_CASE("read_idx: a short file claiming a huge array is refused as truncated; chunks add up") {
+  TempDir dir;
+  const fs::path p = dir.path / "huge.idx";
+  write_plain(p, idx_bytes({1u << 20, 1u << 20}, counting(10)));
+  CHECK(contains(read_error(p), "expected 1099511627776 bytes of data, found 10"));
+  write_gz(p, idx_bytes({1u << 20, 1u << 20}, counting(10)));
+  CHECK(contains(read_error(p), "expected 1099511627776 bytes of data, found 10"));
+  const std::string data = counting(3 * 65541);  // 3 chunks: 64 KiB, 128 KiB, the rest
+  write_gz(p, idx_bytes({3, 65541, 1}, data));
+  const IdxArray a = read_idx(p);
+  CHECK(a.dims == std::vector<int64_t>{3, 65541, 1});
+  CHECK(std::string(a.data.begin(), a.data.end()) == data);
+}
+
 TEST_CASE("read_idx rejects wrong magic, other element types, trailing garbage, missing files") {
   TempDir dir;
   const fs::path p = dir.path / "x";
