@@ -8,22 +8,6 @@ namespace pt {
 
 namespace {
 
-// Runs `call` as one event: finished, timed out (TimeoutError) or failed (anything else).
-template <typename Call>
-void recorded(FlightRecorder& recorder, const FlightEvent& e, Call&& call) {
-  const uint64_t ticket = recorder.begin(e);
-  try {
-    call();
-  } catch (const TimeoutError&) {
-    recorder.finish(ticket, FlightState::timed_out);
-    throw;
-  } catch (...) {
-    recorder.finish(ticket, FlightState::failed);
-    throw;
-  }
-  recorder.finish(ticket, FlightState::finished);
-}
-
 class RecordedRequest final : public CommRequest {
  public:
   RecordedRequest(std::unique_ptr<CommRequest> inner, FlightRecorder& recorder, uint64_t ticket)
@@ -77,27 +61,26 @@ class RecordingCommunicator final : public Communicator {
 
   void all_reduce(void* data, int64_t n, ElemType type, ReduceOp op,
                   std::string_view what) override {
-    recorded(recorder_, collective(CommOp::all_reduce, n * static_cast<int64_t>(elem_size(type))),
-             [&] { inner_->all_reduce(data, n, type, op, what); });
+    recorder_.record(collective(CommOp::all_reduce, n * static_cast<int64_t>(elem_size(type))),
+                     [&] { inner_->all_reduce(data, n, type, op, what); });
   }
   void reduce_scatter(const float* in, float* out, int64_t count, ReduceOp op,
                       std::string_view what) override {
-    recorded(
-        recorder_,
+    recorder_.record(
         collective(CommOp::reduce_scatter, count * size() * static_cast<int64_t>(sizeof(float))),
         [&] { inner_->reduce_scatter(in, out, count, op, what); });
   }
   void all_gather(const void* in, void* out, size_t bytes, std::string_view what) override {
-    recorded(recorder_, collective(CommOp::all_gather, static_cast<int64_t>(bytes)),
-             [&] { inner_->all_gather(in, out, bytes, what); });
+    recorder_.record(collective(CommOp::all_gather, static_cast<int64_t>(bytes)),
+                     [&] { inner_->all_gather(in, out, bytes, what); });
   }
   void broadcast(void* data, size_t bytes, int root, std::string_view what) override {
     FlightEvent e = collective(CommOp::broadcast, static_cast<int64_t>(bytes));
     e.peer = inner_->world_rank(root);
-    recorded(recorder_, e, [&] { inner_->broadcast(data, bytes, root, what); });
+    recorder_.record(e, [&] { inner_->broadcast(data, bytes, root, what); });
   }
   void barrier(std::string_view what) override {
-    recorded(recorder_, collective(CommOp::barrier, 0), [&] { inner_->barrier(what); });
+    recorder_.record(collective(CommOp::barrier, 0), [&] { inner_->barrier(what); });
   }
 
   std::unique_ptr<CommRequest> isend(const void* data, size_t bytes, int dst, int tag) override {
@@ -113,14 +96,14 @@ class RecordingCommunicator final : public Communicator {
     return std::make_unique<RecordedRequest>(std::move(inner), recorder_, ticket);
   }
   void recv(void* data, size_t bytes, int src, int tag, std::string_view what) override {
-    recorded(recorder_, point_to_point(FlightKind::recv, CommOp::recv, src, tag, bytes),
-             [&] { inner_->recv(data, bytes, src, tag, what); });
+    recorder_.record(point_to_point(FlightKind::recv, CommOp::recv, src, tag, bytes),
+                     [&] { inner_->recv(data, bytes, src, tag, what); });
   }
 
   std::unique_ptr<Communicator> split(int colour, int key, std::string name) override {
     std::unique_ptr<Communicator> part;
-    recorded(recorder_, collective(CommOp::split, 0),
-             [&] { part = inner_->split(colour, key, name); });
+    recorder_.record(collective(CommOp::split, 0),
+                     [&] { part = inner_->split(colour, key, name); });
     return record_calls(std::move(part), std::move(name), recorder_);
   }
 

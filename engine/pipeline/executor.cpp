@@ -49,17 +49,7 @@ void Executor::run(const std::vector<Action>& actions, std::vector<ExecutedActio
     event.stage = actions[i].stage;
     event.microbatch = actions[i].microbatch;
     event.index = static_cast<int>(i);
-    const uint64_t ticket = recorder.begin(event);
-    try {
-      execute(actions[i]);
-    } catch (const TimeoutError&) {
-      recorder.finish(ticket, FlightState::timed_out);
-      throw;
-    } catch (...) {
-      recorder.finish(ticket, FlightState::failed);
-      throw;
-    }
-    recorder.finish(ticket, FlightState::finished);
+    recorder.record(event, [&] { execute(actions[i]); });
     if (trace) {
       backend_.synchronize();
       trace->push_back({actions[i], micros(t0), micros(Clock::now())});

@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/error.h"
+
 namespace pt {
 
 enum class FlightKind : uint8_t { action, send, recv, collective };
@@ -95,6 +97,21 @@ class FlightRecorder {
   uint64_t begin(const FlightEvent& e);
   // Ends the event of `ticket` (ignored when 0, or when the slot was reused by N newer events).
   void finish(uint64_t ticket, FlightState state);
+  // Runs `call` as one event: finished, timed out (TimeoutError) or failed (anything else).
+  template <typename Call>
+  void record(const FlightEvent& e, Call&& call) {
+    const uint64_t ticket = begin(e);
+    try {
+      call();
+    } catch (const TimeoutError&) {
+      finish(ticket, FlightState::timed_out);
+      throw;
+    } catch (...) {
+      finish(ticket, FlightState::failed);
+      throw;
+    }
+    finish(ticket, FlightState::finished);
+  }
 
   // The events still in the ring, oldest first (a slot being written at this moment is skipped).
   std::vector<FlightEvent> snapshot() const;
