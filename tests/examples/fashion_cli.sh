@@ -243,7 +243,7 @@ if [ -f "$work/bad/train-images-idx3-ubyte.gz" ]; then
   # of a resumed run too.
   if "$exe" --steps 6 --batch 64 --microbatches 2 --stages 2 --parity-check --resume "$work/c" \
        --data "$data" > "$work/resume-parity.txt" 2>&1 \
-     && grep -q "bit-identical to the single-device reference (2 steps, each from the run's own state)" "$work/resume-parity.txt"; then
+     && grep -q "all 10 tensors are bit-identical to the single-device reference (2 steps, each from the run's own state)" "$work/resume-parity.txt"; then
     echo "ok: --parity-check after --resume: $(grep '^parity:' "$work/resume-parity.txt")"
   else
     echo "FAIL: --parity-check after --resume"; cat "$work/resume-parity.txt"; fails=$((fails+1))

@@ -129,7 +129,7 @@ expect_error "was saved with --batch 4 but this run has --batch 8" "${base[@]}" 
 # --parity-check restarts the reference from the run's state every step, so it checks a resumed
 # run too (the steps after the checkpoint).
 run_ok "$work/resumed-parity.txt" --parity-check --stages 2 --steps 5 --resume "$work/ck" \
-  && grep -q "bit-identical to the single-device reference (2 steps, each from the run's own state)" "$work/resumed-parity.txt" \
+  && grep -q "all 29 tensors are bit-identical to the single-device reference (2 steps, each from the run's own state)" "$work/resumed-parity.txt" \
   && echo "ok: --parity-check after --resume: $(grep '^parity:' "$work/resumed-parity.txt")" \
   || { echo "FAIL: --parity-check after --resume"; cat "$work/resumed-parity.txt"; fails=$((fails+1)); }
 expect_error "--keep applies to the numbered checkpoints" "${ck[@]}" --steps 1 --save "$work/k" --keep 2
@@ -144,7 +144,7 @@ if run_ok "$work/every.txt" --steps 7 --save "$work/runs" --save-every 2 --keep 
 fi
 # --parity-check: the 2-stage pipeline is bit-identical to the single-device reference.
 run_ok "$work/parity.txt" --steps 3 --stages 2 --microbatches 2 --parity-check \
-  && grep -q "bit-identical to the single-device reference" "$work/parity.txt" \
+  && grep -q "all 29 tensors are bit-identical to the single-device reference (3 steps" "$work/parity.txt" \
   && echo "ok: $(grep '^parity:' "$work/parity.txt")" \
   || { echo "FAIL: parity check"; cat "$work/parity.txt"; fails=$((fails+1)); }
 # SIGTERM: the run finishes its step, saves, says how to continue and exits 75; the checkpoint
