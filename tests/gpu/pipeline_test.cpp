@@ -70,7 +70,16 @@ void expect_close(const std::map<std::string, std::vector<float>>& got,
   }
 }
 
+// hx and hy borrow x and y (or ids): a copy would still point at the original's buffers, so a
+// batch can only be moved (a vector's move keeps its buffer).
 struct TrainBatch {
+  TrainBatch() = default;
+  TrainBatch(TrainBatch&&) noexcept = default;
+  TrainBatch& operator=(TrainBatch&&) noexcept = default;
+  TrainBatch(const TrainBatch&) = delete;
+  TrainBatch& operator=(const TrainBatch&) = delete;
+  ~TrainBatch() = default;
+
   std::vector<float> x;      // images
   std::vector<int32_t> ids;  // or token ids
   std::vector<int32_t> y;
@@ -89,6 +98,16 @@ TrainBatch images(int64_t B, uint64_t seed) {
   b.hx = Tensor::borrow(b.x.data(), Shape{B, 1, 28, 28});
   b.hy = Tensor::borrow(b.y.data(), Shape{B}, DType::i32);
   return b;
+}
+
+// Three batches, the last one smaller (an epoch's remainder). Built by moves: an initializer
+// list would copy each batch and leave its tensors pointing at the destroyed temporaries.
+std::vector<TrainBatch> three_batches() {
+  std::vector<TrainBatch> data;
+  data.push_back(images(64, 1));
+  data.push_back(images(64, 2));
+  data.push_back(images(37, 3));
+  return data;
 }
 
 // Backends for D stages: one GPU per stage when there are enough, else slots of cuda:0.
@@ -141,7 +160,7 @@ void expect_same_training(const Run& got, const Run& want) {
 }  // namespace
 
 TEST_CASE("cuda: the Fashion-MNIST MLP and CNN train as on the CPU (single device)") {
-  const std::vector<TrainBatch> data = {images(64, 1), images(64, 2), images(37, 3)};
+  const std::vector<TrainBatch> data = three_batches();
   auto cpu = make_cpu_backend(0, 1);
   auto gpu = make_cuda_backend(0, 0, CudaPrecision::fp32);
   for (auto make : {&fashion_mlp, &fashion_cnn}) {
@@ -152,7 +171,7 @@ TEST_CASE("cuda: the Fashion-MNIST MLP and CNN train as on the CPU (single devic
 }
 
 TEST_CASE("cuda: pipelines over two CUDA backends train as one CPU device, every schedule") {
-  const std::vector<TrainBatch> data = {images(64, 1), images(64, 2), images(37, 3)};
+  const std::vector<TrainBatch> data = three_batches();
   auto cpu = make_cpu_backend(0, 1);
   for (int M : {1, 4}) {
     const Run want = train_single(*cpu, &fashion_mlp, data, M);
