@@ -67,6 +67,8 @@ FashionOptions check_fashion_flags(const FashionFlags& f) {
   // The pipeline runtime even for one stage: that is what --parity-check checks.
   o.parallel.force_pipeline = f.parity_check;
   o.parallel.check(f.batch);
+  if (f.parity_check && o.parallel.ps > 0)
+    throw UsageError("--parity-check does not support --ps yet: drop one of them");
   o.checkpoints = checkpoint_options(f.checkpoints);
   o.checkpoints.settings = {{"model", f.model}, {"optim", f.optim}};
   // Before the data is read: a run must not train and then fail to write its results.

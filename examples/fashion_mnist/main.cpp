@@ -75,6 +75,8 @@ int run(const pt::examples::FashionFlags& f, pt::Communicator* world) {
   cfg.lr = {checked.lr_schedule, f.lr, f.warmup, pt::planned_steps(fit, train.size()), 0.f};
 
   pt::TrainingRun setup = pt::make_training(par, model, make_model, cfg, f.batch, world);
+  if (setup.serve) return setup.serve();  // --ps: this process is a parameter server
+  if (setup.workers) fit.world = setup.workers;
 #ifdef PIPETRAIN_FAULT_INJECTION
   auto trainer = pt::FaultInjection::wrap(std::move(setup.engine),
                                           world ? world->world_rank(world->rank()) : 0);
