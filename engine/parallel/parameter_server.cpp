@@ -401,8 +401,19 @@ EpilogueResult PsClient::pull(StageParameters& stage) {
   EpilogueResult out;
   for (size_t k = 0; k < shards_.size(); ++k) {
     const PsShard& s = shards_[k];
-    ps_.recv(in_[k].data(), in_[k].size(), R + static_cast<int>(k), kTagToWorker,
-             fmt::format("worker {} waiting for parameters from parameter server {}", worker_, k));
+    // Two timeouts: a server waits up to one for the other workers (synchronous) or for the
+    // staleness bound (asynchronous) before it replies, so when a worker is dead the server,
+    // which knows which one, reports first and the job ends naming it.
+    for (int attempt = 0;; ++attempt) {
+      try {
+        ps_.recv(in_[k].data(), in_[k].size(), R + static_cast<int>(k), kTagToWorker,
+                 fmt::format("worker {} waiting for parameters from parameter server {}", worker_,
+                             k));
+        break;
+      } catch (const TimeoutError&) {
+        if (attempt == 1) throw;
+      }
+    }
     PullHeader h;
     std::memcpy(&h, in_[k].data(), sizeof h);
     std::memcpy(dst + s.begin, in_[k].data() + 32, s.end - s.begin);
