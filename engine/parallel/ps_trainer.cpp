@@ -130,8 +130,8 @@ PsProcess make_process_parameter_server(const std::function<Model()>& make_model
   const int K = ps.servers, R = replicas;
   if (world.size() != R + K)
     throw UsageError(fmt::format(
-        "{} processes were started but --ps {} with --dp {} (x --stages 1) needs {} ({} servers "
-        "+ {} workers): start mpirun -np {}",
+        "{} processes were started but --ps {} with --dp {} (x --stages 1) needs {} ({} server(s) "
+        "+ {} worker(s)): start mpirun -np {}",
         world.size(), K, R, R + K, K, R, R + K));
   const int rank = world.rank();
   const bool server = rank >= R;
