@@ -22,7 +22,10 @@ namespace pt {
 namespace {
 
 // Message kinds of a worker's message (the first int64 of its header).
-enum : int64_t { kInit = 0, kPush = 1, kStop = 2 };
+// kPause / kResume (asynchronous only): a worker that stops computing for a while (evaluation,
+// where the workers meet) says so, or the staleness bound would hold the others back waiting for
+// its push; before its next step it pulls afresh (kResume), under the bound like any pull.
+enum : int64_t { kInit = 0, kPush = 1, kStop = 2, kPause = 3, kResume = 4 };
 constexpr int kTagToServer = 11, kTagToWorker = 12;
 
 // Worker -> server: kind, step (the worker's step counter), version computed on, unused.
@@ -106,10 +109,12 @@ std::vector<PsShard> shard_by_layer(const Model& model, int servers) {
 std::string PsServerStats::str(int workers) const {
   return fmt::format(
       "parameter server {}: {} pushes applied in {} updates; staleness max {} pushes ({:.2f} "
-      "global steps), mean {:.3f} pushes ({:.3f} global steps); holds {:.2f} MiB",
+      "global steps), mean {:.3f} pushes ({:.3f} global steps); holds {:.2f} MiB; {:.1f} "
+      "pushes/s ({:.2f} global steps/s) while every worker ran",
       server, pushes, updates, max_staleness, static_cast<double>(max_staleness) / workers,
       mean_staleness(), mean_staleness() / workers,
-      static_cast<double>(held_bytes) / (1024.0 * 1024.0));
+      static_cast<double>(held_bytes) / (1024.0 * 1024.0), pushes_per_s(),
+      pushes_per_s() / workers);
 }
 
 // ---- the server ----------------------------------------------------------------------------------
@@ -164,6 +169,18 @@ class Server {
         ->wait(fmt::format("parameter server {}: sending parameters to worker {}", stats_.server, r));
   }
 
+  // Called under the lock (async) or by the one thread (sync) for every push and STOP.
+  void count(bool stop) {
+    const auto now = std::chrono::steady_clock::now();
+    if (stop) {
+      stopped_ = true;
+      return;
+    }
+    if (stopped_) return;
+    if (stats_.active_pushes++ == 0) first_push_ = now;
+    stats_.active_s = std::chrono::duration<double>(now - first_push_).count();
+  }
+
   std::string what(int r) const {
     return fmt::format("parameter server {} waiting for worker {}'s gradients", stats_.server, r);
   }
@@ -215,8 +232,10 @@ class Server {
         std::memcpy(&h, msg.data(), sizeof h);
         if (h.kind == kStop) {
           ++stops;
+          count(true);
           continue;
         }
+        count(false);
         if (h.kind != kPush)
           throw std::runtime_error(fmt::format("parameter server: unexpected message {} from "
                                                "worker {}", h.kind, r));
@@ -274,20 +293,30 @@ class Server {
       std::memcpy(&h, msg.data(), sizeof h);
       std::unique_lock lock(mutex_);
       computing_[static_cast<size_t>(r)] = false;
-      if (h.kind == kStop) {
+      if (h.kind == kStop || h.kind == kPause) {
+        if (h.kind == kStop) count(true);
         changed_.notify_all();
-        return;
+        if (h.kind == kStop) return;
+        continue;
       }
-      const int64_t stale = version_ - h.version;
-      stats_.max_staleness = std::max(stats_.max_staleness, stale);
-      stats_.sum_staleness += static_cast<double>(stale);
-      ++stats_.pushes;
-      std::memcpy(grads_.flat().f32(), msg.data() + 32, bytes);
-      const double norm = global_norm();  // this shard's tensors (K = 1 with --clip-norm)
-      const bool skipped = !std::isfinite(norm);
-      if (!skipped) apply(norm, config_.lr.at(version_ / R));
-      ++version_;
-      changed_.notify_all();
+      double norm = 0;
+      bool skipped = false;
+      if (h.kind == kPush) {
+        count(false);
+        const int64_t stale = version_ - h.version;
+        stats_.max_staleness = std::max(stats_.max_staleness, stale);
+        stats_.sum_staleness += static_cast<double>(stale);
+        ++stats_.pushes;
+        std::memcpy(grads_.flat().f32(), msg.data() + 32, bytes);
+        norm = global_norm();  // this shard's tensors (K = 1 with --clip-norm)
+        skipped = !std::isfinite(norm);
+        if (!skipped) apply(norm, config_.lr.at(version_ / R));
+        ++version_;
+        changed_.notify_all();
+      } else if (h.kind != kResume) {
+        throw std::runtime_error(fmt::format("parameter server: unexpected message {} from "
+                                             "worker {}", h.kind, r));
+      }
       // The pull waits while another worker computes on parameters more than T global steps old.
       const auto deadline = deadline_after(ps_.timeout_s());
       int oldest = -1;
@@ -338,6 +367,8 @@ class Server {
   std::vector<int64_t> on_;       // per worker: the version it pulled last
   std::vector<bool> computing_;   // per worker: between its pull and its next push
   bool failed_ = false;
+  bool stopped_ = false;  // some worker sent STOP
+  std::chrono::steady_clock::time_point first_push_;
 };
 
 }  // namespace
@@ -424,10 +455,30 @@ EpilogueResult PsClient::pull(StageParameters& stage) {
   return out;
 }
 
-void PsClient::start(StageParameters& stage, int64_t step) {
-  if (worker_ == 0) push(stage, kInit, step);
-  pull(stage);
-  started_ = true;
+void PsClient::before_step(StageParameters& stage, int64_t step) {
+  if (!started_) {
+    if (worker_ == 0) push(stage, kInit, step);
+    pull(stage);
+    started_ = true;
+  } else if (paused_) {
+    push(stage, kResume, step);
+    pull(stage);
+  }
+  paused_ = false;
+}
+
+void PsClient::pause() {
+  if (!started_ || paused_ || config_.staleness == 0) return;
+  const int R = config_.workers;
+  std::vector<std::unique_ptr<CommRequest>> sent;
+  for (size_t k = 0; k < shards_.size(); ++k) {
+    PushHeader h{kPause, 0, version_, 0};
+    std::memcpy(out_[k].data(), &h, sizeof h);
+    sent.push_back(ps_.isend(out_[k].data(), out_[k].size(), R + static_cast<int>(k),
+                             kTagToServer));
+  }
+  for (auto& s : sent) s->wait("a worker's PAUSE to the parameter servers");
+  paused_ = true;
 }
 
 EpilogueResult PsClient::exchange(StageParameters& stage, int64_t step) {

@@ -13,6 +13,8 @@
 //   every worker, step t:  PUSH(grads, version it computed on) -> every server
 //                          <- PARAMS(version, norm, skipped) from every server
 //   every worker, at end:  STOP -> every server
+//   asynchronous only:     PAUSE before an evaluation (the workers wait for each other there),
+//                          RESUME + PARAMS before the next step
 //
 // Staleness T (--staleness):
 // - T = 0 (synchronous): a server waits for all R pushes of a step, sums them in replica order
@@ -82,6 +84,13 @@ struct PsServerStats {
   int64_t max_staleness = 0;   // in pushes
   double sum_staleness = 0;    // in pushes
   size_t held_bytes = 0;       // parameters + gradients + optimizer state on the server
+  // Throughput while every worker still runs (from the first push to the last push before any
+  // STOP): a fast asynchronous worker stops first, after which the rate is the slow one's alone.
+  int64_t active_pushes = 0;
+  double active_s = 0;
+  double pushes_per_s() const {
+    return active_s > 0 ? static_cast<double>(active_pushes - 1) / active_s : 0;
+  }
   double mean_staleness() const { return pushes ? sum_staleness / static_cast<double>(pushes) : 0; }
   std::string str(int workers) const;
 };
@@ -101,8 +110,12 @@ class PsClient {
   PsClient(const PsClient&) = delete;
   PsClient& operator=(const PsClient&) = delete;
 
-  // Before the first step: worker 0 sends its parameters to the servers; every worker pulls them.
-  void start(StageParameters& stage, int64_t step);
+  // Before every step: the first time, worker 0 sends its parameters to the servers and every
+  // worker pulls them; after pause(), a fresh pull (under the staleness bound).
+  void before_step(StageParameters& stage, int64_t step);
+  // Asynchronous only (no-op otherwise): this worker stops computing for a while (evaluation, where
+  // the workers wait for each other), so the bound must not hold the others back for its push.
+  void pause();
   // Pushes the step's gradients, pulls fresh parameters (norm and skip as the servers saw them).
   EpilogueResult exchange(StageParameters& stage, int64_t step);
   bool started() const { return started_; }
@@ -117,7 +130,7 @@ class PsClient {
   std::vector<PsShard> shards_;
   std::vector<std::vector<std::byte>> out_, in_;  // per server: header + payload
   int64_t version_ = 0;  // of the parameters this worker computes on (in pushes)
-  bool started_ = false, stopped_ = false;
+  bool started_ = false, stopped_ = false, paused_ = false;
 };
 
 }  // namespace pt

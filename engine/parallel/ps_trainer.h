@@ -40,7 +40,9 @@ class ParameterServerTrainer final : public TrainingEngine {
   StepStats train_step(const Tensor& inputs, const Tensor& targets) override {
     return parts_->workers->train_step(inputs, targets);
   }
+  // Asynchronous workers say they pause first: evaluation makes them wait for each other.
   EvalStats evaluate(const Tensor& inputs, const Tensor& targets, int64_t chunk = 1000) override {
+    for (auto& c : parts_->clients) c->pause();
     return parts_->workers->evaluate(inputs, targets, chunk);
   }
   Model& model() const override { return parts_->workers->model(); }

@@ -76,7 +76,9 @@ int run(const pt::examples::FashionFlags& f, pt::Communicator* world) {
 
   pt::TrainingRun setup = pt::make_training(par, model, make_model, cfg, f.batch, world);
   if (setup.serve) return setup.serve();  // --ps: this process is a parameter server
-  if (setup.workers) fit.world = setup.workers;
+  // The training loop's collectives (stop-signal check every step, checkpoints) are the workers'
+  // only; asynchronous workers never meet per step (each stops on its own signal).
+  if (setup.workers) fit.world = par.staleness > 0 ? nullptr : setup.workers;
 #ifdef PIPETRAIN_FAULT_INJECTION
   auto trainer = pt::FaultInjection::wrap(std::move(setup.engine),
                                           world ? world->world_rank(world->rank()) : 0);

@@ -82,7 +82,11 @@ Run train(int R, int K, int T, const std::string& optim, int steps, double slow 
   TrainingRun run = make_training(opt, model, small_mlp, trainer_config(optim, cosine), batch);
   const Data data(batch);
   Run out;
-  for (int k = 0; k < steps; ++k) out.losses.push_back(run.engine->train_step(data.x, data.y).loss);
+  for (int k = 0; k < steps; ++k) {
+    out.losses.push_back(run.engine->train_step(data.x, data.y).loss);
+    // An evaluation mid-run (asynchronous workers PAUSE, then RESUME with a fresh pull).
+    if (k == steps / 2) CHECK(std::isfinite(run.engine->evaluate(data.x, data.y).loss));
+  }
   if (auto* ps = dynamic_cast<ParameterServerTrainer*>(run.engine.get())) {
     for (int r = 0; r < R; ++r) out.params.push_back(flat(ps->workers().replica(r).stage_states()));
     out.stats = ps->finish();
