@@ -93,9 +93,11 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
       opt.stages > 1 ? fmt::format(", {} stages, schedule {}, recompute {}", opt.stages,
                                    opt.schedule.str(), opt.recompute.str())
                      : "",
-      opt.dp > 1 ? fmt::format(", {} data-parallel replicas (gradient buckets of {} MiB)", opt.dp,
-                               opt.bucket_mib)
-                 : "");
+      opt.ps > 0   ? fmt::format(", {} worker{} and {} parameter server{}", opt.dp,
+                                 opt.dp == 1 ? "" : "s", opt.ps, opt.ps == 1 ? "" : "s")
+      : opt.dp > 1 ? fmt::format(", {} data-parallel replicas (gradient buckets of {} MiB)", opt.dp,
+                                 opt.bucket_mib)
+                   : "");
   s.layout = {{"stages", std::to_string(opt.stages)},
               {"replicas", std::to_string(opt.dp)},
               {"processes", std::to_string(world ? world->size() : 1)},
