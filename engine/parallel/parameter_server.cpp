@@ -149,7 +149,7 @@ class Server {
     step_ = h.step;
     on_.assign(static_cast<size_t>(R), 0);
     computing_.assign(static_cast<size_t>(R), true);
-    for (int r = 0; r < R; ++r) reply(r, false, 0.0);
+    reply_all(false, 0.0);
     if (config_.staleness == 0)
       run_synchronous();
     else
@@ -158,15 +158,21 @@ class Server {
   }
 
  private:
-  // Sends the current parameters to worker r (waits for the send: the buffer is reused).
-  void reply(int r, bool skipped, double norm) {
-    std::vector<std::byte>& out = out_[static_cast<size_t>(r)];
-    out.resize(message_bytes(shard_));
-    PullHeader h{version_, skipped ? 1 : 0, norm, 0};
-    std::memcpy(out.data(), &h, sizeof h);
-    std::memcpy(out.data() + 32, params_.flat().f32(), shard_.end - shard_.begin);
-    ps_.isend(out.data(), out.size(), r, kTagToWorker)
-        ->wait(fmt::format("parameter server {}: sending parameters to worker {}", stats_.server, r));
+  // Sends the current parameters to every worker at once, then waits for the sends (the
+  // buffers are reused).
+  void reply_all(bool skipped, double norm) {
+    std::vector<std::unique_ptr<CommRequest>> sent;
+    for (int r = 0; r < config_.workers; ++r) {
+      std::vector<std::byte>& out = out_[static_cast<size_t>(r)];
+      out.resize(message_bytes(shard_));
+      PullHeader h{version_, skipped ? 1 : 0, norm, 0};
+      std::memcpy(out.data(), &h, sizeof h);
+      std::memcpy(out.data() + 32, params_.flat().f32(), shard_.end - shard_.begin);
+      sent.push_back(ps_.isend(out.data(), out.size(), r, kTagToWorker));
+    }
+    for (size_t r = 0; r < sent.size(); ++r)
+      sent[r]->wait(
+          fmt::format("parameter server {}: sending parameters to worker {}", stats_.server, r));
   }
 
   // Called under the lock (async) or by the one thread (sync) for every push and STOP.
@@ -256,7 +262,7 @@ class Server {
       if (!skipped) apply(norm, config_.lr.at(step_));
       ++step_;
       version_ += R;
-      for (int r = 0; r < R; ++r) reply(r, skipped, norm);
+      reply_all(skipped, norm);
     }
   }
 
@@ -443,6 +449,12 @@ EpilogueResult PsClient::pull(StageParameters& stage) {
         break;
       } catch (const TimeoutError&) {
         if (attempt == 1) throw;
+        // Said now: another worker, meeting this one in a collective, may end the job first.
+        fmt::print(stderr,
+                   "warning: worker {}: parameter server {} (world rank {}) sent no parameters "
+                   "within {:g} s; waiting once more (a server waits up to one timeout for the "
+                   "other workers)\n",
+                   worker_, k, ps_.world_rank(R + static_cast<int>(k)), ps_.timeout_s());
       }
     }
     PullHeader h;
