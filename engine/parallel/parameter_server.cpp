@@ -191,11 +191,12 @@ class Server {
     return fmt::format("parameter server {} waiting for worker {}'s gradients", stats_.server, r);
   }
 
-  // The epilogue's norm over every server's tensors, in global order.
-  double global_norm() {
+  // The epilogue's norm over every server's tensors, in global order (`local`: this shard's
+  // only, for asynchronous pushes, which servers see in different orders).
+  double global_norm(bool local = false) {
     std::vector<double> squares;
     const float* g = grads_.flat().f32();
-    if (!servers_) {
+    if (!servers_ || local) {
       double sum = 0;
       for (const auto& t : shard_.tensors)
         if (t.numel) sum += backend_.sum_squares(g + t.offset / sizeof(float), t.numel);
@@ -314,7 +315,9 @@ class Server {
         stats_.sum_staleness += static_cast<double>(stale);
         ++stats_.pushes;
         std::memcpy(grads_.flat().f32(), msg.data() + 32, bytes);
-        norm = global_norm();  // this shard's tensors (K = 1 with --clip-norm)
+        // This shard's tensors only (--clip needs K = 1 here). With K > 1 a non-finite gradient
+        // skips the update on the servers whose shard holds it.
+        norm = global_norm(/*local=*/true);
         skipped = !std::isfinite(norm);
         if (!skipped) apply(norm, config_.lr.at(version_ / R));
         ++version_;

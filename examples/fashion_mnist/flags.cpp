@@ -70,6 +70,10 @@ FashionOptions check_fashion_flags(const FashionFlags& f) {
   if (f.parity_check && o.parallel.ps > 0)
     throw UsageError("--parity-check does not support --ps yet: drop one of them");
   o.checkpoints = checkpoint_options(f.checkpoints);
+  if (o.parallel.ps > 0 && !o.checkpoints.resume.empty())
+    throw UsageError(
+        "--resume with --ps is not supported: the optimizer state lives on the parameter servers "
+        "and checkpoints do not hold it yet; resume without --ps");
   // Asynchronous workers hold parameters of different ages and never meet per step; the truth is
   // on the servers, which do not save yet.
   if (o.parallel.ps > 0 && o.parallel.staleness > 0 &&
