@@ -29,8 +29,12 @@
 //   step = R applied pushes: a worker may not start a step (its pull is held back) while some
 //   other worker still computes on parameters more than T global steps (T * R pushes) older than
 //   the server's newest. With two workers, one 2x slower, T = 1 lets the fast one run at its own
-//   speed (the slow one is at most 3 pushes behind: < 2 global steps). Observed staleness of a
-//   push = pushes applied between the pull its gradient was computed on and its own application.
+//   speed. Observed staleness of a push = pushes applied between the pull its gradient was
+//   computed on and its own application; it is at most T * R + R - 1 (after the last pull any
+//   other worker was allowed while this one computed, each of the R - 1 others pushes at most
+//   once more). In one process the replicas share the training loop, so they still meet every
+//   step (staleness comes from the order of their pushes); the fast worker runs ahead only with
+//   one process per worker (mpirun).
 //   Clipping needs the norm over all shards of one push; servers see pushes in different orders,
 //   so --clip-norm with --staleness > 0 needs K = 1 (refused otherwise).
 //
