@@ -140,9 +140,11 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
   s.optimizer_state_bytes = s.pipeline->optimizer_state_bytes();
   s.unsharded_optimizer_state_bytes = s.pipeline->unsharded_optimizer_state_bytes();
   if (opt.print && opt.shard_optimizer)
-    fmt::print("optimizer state: {:.3f} MiB per replica{} (1/{} of {:.3f} MiB unsharded)\n",
+    fmt::print("optimizer state: {:.3f} MiB {} (1/{} of {:.3f} MiB unsharded)\n",
                static_cast<double>(s.optimizer_state_bytes) / (1 << 20),
-               world ? " device" : "", opt.dp,
+               world ? "on this process's device"
+                     : fmt::format("per replica ({} device(s))", opt.stages),
+               opt.dp,
                static_cast<double>(s.unsharded_optimizer_state_bytes) / (1 << 20));
   return s;
 }
