@@ -127,7 +127,7 @@ TEST_CASE("sharded optimizer: whole-tensor ranges tile the arena, balanced by by
 }
 
 TEST_CASE("sharded optimizer: bit-identical to unsharded data parallelism") {
-  const Data data(12, Shape{1, 4, 4});
+  const Data data(16, Shape{1, 4, 4});
   struct Case {
     std::string optimizer;
     float clip;
@@ -135,7 +135,8 @@ TEST_CASE("sharded optimizer: bit-identical to unsharded data parallelism") {
   };
   for (const Case& c : {Case{"sgd", 0.05f, 1, 2, 1}, Case{"sgd", 0.05f, 2, 2, 2},
                         Case{"adamw", 0.f, 1, 2, 2}, Case{"adamw", 0.f, 2, 2, 1},
-                        Case{"adamw", 0.05f, 2, 3, 1}, Case{"sgd", 0.f, 2, 3, 2}}) {
+                        Case{"adamw", 0.05f, 2, 3, 1}, Case{"sgd", 0.f, 2, 3, 2},
+                        Case{"adamw", 0.f, 2, 8, 1}}) {
     CAPTURE(c.optimizer);
     CAPTURE(c.clip);
     CAPTURE(c.D);
@@ -169,7 +170,8 @@ TEST_CASE("sharded optimizer: bit-identical to unsharded data parallelism") {
       const size_t mine = sharded.trainer->replica(r).optimizer_state_bytes();
       sum += mine;
       if (tc.optimizer.state_slots() > 0) {
-        CHECK(mine > 0);
+        // R = 8 over stages of 4 tensors: half the replicas own nothing (and still step).
+        if (c.R <= 3) CHECK(mine > 0);
         CHECK(mine < full);
         // Within one (32 x 32) tensor per slot and stage of an exact 1/R split.
         CHECK(std::abs(static_cast<double>(mine) - static_cast<double>(full) / c.R) <=
