@@ -10,10 +10,13 @@
 //   reduce_gradients   reduce_scatter of the stage's gradient arena: the owner gets the sum of
 //                      its range. Ranges have unequal sizes, so each replica's block is padded
 //                      with zeros to the largest range (reduce_scatter takes equal counts; the
-//                      padding costs at most one tensor's size per replica). Both communicators
-//                      add rank after rank (accumulate()), as the unsharded all-reduce does, so
-//                      the sums are the same bits. Tied tensors (Model::ties) are all-reduced
-//                      whole on top: the tie's sum crosses stages, whose ranges have other owners.
+//                      padding costs at most one tensor's size per replica). The in-process
+//                      communicator adds rank after rank (accumulate()) in reduce_scatter as in
+//                      the unsharded all-reduce, so the sums are the same bits; under MPI the
+//                      order is MPI's in both (the same bits for R = 2: a + b = b + a; for R > 2
+//                      MPI may associate differently, ~1 ulp per step). Tied tensors
+//                      (Model::ties) are all-reduced whole on top: the tie's sum crosses stages,
+//                      whose ranges have other owners.
 //   add_squares        the owner's tensors' sums of squares, exchanged with all_gather
 //   step               the owner clips and steps its range with an Optimizer whose state covers
 //                      only that range (~1/R of the stage's optimizer state)
@@ -22,7 +25,11 @@
 // the unsharded mode is not used).
 //
 // Checkpoints keep the unsharded format: gather_state assembles the full state on every replica
-// (replica 0 writes it), take_state copies a replica's range out of a loaded full state.
+// (all_gather; replica 0 writes it, and the copies are dropped at the next step), take_state
+// copies a replica's range out of a loaded full state.
+//
+// Buffers are host memory: a GPU stage's arenas go through the host (no NCCL), and the
+// reduce-scatter's host buffer is R x the largest range (about the stage's gradient bytes).
 #include <cstdint>
 #include <string>
 #include <vector>
