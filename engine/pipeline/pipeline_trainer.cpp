@@ -258,10 +258,11 @@ StepStats PipelineTrainer::train_step(const Tensor& inputs, const Tensor& target
   // replicas draw the masks single-device accumulation over R*M micro-batches would.
   run.info = StepInfo{config_.trainer.seed, step_, static_cast<int>(mine), true};
 
-  for (StageOwned& s : stages_) {
+  for (StageOwned& s : stages_)
     if (s.params) s.params->zero_grads();
-    if (s.shard) s.optimizer.reset();  // a checkpoint's full copy: stale once this step runs
-  }
+  // A checkpoint's full optimizer copy goes back into the shards (a loaded one must; a saved one
+  // holds the shards' own values) and is dropped: it would be stale after this step.
+  take_full_optimizers();
   for (int d : local_devices_) devices_[at(d)]->reset_peak();
   for (auto& r : reducers_)
     if (r) r->start_step();

@@ -82,8 +82,8 @@ class PipelineTrainer final : public TrainingEngine {
   // optimizer unless one of these made a full one. gather_full_optimizers (collective over the
   // data-parallel groups, every replica at once) fills it from the shards, for saving;
   // make_full_optimizers makes empty ones for a checkpoint to load into, and
-  // take_full_optimizers then hands each shard its range. The full ones are dropped at the next
-  // step. No-ops when unsharded.
+  // take_full_optimizers then hands each shard its range and drops them (the next step does that
+  // too, so a loader that does not call it loses nothing). No-ops when unsharded.
   void gather_full_optimizers();
   void make_full_optimizers();
   void take_full_optimizers();
