@@ -21,6 +21,10 @@ struct ParallelContext {
   // Gradients are all-reduced in buckets of at least this many bytes (--bucket-mb), launched as
   // soon as backward has finished every layer of a bucket.
   size_t bucket_bytes = size_t{25} << 20;
+  // --shard-optimizer (R >= 2): each replica keeps the optimizer state of 1/R of every stage's
+  // tensors (engine/parallel/optimizer_shards.h); gradients are reduce-scattered after backward
+  // instead of all-reduced in buckets during it.
+  bool shard_optimizer = false;
 
   Communicator* data_parallel_group(int device) const {
     const auto d = static_cast<size_t>(device);

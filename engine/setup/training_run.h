@@ -36,6 +36,9 @@ struct TrainingRun {
   // How the model is laid out, as a checkpoint records it: stages, replicas, processes,
   // schedule, layers per stage.
   std::map<std::string, std::string> layout;
+  // Optimizer-state bytes on replica 0's devices of this process (with --shard-optimizer: its
+  // shards, ~1/R of the unsharded figure); 0 for a single-device Trainer.
+  size_t optimizer_state_bytes = 0, unsharded_optimizer_state_bytes = 0;
 };
 
 // `model` serves the plan and a single device or single pipeline; make_model() builds one more

@@ -19,13 +19,14 @@ struct ParallelFlags {
   std::string schedule = "1f1b", partition = "time", recompute = "never", costs = "estimate";
   double mem_cap_mib = 0, timeout = 60, bucket_mb = 25;
   bool plan_only = false;
+  bool shard_optimizer = false;
   std::string trace, timeline;
   std::string flight_recorder;  // folder for the flight records (pt::run_main)
 };
 
 // Registers --devices --precision --threads --stages --dp --microbatches --schedule --partition
 // --costs
-// --mem-cap --recompute --timeout --bucket-mb --plan-only --trace --timeline --flight-recorder.
+// --mem-cap --recompute --timeout --bucket-mb --shard-optimizer --plan-only --trace --timeline --flight-recorder.
 void add_parallel_flags(CLI::App& app, ParallelFlags& f);
 
 // Parses the texts (schedule, partition, costs, recompute, precision); throws UsageError naming
