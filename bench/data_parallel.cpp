@@ -15,6 +15,8 @@
 //    baseline samples/s), "efficiency" (= speedup / R), "allreduce_ms" (per step, on rank 0's
 //    device, including the wait for the peer), "hidden_fraction" (share of the all-reduce time
 //    that overlapped backward, mean over steps)}          one line per --bucket-mb
+//   {"bench":"dp_sharded", "step_ms", "samples_per_s", "speedup", "optimizer_state_bytes" (rank
+//    0's replica), "unsharded_optimizer_state_bytes"}     with --shard-optimizer
 //   {"bench":"dp_summary", "speedup" (the best), "target":1.85, "met"}
 // Timing: warm-up steps, then the best of --steps (noisy shared machine: best-of-N, as nccl-tests).
 #include <algorithm>
@@ -55,6 +57,7 @@ struct Flags {
   std::vector<double> bucket_mb{4, 25};  // several buckets (overlap with backward) and one
   int steps = 10, warmup = 3;
   double timeout = 120;
+  bool shard_optimizer = false;  // also measure --shard-optimizer (one more line)
 };
 
 pt::Model make_model(const std::string& name) {
@@ -122,14 +125,19 @@ int run(const Flags& f, pt::Communicator* world) {
   }
   const Batch b(f.batch * R);
   double best_speedup = 0;
-  for (double bucket_mb : f.bucket_mb) {
+  // A negative bucket size stands for the --shard-optimizer pass (no buckets: reduce-scatter).
+  std::vector<double> passes = f.bucket_mb;
+  if (f.shard_optimizer) passes.push_back(-1);
+  for (double bucket_mb : passes) {
     pt::PipelineConfig pc;
     pc.trainer = pt::bench::sgd_config(f.microbatches);
     pc.schedule = pt::sched::add_grad_reduction(
         pt::sched::add_communication(pt::sched::generate("1f1b", 1, f.microbatches)));
     pc.layers_per_stage = {shape.num_layers()};
     pc.timeout_s = f.timeout;
-    pc.parallel.bucket_bytes = static_cast<size_t>(bucket_mb * 1024 * 1024);
+    pc.parallel.shard_optimizer = bucket_mb < 0;  // the --shard-optimizer pass (below)
+    if (!pc.parallel.shard_optimizer)
+      pc.parallel.bucket_bytes = static_cast<size_t>(bucket_mb * 1024 * 1024);
     auto trainer = world ? pt::make_process_data_parallel(factory, *devices[0], pc, *world, R)
                          : pt::make_local_data_parallel(factory, devices, pc, R);
     double hidden = 0, reduce_ms = 0;
@@ -147,6 +155,17 @@ int run(const Flags& f, pt::Communicator* world) {
     const double base_rate = static_cast<double>(f.batch) / base_s;
     const double dp_rate = static_cast<double>(f.batch * R) / dp_s;
     const double speedup = dp_rate / base_rate;
+    if (pc.parallel.shard_optimizer) {
+      emit(speak, {{"bench", std::string("dp_sharded")},
+                   {"step_ms", dp_s * 1e3},
+                   {"samples_per_s", dp_rate},
+                   {"speedup", speedup},
+                   {"optimizer_state_bytes",
+                    static_cast<int64_t>(trainer->replica(0).optimizer_state_bytes())},
+                   {"unsharded_optimizer_state_bytes",
+                    static_cast<int64_t>(trainer->replica(0).unsharded_optimizer_state_bytes())}});
+      continue;
+    }
     best_speedup = std::max(best_speedup, speedup);
     emit(speak, {{"bench", std::string("dp")},
                  {"bucket_mb", bucket_mb},
@@ -183,6 +202,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--steps", f.steps, "timed steps (best is reported)")->capture_default_str();
   app.add_option("--warmup", f.warmup, "untimed steps first")->capture_default_str();
+  app.add_flag("--shard-optimizer", f.shard_optimizer,
+               "also measure the sharded optimizer (ZeRO-1) and its state bytes");
   CLI11_PARSE(app, argc, argv);
   std::optional<pt::MpiRuntime> mpi;
   std::unique_ptr<pt::Communicator> world;

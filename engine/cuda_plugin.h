@@ -45,6 +45,8 @@ struct CudaStatus {
   // One line. Available: "CUDA runtime 13.0, driver 13.0: 1 device". Otherwise it starts with
   // "CUDA unavailable: " and says why, e.g.
   //   "... pipetrain was built without the CUDA plugin (nvcc not found at build time)"
+  //   "... no NVIDIA driver on this machine (libcuda.so.1 cannot be loaded: <dlerror>); the
+  //    plugin /path/libpipetrain_cuda.so was not loaded"   (checked before loading the plugin)
   //   "... cannot load /path/libpipetrain_cuda.so: <dlerror>"
   //   "... cudaGetDeviceCount failed with cudaErrorInsufficientDriver (35): no NVIDIA driver is
   //    loaded on this machine"

@@ -5,12 +5,18 @@
 //   2. the global gradient norm over all stages, in global parameter order
 //   3. a non-finite norm skips the step everywhere; otherwise gradients are scaled for clipping
 //   4. each stage's optimizer steps on its own device
+// With sharded optimizers (config.shards) the gradients are first reduce-scattered between the
+// replicas, and the parameters all-gathered after the step.
 #include <functional>
 #include <vector>
 
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/comm/communicator.h"
 #include "layers/model.h"
+
+namespace pt {
+class StageShard;
+}  // namespace pt
 
 namespace pt {
 
@@ -24,6 +30,10 @@ struct EpilogueConfig {
   // Runs job(i) for every stage i of `stages`, each on its device's thread where there are
   // several; empty: in order on the calling thread.
   std::function<void(const std::function<void(size_t stage)>& job)> for_each_stage;
+  // --shard-optimizer: per stage of `stages`, its shard (engine/parallel/optimizer_shards.h),
+  // which then reduces the gradients, computes the norm, steps and gathers the parameters; the
+  // stages' own optimizers are not used. Empty: unsharded.
+  std::vector<StageShard*> shards;
 };
 
 struct EpilogueResult {

@@ -45,6 +45,9 @@ class TrainingEngine {
   // Every copy of every stage held here (replicas in this process hold copies of the same
   // stages): what loading a checkpoint must fill.
   virtual std::vector<StageState> all_stage_copies() { return stage_states(); }
+  // Called once a checkpoint was loaded into all_stage_copies(): an engine that keeps its state
+  // in another form (sharded optimizers) takes it from there.
+  virtual void stage_copies_loaded() {}
   // What this process writes into a checkpoint: its stages, unless another process holds the
   // same stages as replica 0 (replicas of a stage are written once).
   virtual std::vector<StageState> stages_to_save() { return stage_states(); }

@@ -80,6 +80,7 @@ std::optional<TrainingState> RunCheckpoints::resume(TrainingEngine& engine) {
   }
   const std::vector<StageState> copies = engine.all_stage_copies();
   const TrainingState s = load_checkpoint(resumed_from_, engine.model(), copies);
+  engine.stage_copies_loaded();
   if (s.seed != engine.seed())
     throw UsageError(
         fmt::format("checkpoint {} was saved with --seed {} but this run has --seed {}", where,

@@ -25,13 +25,23 @@ void DataParallelTrainer::set_step(int64_t step) {
 }
 
 std::vector<StageState> DataParallelTrainer::all_stage_copies() {
+  // Sharded: full optimizers for the checkpoint to fill; stage_copies_loaded shards them.
+  for (auto& r : parts_.replicas) r->make_full_optimizers();
   std::vector<StageState> all;
   for (auto& r : parts_.replicas)
     for (const StageState& s : r->stage_states()) all.push_back(s);
   return all;
 }
 
+void DataParallelTrainer::stage_copies_loaded() {
+  for (auto& r : parts_.replicas) r->take_full_optimizers();
+}
+
 std::vector<StageState> DataParallelTrainer::stages_to_save() {
+  // Sharded: the checkpoint holds the unsharded state, gathered from the replicas' shards (a
+  // collective: every replica of every process takes part, though replica 0 alone writes).
+  if (replica(0).config().parallel.shard_optimizer)
+    on_all_replicas([&](int i) { replica(i).gather_full_optimizers(); });
   if (replica(0).config().parallel.replica != 0) return {};
   return replica(0).stage_states();
 }
@@ -181,7 +191,8 @@ std::unique_ptr<DataParallelTrainer> make_process_data_parallel(
   // device has a GPU of its own (NCCL refuses two ranks on one GPU); otherwise through the host
   // over MPI. The MPI group stays: it carried NCCL's unique id and stays its bootstrap.
   std::unique_ptr<Communicator> nccl;
-  if (replicas > 1 && device.device().kind == DeviceKind::cuda &&
+  // --shard-optimizer exchanges through host buffers: it keeps the MPI group.
+  if (replicas > 1 && !config.parallel.shard_optimizer && device.device().kind == DeviceKind::cuda &&
       nccl_usable(*data_parallel, device))
     nccl = make_nccl_communicator(*data_parallel, device,
                                   fmt::format("nccl data-parallel device {}", d));

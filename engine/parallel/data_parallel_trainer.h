@@ -42,6 +42,7 @@ class DataParallelTrainer final : public TrainingEngine {
   // Replica 0's stages (the replicas hold the same values).
   std::vector<StageState> stage_states() override { return replica(0).stage_states(); }
   std::vector<StageState> all_stage_copies() override;
+  void stage_copies_loaded() override;
   // Replica 0's stages in the process that holds replica 0; nothing in the others.
   std::vector<StageState> stages_to_save() override;
 

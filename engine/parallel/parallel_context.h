@@ -30,6 +30,10 @@ struct ParallelContext {
   // the schedule took (a straggler for experiments; -1: none).
   int slow_replica = -1;
   double slow_factor = 1.0;
+  // --shard-optimizer (R >= 2): each replica keeps the optimizer state of 1/R of every stage's
+  // tensors (engine/parallel/optimizer_shards.h); gradients are reduce-scattered after backward
+  // instead of all-reduced in buckets during it.
+  bool shard_optimizer = false;
 
   Communicator* data_parallel_group(int device) const {
     const auto d = static_cast<size_t>(device);

@@ -80,14 +80,24 @@ PipelineTrainer::PipelineTrainer(Model& model, std::vector<Backend*> devices,
           fmt::format("the pipeline communicator has {} ranks but the schedule has {} devices",
                       par.pipeline_group->size(), sc.num_devices));
   }
+  if (par.shard_optimizer && par.replicas < 2)
+    throw UsageError(fmt::format(
+        "--shard-optimizer needs --dp R >= 2: it splits the optimizer state between data-parallel "
+        "replicas and this run has {}; add --dp 2 (or more) or drop --shard-optimizer",
+        par.replicas));
   for (const StageRange& range : layout_.stages) {
     StageOwned owned;
     if (local(range.device)) {
       Backend& b = *devices_[at(range.device)];
       owned.params = std::make_unique<StageParameters>(model, range.first_layer, range.last_layer,
                                                        b, config_.trainer.seed);
-      owned.optimizer =
-          std::make_unique<Optimizer>(config_.trainer.optimizer, b, owned.params->layout());
+      if (sharded())
+        owned.shard = std::make_unique<StageShard>(
+            *owned.params, model, *par.data_parallel_group(range.device),
+            config_.trainer.optimizer, static_cast<int>(stages_.size()));
+      else
+        owned.optimizer =
+            std::make_unique<Optimizer>(config_.trainer.optimizer, b, owned.params->layout());
     }
     stages_.push_back(std::move(owned));
   }
@@ -100,7 +110,7 @@ PipelineTrainer::PipelineTrainer(Model& model, std::vector<Backend*> devices,
   reducers_.resize(devices_.size());
   for (int d : local_devices_) {
     Communicator* group = par.replicas > 1 ? par.data_parallel_group(d) : nullptr;
-    if (!group) continue;
+    if (!group || sharded()) continue;  // sharded: the shards reduce-scatter after backward
     std::vector<std::pair<int, StageParameters*>> held_stages;
     for (int s = 0; s < sc.num_stages; ++s)
       if (layout_.stage(s).device == d) held_stages.emplace_back(s, stages_[at(s)].params.get());
@@ -118,6 +128,46 @@ std::vector<ReductionStats> PipelineTrainer::last_reduction_stats() const {
   for (const auto& r : reducers_)
     if (r) out.push_back(r->last_stats());
   return out;
+}
+
+size_t PipelineTrainer::optimizer_state_bytes() const {
+  size_t bytes = 0;
+  for (const StageOwned& s : stages_) {
+    if (s.shard) bytes += s.shard->state_bytes();
+    if (s.optimizer && !s.shard)
+      for (const OptimizerSlot& slot : s.optimizer->slots()) bytes += slot.state.bytes();
+  }
+  return bytes;
+}
+
+size_t PipelineTrainer::unsharded_optimizer_state_bytes() const {
+  size_t bytes = 0;
+  for (const StageOwned& s : stages_)
+    if (s.params)
+      bytes += static_cast<size_t>(config_.trainer.optimizer.state_slots()) *
+               s.params->layout().total_bytes();
+  return bytes;
+}
+
+void PipelineTrainer::make_full_optimizers() {
+  for (StageOwned& s : stages_)
+    if (s.shard && !s.optimizer)
+      s.optimizer = std::make_unique<Optimizer>(config_.trainer.optimizer, s.params->backend(),
+                                                s.params->layout());
+}
+
+void PipelineTrainer::gather_full_optimizers() {
+  make_full_optimizers();
+  for (StageOwned& s : stages_)
+    if (s.shard) s.shard->gather_state(*s.optimizer);
+}
+
+void PipelineTrainer::take_full_optimizers() {
+  for (StageOwned& s : stages_)
+    if (s.shard && s.optimizer) {
+      s.shard->take_state(*s.optimizer);
+      s.optimizer.reset();
+    }
 }
 
 std::vector<StageState> PipelineTrainer::stage_states() {
@@ -217,6 +267,9 @@ StepStats PipelineTrainer::train_step(const Tensor& inputs, const Tensor& target
 
   for (StageOwned& s : stages_)
     if (s.params) s.params->zero_grads();
+  // A checkpoint's full optimizer copy goes back into the shards (a loaded one must; a saved one
+  // holds the shards' own values) and is dropped: it would be stale after this step.
+  take_full_optimizers();
   for (int d : local_devices_) devices_[at(d)]->reset_peak();
   for (auto& r : reducers_)
     if (r) r->start_step();
@@ -260,6 +313,8 @@ StepStats PipelineTrainer::train_step(const Tensor& inputs, const Tensor& target
       devices_[at(local_devices_[at(i)])]->synchronize();
     });
   };
+  for (StageOwned& s : stages_)
+    if (s.shard) epilogue.shards.push_back(s.shard.get());
   // With a parameter server the servers run the epilogue's maths; this replica pushes and pulls.
   const EpilogueResult end = par.parameter_server
                                  ? par.parameter_server->exchange(*stages_.at(0).params, step_)

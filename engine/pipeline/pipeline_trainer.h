@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "engine/parallel/gradient_reducer.h"
+#include "engine/parallel/optimizer_shards.h"
 #include "engine/parallel/parallel_context.h"
 #include "engine/pipeline/device_workers.h"
 #include "engine/pipeline/executor.h"
@@ -73,6 +74,19 @@ class PipelineTrainer final : public TrainingEngine {
   bool holds_last_stage() const;
   // The gradient reduction of each device held here in the last step (data parallelism).
   std::vector<ReductionStats> last_reduction_stats() const;
+  // Bytes of optimizer state this replica's devices hold (sharded: their shards), and what they
+  // would hold unsharded.
+  size_t optimizer_state_bytes() const;
+  size_t unsharded_optimizer_state_bytes() const;
+  // --shard-optimizer and checkpoints, which hold the unsharded state: stage_states() reports no
+  // optimizer unless one of these made a full one. gather_full_optimizers (collective over the
+  // data-parallel groups, every replica at once) fills it from the shards, for saving;
+  // make_full_optimizers makes empty ones for a checkpoint to load into, and
+  // take_full_optimizers then hands each shard its range and drops them (the next step does that
+  // too, so a loader that does not call it loses nothing). No-ops when unsharded.
+  void gather_full_optimizers();
+  void make_full_optimizers();
+  void take_full_optimizers();
   // The evaluation of rows [first, first + count), the loss divided by `divisor` (so shards
   // evaluated by several replicas add up); correct = -1 when the loss does not classify.
   struct EvalShare {
@@ -86,8 +100,10 @@ class PipelineTrainer final : public TrainingEngine {
   // The optimizer state of a stage held here (both null for a stage of another process).
   struct StageOwned {
     std::unique_ptr<StageParameters> params;
-    std::unique_ptr<Optimizer> optimizer;
+    std::unique_ptr<Optimizer> optimizer;  // sharded: only while a checkpoint needs it
+    std::unique_ptr<StageShard> shard;      // --shard-optimizer
   };
+  bool sharded() const { return config_.parallel.shard_optimizer; }
   // Runs `schedule` on every device held here, each on its own thread; with `trace` records
   // every action's times (per device).
   void run_schedule(const sched::Schedule& schedule, ScheduleRun& run, bool training,

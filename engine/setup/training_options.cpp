@@ -14,6 +14,11 @@ void TrainingOptions::check(int64_t batch) const {
   if (microbatches < 1) throw UsageError("--microbatches must be >= 1");
   if (dp < 1) throw UsageError(fmt::format("--dp {} must be >= 1", dp));
   check_integer("--stages", stages, 1);
+  if (shard_optimizer && dp < 2)
+    throw UsageError(fmt::format(
+        "--shard-optimizer needs --dp R >= 2: it splits the optimizer state between data-parallel "
+        "replicas and this run has --dp {}; add --dp 2 (or more) or drop --shard-optimizer",
+        dp));
   // More threads per device than the machine has hardware threads only oversubscribe (ARCHITECTURE
   // notes halved throughput); up to 4x is allowed for experiments, more is surely a typo.
   const int cores = available_cores();
@@ -42,6 +47,10 @@ void TrainingOptions::check(int64_t batch) const {
         "--staleness {} needs --ps K (a parameter server): add --ps 1, or drop --staleness",
         staleness));
   check_integer("--staleness", staleness, -1, 1'000'000, "global steps; 0: synchronous");
+  if (ps > 0 && shard_optimizer)
+    throw UsageError(
+        "--shard-optimizer with --ps: the parameter servers already hold the optimizer state, "
+        "sharded by layer; drop --shard-optimizer");
   if (ps > 0 && stages > 1)
     throw UsageError(fmt::format(
         "--ps supports one stage per worker so far but --stages is {}: use --stages 1 (each "

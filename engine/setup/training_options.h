@@ -35,6 +35,9 @@ struct TrainingOptions {
   double mem_cap_mib = 0;         // per device, for PartitionMethod::Kind::memory (0: no cap)
   double timeout_s = 60;          // how long any wait for a peer may take
   double bucket_mib = 25;  // data parallelism: gradients are all-reduced in buckets of this size
+  // --shard-optimizer: each replica keeps the optimizer state of 1/R of the tensors (ZeRO-1,
+  // engine/parallel/optimizer_shards.h); needs dp >= 2.
+  bool shard_optimizer = false;
   // Use the pipeline runtime even for one stage on one device (e.g. to compare it with Trainer).
   bool force_pipeline = false;
   // --ps K: K parameter servers hold the parameters and optimizer state (0: none; the R

@@ -93,8 +93,12 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
       opt.stages > 1 ? fmt::format(", {} stages, schedule {}, recompute {}", opt.stages,
                                    opt.schedule.str(), opt.recompute.str())
                      : "",
-      opt.ps > 0   ? fmt::format(", {} worker{} and {} parameter server{}", opt.dp,
-                                 opt.dp == 1 ? "" : "s", opt.ps, opt.ps == 1 ? "" : "s")
+      opt.ps > 0 ? fmt::format(", {} worker{} and {} parameter server{}", opt.dp,
+                               opt.dp == 1 ? "" : "s", opt.ps, opt.ps == 1 ? "" : "s")
+      : opt.dp > 1 && opt.shard_optimizer
+          ? fmt::format(", {} data-parallel replicas (sharded optimizer: gradients "
+                        "reduce-scattered, parameters all-gathered)",
+                        opt.dp)
       : opt.dp > 1 ? fmt::format(", {} data-parallel replicas (gradient buckets of {} MiB)", opt.dp,
                                  opt.bucket_mib)
                    : "");
@@ -121,6 +125,7 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
   pc.timeout_s = opt.timeout_s;
   pc.record_trace = true;  // a clock read per action: cheap, and the bubble is worth printing
   pc.parallel.bucket_bytes = static_cast<size_t>(opt.bucket_mib * 1024 * 1024);
+  pc.parallel.shard_optimizer = opt.shard_optimizer;
   pc.parallel.slow_replica = opt.slow_replica;
   pc.parallel.slow_factor = opt.slow_factor;
   if (opt.ps > 0) {
@@ -161,6 +166,16 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
     s.pipeline = p.get();
     s.engine = std::move(p);
   }
+  // Replica 0's devices here (under mpirun: this process's device).
+  s.optimizer_state_bytes = s.pipeline->optimizer_state_bytes();
+  s.unsharded_optimizer_state_bytes = s.pipeline->unsharded_optimizer_state_bytes();
+  if (opt.print && opt.shard_optimizer)
+    fmt::print("optimizer state: {:.3f} MiB {} (1/{} of {:.3f} MiB unsharded)\n",
+               static_cast<double>(s.optimizer_state_bytes) / (1 << 20),
+               world ? "on this process's device"
+                     : fmt::format("per replica ({} device(s))", opt.stages),
+               opt.dp,
+               static_cast<double>(s.unsharded_optimizer_state_bytes) / (1 << 20));
   return s;
 }
 

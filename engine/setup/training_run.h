@@ -41,6 +41,9 @@ struct TrainingRun {
   // part in its collectives).
   std::function<int()> serve;
   Communicator* workers = nullptr;
+  // Optimizer-state bytes on replica 0's devices of this process (with --shard-optimizer: its
+  // shards, ~1/R of the unsharded figure); 0 for a single-device Trainer.
+  size_t optimizer_state_bytes = 0, unsharded_optimizer_state_bytes = 0;
 };
 
 // `model` serves the plan and a single device or single pipeline; make_model() builds one more

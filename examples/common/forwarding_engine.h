@@ -23,6 +23,7 @@ class ForwardingEngine : public TrainingEngine {
   void set_step(int64_t step) override { inner_->set_step(step); }
   std::vector<StageState> stage_states() override { return inner_->stage_states(); }
   std::vector<StageState> all_stage_copies() override { return inner_->all_stage_copies(); }
+  void stage_copies_loaded() override { inner_->stage_copies_loaded(); }
   std::vector<StageState> stages_to_save() override { return inner_->stages_to_save(); }
 
  protected:

@@ -45,6 +45,9 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
   app.add_option("--bucket-mb", f.bucket_mb,
                  "gradients are all-reduced in buckets of this many MiB")
       ->capture_default_str();
+  app.add_flag("--shard-optimizer", f.shard_optimizer,
+               "with --dp R >= 2: each replica keeps 1/R of the optimizer state (ZeRO-1); "
+               "gradients are reduce-scattered, parameters all-gathered");
   app.add_flag("--plan-only", f.plan_only,
                "print partition, schedule and predicted step time, then exit");
   app.add_option("--trace", f.trace, "write a Chrome/Perfetto trace of the last step");
@@ -80,6 +83,7 @@ TrainingOptions training_options(const ParallelFlags& f) {
   o.mem_cap_mib = f.mem_cap_mib;
   o.timeout_s = f.timeout;
   o.bucket_mib = f.bucket_mb;
+  o.shard_optimizer = f.shard_optimizer;
   o.plan_only = f.plan_only;
   if (f.ps != ParallelFlags::kNotGiven) {
     if (f.ps < 1)

@@ -20,6 +20,7 @@ struct ParallelFlags {
   std::string schedule = "1f1b", partition = "time", recompute = "never", costs = "estimate";
   double mem_cap_mib = 0, timeout = 60, bucket_mb = 25;
   bool plan_only = false;
+  bool shard_optimizer = false;
   std::string trace, timeline;
   std::string flight_recorder;  // folder for the flight records (pt::run_main)
   // --ps K, --staleness T (kNotGiven: left out), --slow-worker R:F ("": none).
@@ -30,8 +31,8 @@ struct ParallelFlags {
 
 // Registers --devices --precision --threads --stages --dp --microbatches --schedule --partition
 // --costs
-// --mem-cap --recompute --timeout --bucket-mb --plan-only --trace --timeline --flight-recorder
-// --ps --staleness --slow-worker.
+// --mem-cap --recompute --timeout --bucket-mb --shard-optimizer --plan-only --trace --timeline
+// --flight-recorder --ps --staleness --slow-worker.
 void add_parallel_flags(CLI::App& app, ParallelFlags& f);
 
 // Parses the texts (schedule, partition, costs, recompute, precision, slow worker); throws

@@ -68,6 +68,7 @@ expect_error "lists 1 device but --stages 2 x --dp 1 needs 2" --stages 2 --devic
 expect_error "lists 3 devices but --stages 2 x --dp 2 needs 4" --stages 2 --dp 2 --devices cpu:0..2 --plan-only
 expect_error "--dp 0 must be >= 1" --dp 0 --steps 1
 expect_error "--bucket-mb 0 must be a finite number > 0" --dp 2 --bucket-mb 0 --steps 1
+expect_error "--shard-optimizer needs --dp R >= 2" --shard-optimizer --steps 1
 expect_error "--dp 4 x --microbatches 2 is more than the --batch of 7" --dp 4 --microbatches 2 --batch 7 --steps 1
 expect_error "1B1" --stages 2 --microbatches 2 --schedule "file:$sch/missing_action.txt" --plan-only
 expect_error "0F0" --stages 2 --microbatches 2 --schedule "file:$sch/extra_action.txt" --plan-only

@@ -205,6 +205,9 @@ TEST_CASE("parameter server options are refused before any work, naming the flag
   refused(o, "--slow-worker factor");
   o.slow_factor = 2;
   CHECK_NOTHROW(o.check(64));
+  o.shard_optimizer = true;
+  refused(o, "--shard-optimizer with --ps");
+  o.shard_optimizer = false;
   // --clip-norm with asynchronous updates over several servers.
   TrainingOptions a;
   a.devices = "cpu:0..1";

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# pipetrain-gpt --shard-optimizer: GPT's tied embeddings (tok_emb and lm_head in different stages)
+# with the optimizer state split between 2 replicas. The sharded run's checkpoint (weights and
+# AdamW state) is bit-identical to the unsharded run's; saved at step 2 and resumed sharded, it
+# ends bit-identical to the uninterrupted run. In one process (4 virtual CPU devices), and with
+# --mpi (a build with MPI) under mpirun -np 4 too.
+#
+#   gpt_sharded.sh <pipetrain-gpt> [--mpi]
+set -uo pipefail
+exe=$1
+with_mpi=${2:-}
+here=$(cd "$(dirname "$0")" && pwd)
+compare="python3 $here/compare_checkpoints.py"
+command -v python3 >/dev/null || { echo "python3 not found"; exit 77; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails+1)); }
+for i in $(seq 1 200); do echo "Line $i: In the beginning God created the heaven and the earth, $((i * 7919 % 1000))."; done > "$work/text.txt"
+base=(--context 32 --d-model 32 --layers 2 --heads 2 --batch 4 --eval-windows 8 --eval-every 0
+      --sample-bytes 0 --data "$work/text.txt" --stages 2 --dp 2 --timeout 60)
+check() {  # check LAUNCH...: the four runs with this launcher (empty: one process)
+  local tag=$1; shift
+  local ok=1
+  for run in "plain --steps 4" "shard --steps 4 --shard-optimizer" "half --steps 2 --shard-optimizer" \
+             "resumed --steps 4 --shard-optimizer --resume $work/$tag-half"; do
+    local name=${run%% *} args=${run#* }
+    # shellcheck disable=SC2086
+    if ! timeout 300 "${launch[@]}" "$exe" "${base[@]}" "${extra[@]}" $args --save "$work/$tag-$name" \
+         > "$work/$tag-$name.txt" 2>&1; then
+      fail "$tag: $name exited with an error:"; tail -20 "$work/$tag-$name.txt"; ok=0; break
+    fi
+  done
+  [ $ok = 1 ] || return
+  grep -q "optimizer state: .* (1/2 of" "$work/$tag-shard.txt" || fail "$tag: no optimizer state line"
+  $compare "$work/$tag-plain" "$work/$tag-shard" && echo "ok: $tag: sharded == unsharded" \
+    || fail "$tag: sharded != unsharded"
+  $compare "$work/$tag-plain" "$work/$tag-resumed" && echo "ok: $tag: resumed == uninterrupted" \
+    || fail "$tag: resumed != uninterrupted"
+}
+launch=(env); extra=(--devices cpu:0..3)
+check local
+if [ "$with_mpi" = --mpi ] && command -v mpirun >/dev/null; then
+  launch=(mpirun -np 4 --oversubscribe); extra=(--threads 1)
+  check mpi
+else
+  echo "no --mpi or no mpirun: the multi-process part is skipped"
+fi
+[ $fails -eq 0 ] && echo "all GPT sharded-optimizer checks passed" || echo "$fails check(s) failed"
+exit $((fails > 0))
