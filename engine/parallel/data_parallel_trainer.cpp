@@ -97,6 +97,11 @@ StepStats DataParallelTrainer::train_step(const Tensor& inputs, const Tensor& ta
     out.loss += each[i].loss;
     out.correct = each[i].correct < 0 || out.correct < 0 ? -1 : out.correct + each[i].correct;
   }
+  if (parts_.local_step_stats && parts_.world) {
+    out.loss *= parts_.world->size();
+    if (out.correct > 0) out.correct *= parts_.world->size();
+    return out;
+  }
   sum_over_world(parts_.world, out.loss, out.correct,
                  "the exchange of the step's loss between processes");
   return out;

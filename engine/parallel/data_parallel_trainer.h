@@ -25,6 +25,9 @@ class DataParallelTrainer final : public TrainingEngine {
     std::vector<std::unique_ptr<Communicator>> communicators;
     std::vector<std::unique_ptr<PipelineTrainer>> replicas;  // each with parallel.replica set
     Communicator* world = nullptr;  // nullable: set when other processes take part
+    // Asynchronous parameter-server workers do not meet every step: each reports its own
+    // share of the loss scaled by the world's size (an estimate), with no exchange.
+    bool local_step_stats = false;
   };
   explicit DataParallelTrainer(Parts parts);
   ~DataParallelTrainer() override;

@@ -9,6 +9,8 @@
 
 namespace pt {
 
+class PsClient;  // engine/parallel/parameter_server.h
+
 struct ParallelContext {
   int replicas = 1;  // R: pipeline replicas training on shards of every global batch
   int replica = 0;   // this one, in [0, R)
@@ -21,6 +23,13 @@ struct ParallelContext {
   // Gradients are all-reduced in buckets of at least this many bytes (--bucket-mb), launched as
   // soon as backward has finished every layer of a bucket.
   size_t bucket_bytes = size_t{25} << 20;
+  // --ps: this replica is a parameter-server worker; its client replaces the step epilogue (push
+  // the gradients, pull fresh parameters). Null: the epilogue runs here.
+  PsClient* parameter_server = nullptr;
+  // --slow-worker R:F: after each step's schedule replica slow_replica sleeps (F - 1) x the time
+  // the schedule took (a straggler for experiments; -1: none).
+  int slow_replica = -1;
+  double slow_factor = 1.0;
   // --shard-optimizer (R >= 2): each replica keeps the optimizer state of 1/R of every stage's
   // tensors (engine/parallel/optimizer_shards.h); gradients are reduce-scattered after backward
   // instead of all-reduced in buckets during it.

@@ -1,12 +1,15 @@
 #include "engine/pipeline/pipeline_trainer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
+#include <thread>
 
 #include <fmt/format.h>
 
 #include "engine/core/error.h"
 #include "engine/data/batching.h"
+#include "engine/parallel/parameter_server.h"
 #include "engine/pipeline/progress_grid.h"
 #include "engine/step_epilogue.h"
 #include "engine/trace/flight_recorder.h"
@@ -57,12 +60,16 @@ PipelineTrainer::PipelineTrainer(Model& model, std::vector<Backend*> devices,
   for (int d = 0; d < sc.num_devices; ++d) {
     if (!local(d)) continue;
     local_devices_.push_back(d);
-    if (par.replicas > 1 && !par.data_parallel_group(d))
+    if (par.replicas > 1 && !par.data_parallel_group(d) && !par.parameter_server)
       throw UsageError(fmt::format("replica {} of {} has no data-parallel group for device {}",
                                    par.replica, par.replicas, d));
   }
   if (local_devices_.empty())
     throw UsageError("none of the schedule's devices is held by this process");
+  if (par.parameter_server && layout_.num_stages() != 1)
+    throw UsageError(fmt::format(
+        "--ps supports one stage per worker so far but the plan has {} stages: use --stages 1",
+        layout_.num_stages()));
   if (static_cast<int>(local_devices_.size()) != sc.num_devices) {
     if (!par.pipeline_group)
       throw UsageError(
@@ -266,9 +273,15 @@ StepStats PipelineTrainer::train_step(const Tensor& inputs, const Tensor& target
   for (int d : local_devices_) devices_[at(d)]->reset_peak();
   for (auto& r : reducers_)
     if (r) r->start_step();
+  // A parameter-server worker computes on the servers' parameters (worker 0 sends its own first).
+  if (par.parameter_server) par.parameter_server->before_step(*stages_.at(0).params, step_);
   std::vector<std::vector<ExecutedAction>> executed;
+  const auto computing = std::chrono::steady_clock::now();
   run_schedule(config_.schedule, run, /*training=*/true,
                config_.record_trace ? &executed : nullptr);
+  if (par.slow_factor > 1.0 && par.replica == par.slow_replica)  // --slow-worker: a straggler, (factor - 1) x its compute time
+    std::this_thread::sleep_for((std::chrono::steady_clock::now() - computing) *
+                                (par.slow_factor - 1.0));
   if (config_.record_trace && batch >= traced_batch_) {
     trace_ = std::move(executed);
     traced_batch_ = batch;
@@ -302,7 +315,10 @@ StepStats PipelineTrainer::train_step(const Tensor& inputs, const Tensor& target
   };
   for (StageOwned& s : stages_)
     if (s.shard) epilogue.shards.push_back(s.shard.get());
-  const EpilogueResult end = finish_step(*model_, held, epilogue);
+  // With a parameter server the servers run the epilogue's maths; this replica pushes and pulls.
+  const EpilogueResult end = par.parameter_server
+                                 ? par.parameter_server->exchange(*stages_.at(0).params, step_)
+                                 : finish_step(*model_, held, epilogue);
   stats.grad_norm = end.grad_norm;
   stats.skipped = end.skipped;
   for (int d : local_devices_)

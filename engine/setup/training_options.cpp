@@ -41,13 +41,35 @@ void TrainingOptions::check(int64_t batch) const {
         fmt::format("--dp {} x --microbatches {} is more than the --batch of {} samples: every "
                     "micro-batch of every replica needs at least one sample",
                     dp, microbatches, batch));
+  check_integer("--ps", ps, 0, 1024, "parameter servers K; 0: none");
+  if (staleness >= 0 && ps < 1)
+    throw UsageError(fmt::format(
+        "--staleness {} needs --ps K (a parameter server): add --ps 1, or drop --staleness",
+        staleness));
+  check_integer("--staleness", staleness, -1, 1'000'000, "global steps; 0: synchronous");
+  if (ps > 0 && shard_optimizer)
+    throw UsageError(
+        "--shard-optimizer with --ps: the parameter servers already hold the optimizer state, "
+        "sharded by layer; drop --shard-optimizer");
+  if (ps > 0 && stages > 1)
+    throw UsageError(fmt::format(
+        "--ps supports one stage per worker so far but --stages is {}: use --stages 1 (each "
+        "stage's worker pushing its own layers is not implemented)",
+        stages));
+  if (slow_replica >= 0) {
+    if (slow_replica >= dp)
+      throw UsageError(fmt::format("--slow-worker {}:{} names replica {} but --dp is {}: use a "
+                                   "replica in [0, {})",
+                                   slow_replica, slow_factor, slow_replica, dp, dp));
+    check_real("--slow-worker factor", slow_factor, {.lo = 1, .hi = 1000}, "1: not slowed");
+  }
   check_output_path(trace, "--trace");
   check_output_path(timeline, "--timeline");
 }
 
 bool TrainingOptions::pipelined() const {
   return force_pipeline || stages > 1 || schedule.kind == ScheduleChoice::Kind::file ||
-         !trace.empty() || !timeline.empty() || plan_only || dp > 1;
+         !trace.empty() || !timeline.empty() || plan_only || dp > 1 || ps > 0;
 }
 
 }  // namespace pt

@@ -40,6 +40,14 @@ struct TrainingOptions {
   bool shard_optimizer = false;
   // Use the pipeline runtime even for one stage on one device (e.g. to compare it with Trainer).
   bool force_pipeline = false;
+  // --ps K: K parameter servers hold the parameters and optimizer state (0: none; the R
+  // replicas all-reduce). --staleness T: 0 synchronous (the default with --ps), T >= 1 bounded
+  // asynchronous (engine/parallel/parameter_server.h); -1: not given.
+  int ps = 0;
+  int staleness = -1;
+  // --slow-worker R:F: replica R sleeps (F - 1) x its compute time every step (-1: none).
+  int slow_replica = -1;
+  double slow_factor = 1.0;
   bool plan_only = false;  // make_training plans and prints, and builds no engine
   bool print = true;       // make_training prints the device note and the plan on stdout
   std::string trace,

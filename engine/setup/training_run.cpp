@@ -9,6 +9,7 @@
 #include "engine/core/error.h"
 #include "engine/cuda_plugin.h"
 #include "engine/parallel/data_parallel_trainer.h"
+#include "engine/parallel/ps_trainer.h"
 #include "engine/pipeline/step_trace.h"
 #include "engine/trace/bubble.h"
 #include "engine/trace/chrome_trace.h"
@@ -92,7 +93,9 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
       opt.stages > 1 ? fmt::format(", {} stages, schedule {}, recompute {}", opt.stages,
                                    opt.schedule.str(), opt.recompute.str())
                      : "",
-      opt.dp > 1 && opt.shard_optimizer
+      opt.ps > 0 ? fmt::format(", {} worker{} and {} parameter server{}", opt.dp,
+                               opt.dp == 1 ? "" : "s", opt.ps, opt.ps == 1 ? "" : "s")
+      : opt.dp > 1 && opt.shard_optimizer
           ? fmt::format(", {} data-parallel replicas (sharded optimizer: gradients "
                         "reduce-scattered, parameters all-gathered)",
                         opt.dp)
@@ -123,6 +126,33 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
   pc.record_trace = true;  // a clock read per action: cheap, and the bubble is worth printing
   pc.parallel.bucket_bytes = static_cast<size_t>(opt.bucket_mib * 1024 * 1024);
   pc.parallel.shard_optimizer = opt.shard_optimizer;
+  pc.parallel.slow_replica = opt.slow_replica;
+  pc.parallel.slow_factor = opt.slow_factor;
+  if (opt.ps > 0) {
+    const PsOptions ps{opt.ps, std::max(0, opt.staleness)};
+    if (opt.print)
+      fmt::print("parameter server: {} server{}{}, {}\n", ps.servers, ps.servers == 1 ? "" : "s",
+                 world ? fmt::format(" (world ranks {}..{})", opt.dp, opt.dp + ps.servers - 1)
+                       : " (threads of this process)",
+                 ps.staleness == 0 ? std::string("synchronous")
+                                   : fmt::format("asynchronous, staleness <= {} global steps",
+                                                 ps.staleness));
+    if (world) {
+      PsProcess p = make_process_parameter_server(make_model, *s.backends[0], pc, *world, opt.dp,
+                                                  ps);
+      s.serve = std::move(p.serve);
+      s.workers = p.workers;
+      if (p.engine) {
+        s.pipeline = &p.engine->workers().replica(0);
+        s.engine = std::move(p.engine);
+      }
+    } else {
+      auto p = make_local_parameter_server(make_model, s.backends, pc, opt.dp, ps);
+      s.pipeline = &p->workers().replica(0);
+      s.engine = std::move(p);
+    }
+    return s;
+  }
   if (world) {
     auto dp = make_process_data_parallel(make_model, *s.backends[0], pc, *world, opt.dp);
     s.pipeline = &dp->replica(0);

@@ -36,6 +36,11 @@ struct TrainingRun {
   // How the model is laid out, as a checkpoint records it: stages, replicas, processes,
   // schedule, layers per stage.
   std::map<std::string, std::string> layout;
+  // --ps under mpirun: on a server process, its loop (run it instead of training; engine is
+  // null); on a worker, the workers' group, the training loop's world (the servers do not take
+  // part in its collectives).
+  std::function<int()> serve;
+  Communicator* workers = nullptr;
   // Optimizer-state bytes on replica 0's devices of this process (with --shard-optimizer: its
   // shards, ~1/R of the unsharded figure); 0 for a single-device Trainer.
   size_t optimizer_state_bytes = 0, unsharded_optimizer_state_bytes = 0;

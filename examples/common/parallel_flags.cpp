@@ -1,5 +1,11 @@
 #include "examples/common/parallel_flags.h"
 
+#include <exception>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "engine/core/error.h"
 #include "examples/common/integer_text.h"
 
 namespace pt::examples {
@@ -46,6 +52,16 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
                "print partition, schedule and predicted step time, then exit");
   app.add_option("--trace", f.trace, "write a Chrome/Perfetto trace of the last step");
   app.add_option("--timeline", f.timeline, "write an SVG timeline of the last step");
+  app.add_option("--ps", f.ps,
+                 "K parameter servers hold the parameters and optimizer state, sharded by layer "
+                 "(under mpirun: K extra processes, the last K ranks)")
+      ->check(kIntText);
+  app.add_option("--staleness", f.staleness,
+                 "with --ps: 0 synchronous (default); T >= 1 asynchronous, no worker starts a step "
+                 "while another computes on parameters more than T global steps old")
+      ->check(kIntText);
+  app.add_option("--slow-worker", f.slow_worker,
+                 "R:F: replica R sleeps (F - 1) x its compute time every step (a straggler)");
   app.add_option("--flight-recorder", f.flight_recorder,
                  "folder for each process's record of its last actions and communication calls "
                  "(rank-N.json), written on a timeout, an error or SIGUSR1; read it with "
@@ -69,6 +85,36 @@ TrainingOptions training_options(const ParallelFlags& f) {
   o.bucket_mib = f.bucket_mb;
   o.shard_optimizer = f.shard_optimizer;
   o.plan_only = f.plan_only;
+  if (f.ps != ParallelFlags::kNotGiven) {
+    if (f.ps < 1)
+      throw UsageError(fmt::format(
+          "--ps {} must be >= 1 (the number of parameter servers); leave --ps out to all-reduce",
+          f.ps));
+    o.ps = f.ps;
+  }
+  if (f.staleness != ParallelFlags::kNotGiven) {
+    if (f.staleness < 0)
+      throw UsageError(fmt::format(
+          "--staleness {} must be >= 0 (0: synchronous; T: at most T global steps behind)",
+          f.staleness));
+    o.staleness = f.staleness;
+  }
+  if (!f.slow_worker.empty()) {
+    const size_t colon = f.slow_worker.find(':');
+    try {
+      if (colon == std::string::npos) throw std::invalid_argument("no colon");
+      size_t used = 0;
+      o.slow_replica = std::stoi(f.slow_worker.substr(0, colon), &used);
+      if (used != colon || o.slow_replica < 0) throw std::invalid_argument("replica");
+      const std::string factor = f.slow_worker.substr(colon + 1);
+      o.slow_factor = std::stod(factor, &used);
+      if (used != factor.size()) throw std::invalid_argument("factor");
+    } catch (const std::exception&) {
+      throw UsageError(fmt::format(
+          "--slow-worker '{}' must be REPLICA:FACTOR, e.g. 1:2 (replica 1 takes twice as long)",
+          f.slow_worker));
+    }
+  }
   o.trace = f.trace;
   o.timeline = f.timeline;
   return o;

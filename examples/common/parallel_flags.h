@@ -3,6 +3,7 @@
 // partition, recomputation, data parallelism, timeout, plan/trace output), registered with
 // CLI11 as text and converted once, at the boundary, into the library's typed
 // pt::TrainingOptions (engine/setup/training_options.h). The library itself knows no CLI11.
+#include <climits>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -22,15 +23,20 @@ struct ParallelFlags {
   bool shard_optimizer = false;
   std::string trace, timeline;
   std::string flight_recorder;  // folder for the flight records (pt::run_main)
+  // --ps K, --staleness T (kNotGiven: left out), --slow-worker R:F ("": none).
+  static constexpr int kNotGiven = INT_MIN;
+  int ps = kNotGiven, staleness = kNotGiven;
+  std::string slow_worker;
 };
 
 // Registers --devices --precision --threads --stages --dp --microbatches --schedule --partition
 // --costs
-// --mem-cap --recompute --timeout --bucket-mb --shard-optimizer --plan-only --trace --timeline --flight-recorder.
+// --mem-cap --recompute --timeout --bucket-mb --shard-optimizer --plan-only --trace --timeline
+// --flight-recorder --ps --staleness --slow-worker.
 void add_parallel_flags(CLI::App& app, ParallelFlags& f);
 
-// Parses the texts (schedule, partition, costs, recompute, precision); throws UsageError naming
-// the valid forms of the first bad one.
+// Parses the texts (schedule, partition, costs, recompute, precision, slow worker); throws
+// UsageError naming the valid forms of the first bad one (and --ps K < 1, --staleness T < 0).
 TrainingOptions training_options(const ParallelFlags& f);
 
 }  // namespace pt::examples

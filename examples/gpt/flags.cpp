@@ -139,6 +139,10 @@ GptOptions check_gpt_flags(const GptFlags& f) {
   // The pipeline runtime even for one stage: that is what --parity-check checks.
   par.force_pipeline = f.parity_check;
   par.check(f.batch);  // and --trace, --timeline
+  if (par.ps > 0)
+    throw UsageError(
+        "pipetrain-gpt does not support --ps yet (its tied embedding and its own training loop); "
+        "pipetrain-fashion does");
   o.checkpoints = checkpoint_options(f.checkpoints);
   o.checkpoints.settings = settings_to_match(f);
   // Before the text is read: a run must not train and then fail to write its results.

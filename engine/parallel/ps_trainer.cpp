@@ -1,0 +1,178 @@
+#include "engine/parallel/ps_trainer.h"
+
+#include <cstdio>
+#include <exception>
+
+#include <fmt/format.h>
+
+#include "engine/comm/in_process.h"
+#include "engine/core/error.h"
+
+namespace pt {
+
+namespace {
+
+PsConfig ps_config(const PipelineConfig& config, int replicas, const PsOptions& ps) {
+  if (ps.servers < 1) throw UsageError(fmt::format("--ps {} must be >= 1", ps.servers));
+  if (ps.staleness < 0)
+    throw UsageError(fmt::format("--staleness {} must be >= 0 (0: synchronous)", ps.staleness));
+  if (ps.staleness > 0 && ps.servers > 1 && config.trainer.clip_norm > 0.f)
+    throw UsageError(fmt::format(
+        "--clip-norm with --staleness {} needs --ps 1: each push is clipped by the norm of all "
+        "its gradients, and {} servers see pushes in different orders",
+        ps.staleness, ps.servers));
+  if (config.schedule.num_devices != 1 || config.layers_per_stage.size() != 1)
+    throw UsageError(fmt::format(
+        "--ps supports one stage per worker so far: use --stages 1 (got {} stages)",
+        config.layers_per_stage.size()));
+  PsConfig c;
+  c.servers = ps.servers;
+  c.workers = replicas;
+  c.staleness = ps.staleness;
+  c.optimizer = config.trainer.optimizer;
+  c.lr = config.trainer.lr;
+  c.clip_norm = config.trainer.clip_norm;
+  return c;
+}
+
+// Replica r of R as a parameter-server worker (no data-parallel group: the client replaces it).
+std::unique_ptr<PipelineTrainer> make_worker(Model& model, Backend* device,
+                                             const PipelineConfig& config, int r, int replicas,
+                                             PsClient& client, Communicator* pipeline_group) {
+  PipelineConfig rc = config;
+  rc.parallel.replicas = replicas;
+  rc.parallel.replica = r;
+  rc.parallel.pipeline_group = pipeline_group;
+  rc.parallel.data_parallel_groups.assign(1, nullptr);
+  rc.parallel.parameter_server = &client;
+  return std::make_unique<PipelineTrainer>(model, std::vector<Backend*>{device}, rc);
+}
+
+}  // namespace
+
+ParameterServerTrainer::ParameterServerTrainer(std::unique_ptr<Parts> parts)
+    : parts_(std::move(parts)) {}
+
+ParameterServerTrainer::~ParameterServerTrainer() {
+  try {
+    finish();
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+  }
+}
+
+std::vector<PsServerStats> ParameterServerTrainer::finish() {
+  if (!finished_) {
+    finished_ = true;
+    parts_->workers.reset();
+    parts_->clients.clear();  // each sends STOP
+    for (auto& t : parts_->servers) t.join();
+    for (const PsServerStats& s : parts_->stats)
+      if (s.pushes) fmt::print("{}\n", s.str(parts_->replicas));
+    for (auto& e : parts_->errors)
+      if (e) std::rethrow_exception(e);
+  }
+  return parts_->stats;
+}
+
+std::unique_ptr<ParameterServerTrainer> make_local_parameter_server(
+    const std::function<Model()>& make_model, const std::vector<Backend*>& devices,
+    const PipelineConfig& config, int replicas, const PsOptions& ps) {
+  const PsConfig pc = ps_config(config, replicas, ps);
+  if (static_cast<int>(devices.size()) != replicas)
+    throw UsageError(fmt::format("--ps with --dp {} needs {} devices (one per worker), got {}",
+                                 replicas, replicas, devices.size()));
+  auto parts = std::make_unique<ParameterServerTrainer::Parts>();
+  parts->replicas = replicas;
+  const int K = ps.servers, R = replicas;
+  Model shape_model = make_model();
+  const std::vector<PsShard> shards = shard_by_layer(shape_model, K);
+  auto group = make_in_process_group(R + K, config.timeout_s, "parameter server");
+  std::vector<std::unique_ptr<Communicator>> servers_group;
+  if (K > 1) servers_group = make_in_process_group(K, config.timeout_s, "parameter servers");
+  parts->server_devices = open_devices(fmt::format("cpu:0..{}", K - 1), K, 1);
+  DataParallelTrainer::Parts dp;
+  for (int r = 0; r < R; ++r) {
+    parts->clients.push_back(
+        std::make_unique<PsClient>(*group[static_cast<size_t>(r)], r, pc, shards));
+    dp.models.push_back(std::make_unique<Model>(make_model()));
+    dp.replicas.push_back(make_worker(*dp.models.back(), devices[static_cast<size_t>(r)], config,
+                                      r, R, *parts->clients.back(), nullptr));
+  }
+  for (auto& c : group) parts->communicators.push_back(std::move(c));
+  for (auto& c : servers_group) parts->communicators.push_back(std::move(c));
+  parts->workers = std::make_unique<DataParallelTrainer>(std::move(dp));
+  // The server threads last: nothing after them throws (a joinable thread must not be dropped).
+  parts->stats.resize(static_cast<size_t>(K));
+  parts->errors.resize(static_cast<size_t>(K));
+  for (int k = 0; k < K; ++k) {
+    Communicator* ps_rank = parts->communicators[static_cast<size_t>(R + k)].get();
+    Communicator* servers = K > 1 ? parts->communicators[static_cast<size_t>(R + K + k)].get() : nullptr;
+    Backend* backend = parts->server_devices.backends[static_cast<size_t>(k)].get();
+    ParameterServerTrainer::Parts* p = parts.get();
+    const PsShard shard = shards[static_cast<size_t>(k)];
+    parts->servers.emplace_back([=] {
+      try {
+        p->stats[static_cast<size_t>(k)] = run_parameter_server(*ps_rank, servers, pc, shard,
+                                                                *backend);
+      } catch (...) {
+        p->errors[static_cast<size_t>(k)] = std::current_exception();
+      }
+    });
+  }
+  return std::make_unique<ParameterServerTrainer>(std::move(parts));
+}
+
+PsProcess make_process_parameter_server(const std::function<Model()>& make_model,
+                                        Backend& device, const PipelineConfig& config,
+                                        Communicator& world, int replicas, const PsOptions& ps) {
+  const PsConfig pc = ps_config(config, replicas, ps);
+  const int K = ps.servers, R = replicas;
+  if (world.size() != R + K)
+    throw UsageError(fmt::format(
+        "{} processes were started but --ps {} with --dp {} (x --stages 1) needs {} ({} server(s) "
+        "+ {} worker(s)): start mpirun -np {}",
+        world.size(), K, R, R + K, K, R, R + K));
+  const int rank = world.rank();
+  const bool server = rank >= R;
+  // Both splits on every rank, in the same order (collective).
+  auto side = world.split(server ? 1 : 0, rank, server ? "parameter servers" : "ps workers");
+  Model shape_model = make_model();
+  const std::vector<PsShard> shards = shard_by_layer(shape_model, K);
+  PsProcess out;
+  if (server) {
+    const int k = rank - R;
+    auto owned = std::make_shared<std::vector<std::unique_ptr<Communicator>>>();
+    owned->push_back(std::move(side));
+    Communicator* servers = K > 1 ? (*owned)[0].get() : nullptr;
+    const PsShard shard = shards[static_cast<size_t>(k)];
+    Backend* backend = &device;
+    Communicator* w = &world;
+    out.serve = [=] {
+      (void)owned;
+      fmt::print(stderr, "parameter server {} (world rank {}) holds layers [{}, {}): {:.2f} MiB\n",
+                 k, rank, shard.first_layer, shard.last_layer,
+                 static_cast<double>(shard.end - shard.begin) / (1024.0 * 1024.0));
+      const PsServerStats s = run_parameter_server(*w, servers, pc, shard, *backend);
+      fmt::print(stderr, "{} (world rank {})\n", s.str(R), rank);
+      return 0;
+    };
+    return out;
+  }
+  auto parts = std::make_unique<ParameterServerTrainer::Parts>();
+  parts->replicas = R;
+  parts->clients.push_back(std::make_unique<PsClient>(world, rank, pc, shards));
+  DataParallelTrainer::Parts dp;
+  dp.world = side.get();
+  dp.local_step_stats = ps.staleness > 0;
+  dp.models.push_back(std::make_unique<Model>(make_model()));
+  dp.replicas.push_back(
+      make_worker(*dp.models.back(), &device, config, rank, R, *parts->clients.back(), nullptr));
+  out.workers = side.get();
+  parts->communicators.push_back(std::move(side));
+  parts->workers = std::make_unique<DataParallelTrainer>(std::move(dp));
+  out.engine = std::make_unique<ParameterServerTrainer>(std::move(parts));
+  return out;
+}
+
+}  // namespace pt

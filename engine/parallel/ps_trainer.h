@@ -1,0 +1,85 @@
+#pragma once
+// Training with a parameter server (--ps K, engine/parallel/parameter_server.h): R workers (one
+// replica each, S = 1) run as a DataParallelTrainer whose replicas push and pull instead of
+// all-reducing; the K servers are threads of this process (make_local_parameter_server) or
+// processes of their own under mpirun (make_process_parameter_server: world ranks [0, R) are the
+// workers, ranks [R, R + K) the servers).
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "engine/devices.h"
+#include "engine/parallel/data_parallel_trainer.h"
+#include "engine/parallel/parameter_server.h"
+
+namespace pt {
+
+struct PsOptions {
+  int servers = 1;    // K
+  int staleness = 0;  // T
+};
+
+class ParameterServerTrainer final : public TrainingEngine {
+ public:
+  // Destroyed in this order: the workers, the clients (each sends STOP), then the server
+  // threads are joined.
+  struct Parts {
+    std::vector<std::unique_ptr<Communicator>> communicators;
+    DeviceSet server_devices;
+    std::vector<std::unique_ptr<PsClient>> clients;
+    std::unique_ptr<DataParallelTrainer> workers;
+    std::vector<std::thread> servers;  // in-process servers
+    std::vector<PsServerStats> stats;  // per in-process server, filled when it ends
+    std::vector<std::exception_ptr> errors;  // per in-process server
+    int replicas = 1;
+  };
+  explicit ParameterServerTrainer(std::unique_ptr<Parts> parts);
+  ~ParameterServerTrainer() override;
+
+  StepStats train_step(const Tensor& inputs, const Tensor& targets) override {
+    return parts_->workers->train_step(inputs, targets);
+  }
+  // Asynchronous workers say they pause first: evaluation makes them wait for each other.
+  EvalStats evaluate(const Tensor& inputs, const Tensor& targets, int64_t chunk = 1000) override {
+    for (auto& c : parts_->clients) c->pause();
+    return parts_->workers->evaluate(inputs, targets, chunk);
+  }
+  Model& model() const override { return parts_->workers->model(); }
+  uint64_t seed() const override { return parts_->workers->seed(); }
+  int64_t step() const override { return parts_->workers->step(); }
+  void set_step(int64_t step) override { parts_->workers->set_step(step); }
+  std::vector<StageState> stage_states() override { return parts_->workers->stage_states(); }
+  std::vector<StageState> all_stage_copies() override {
+    return parts_->workers->all_stage_copies();
+  }
+  std::vector<StageState> stages_to_save() override { return parts_->workers->stages_to_save(); }
+
+  DataParallelTrainer& workers() const { return *parts_->workers; }
+  // Stops the workers and the in-process servers, rethrows a server's failure and returns what
+  // each server observed (printed too). Called by the destructor if not before.
+  std::vector<PsServerStats> finish();
+
+ private:
+  std::unique_ptr<Parts> parts_;
+  bool finished_ = false;
+};
+
+// R workers on `devices` (one each) and K server threads, in this process.
+std::unique_ptr<ParameterServerTrainer> make_local_parameter_server(
+    const std::function<Model()>& make_model, const std::vector<Backend*>& devices,
+    const PipelineConfig& config, int replicas, const PsOptions& ps);
+
+// One process of an mpirun job of R + K processes (collective over `world`). A worker gets an
+// engine and `workers` (the workers' group: the training loop's world); a server gets `serve`,
+// which runs its loop until the workers stop and returns 0.
+struct PsProcess {
+  std::unique_ptr<ParameterServerTrainer> engine;
+  Communicator* workers = nullptr;
+  std::function<int()> serve;
+};
+PsProcess make_process_parameter_server(const std::function<Model()>& make_model,
+                                        Backend& device, const PipelineConfig& config,
+                                        Communicator& world, int replicas, const PsOptions& ps);
+
+}  // namespace pt

@@ -1,0 +1,221 @@
+// The parameter server in one process (K server threads, R worker replicas, in-process
+// communicators). What is checked:
+// - sharding: whole layers, contiguous, covering the arena, balanced by bytes;
+// - synchronous (--staleness 0) equals --dp R all-reduce training bit for bit, with SGD momentum
+//   and AdamW, clipping on, K = 1 and K = 2 (the norm exchanged between servers), R = 2 and 3;
+// - asynchronous (T = 1) trains (the loss goes down), observed staleness is > 0 (pushes are
+//   applied one by one) and within the bound T * R + R - 1 pushes;
+// - bad combinations are refused before any work, naming the flag.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+
+#include <fmt/format.h>
+
+#include "../engine/synthetic.h"
+#include "engine/core/error.h"
+#include "engine/parallel/ps_trainer.h"
+#include "engine/setup/training_run.h"
+#include "layers/zoo.h"
+#include "pipeline_test_util.h"
+
+using namespace pt;
+
+namespace {
+
+Model small_mlp() { return deep_mlp(3, 48, Shape{1, 6, 6}); }
+
+struct Data {
+  Dataset set;
+  Tensor x, y;
+  explicit Data(int64_t batch) : set(test::synthetic_dataset(batch, Shape{1, 6, 6}, 10, 4)) {
+    x = Tensor::borrow(set.inputs.data(), Shape{1, 6, 6}.with_batch(batch));
+    y = Tensor::borrow(set.labels.data(), Shape{batch}, DType::i32);
+  }
+};
+
+TrainerConfig trainer_config(const std::string& optim, bool cosine = true) {
+  TrainerConfig c;
+  c.seed = 5;
+  c.optimizer.kind = optim;
+  c.optimizer.lr = optim == "sgd" ? 0.05f : 0.003f;
+  c.optimizer.momentum = optim == "sgd" ? 0.9f : 0.f;
+  c.optimizer.weight_decay = 0.01f;
+  c.lr = {cosine ? LrSchedule::Kind::cosine : LrSchedule::Kind::constant, c.optimizer.lr, 2, 20,
+          0.f};
+  c.clip_norm = 0.5f;  // active: the norm exchange between servers matters
+  return c;
+}
+
+// Every replica's parameters after `steps` steps, and the losses.
+struct Run {
+  std::vector<std::vector<float>> params;  // per replica, all tensors concatenated
+  std::vector<double> losses;
+  std::vector<PsServerStats> stats;
+};
+
+std::vector<float> flat(const std::vector<StageState>& stages) {
+  std::vector<float> out;
+  for (const auto& [name, v] : test::params_by_name(stages)) out.insert(out.end(), v.begin(), v.end());
+  return out;
+}
+
+Run train(int R, int K, int T, const std::string& optim, int steps, double slow = 1.0,
+          bool cosine = true) {
+  TrainingOptions opt;
+  opt.devices = fmt::format("cpu:0..{}", R - 1);
+  opt.threads = 1;
+  opt.dp = R;
+  opt.ps = K;
+  opt.staleness = K > 0 ? T : -1;
+  opt.force_pipeline = true;
+  opt.print = false;
+  opt.timeout_s = 20;
+  if (slow > 1.0) {
+    opt.slow_replica = R - 1;
+    opt.slow_factor = slow;
+  }
+  const int64_t batch = 24;
+  Model model = small_mlp();
+  TrainingRun run = make_training(opt, model, small_mlp, trainer_config(optim, cosine), batch);
+  const Data data(batch);
+  Run out;
+  for (int k = 0; k < steps; ++k) {
+    out.losses.push_back(run.engine->train_step(data.x, data.y).loss);
+    // An evaluation mid-run (asynchronous workers PAUSE, then RESUME with a fresh pull).
+    if (k == steps / 2) CHECK(std::isfinite(run.engine->evaluate(data.x, data.y).loss));
+  }
+  if (auto* ps = dynamic_cast<ParameterServerTrainer*>(run.engine.get())) {
+    for (int r = 0; r < R; ++r) out.params.push_back(flat(ps->workers().replica(r).stage_states()));
+    out.stats = ps->finish();
+  } else {
+    auto& dp = dynamic_cast<DataParallelTrainer&>(*run.engine);
+    for (int r = 0; r < R; ++r) out.params.push_back(flat(dp.replica(r).stage_states()));
+  }
+  return out;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size() || a.empty()) return false;
+  for (float v : a)
+    if (!std::isfinite(v)) return false;
+  return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("parameter server shards: whole layers, contiguous, covering, balanced by bytes") {
+  const Model m = deep_mlp(6, 64, Shape{1, 8, 8});
+  for (int K : {1, 2, 3, 4}) {
+    CAPTURE(K);
+    const auto shards = shard_by_layer(m, K);
+    REQUIRE(shards.size() == static_cast<size_t>(K));
+    CHECK(shards.front().begin == 0);
+    CHECK(shards.front().first_layer == 0);
+    CHECK(shards.back().last_layer == m.num_layers());
+    size_t tensors = 0, largest = 0, total = 0;
+    for (size_t k = 0; k < shards.size(); ++k) {
+      CHECK(shards[k].begin % 64 == 0);
+      CHECK(shards[k].end > shards[k].begin);
+      CHECK(!shards[k].tensors.empty());
+      if (k > 0) {
+        CHECK(shards[k].begin == shards[k - 1].end);
+        CHECK(shards[k].first_layer == shards[k - 1].last_layer);
+      }
+      for (const auto& t : shards[k].tensors) CHECK(t.global_index == tensors++);
+      largest = std::max(largest, shards[k].end - shards[k].begin);
+      total += shards[k].end - shards[k].begin;
+    }
+    // Balanced: no shard above 1/K of the bytes plus the largest layer (64x64 + 64 floats).
+    CHECK(largest <= total / static_cast<size_t>(K) + (64 * 64 + 64) * 4 + 64);
+  }
+  CHECK_THROWS_AS(shard_by_layer(small_mlp(), 50), UsageError);
+}
+
+TEST_CASE("synchronous parameter server == --dp R all-reduce, bit for bit (SGD, AdamW, clip)") {
+  for (const std::string optim : {"sgd", "adamw"})
+    for (int R : {2, 3})
+      for (int K : {1, 2}) {
+        CAPTURE(optim);
+        CAPTURE(R);
+        CAPTURE(K);
+        const Run ref = train(R, 0, 0, optim, 4);
+        const Run got = train(R, K, 0, optim, 4);
+        for (int r = 0; r < R; ++r) CHECK(same_bits(got.params[static_cast<size_t>(r)], ref.params[0]));
+        for (size_t k = 0; k < ref.losses.size(); ++k) CHECK(got.losses[k] == ref.losses[k]);
+        // Parameters moved (a server that did nothing would leave the initial values).
+        const Run start = train(R, 0, 0, optim, 0);
+        CHECK(!same_bits(start.params[0], got.params[0]));
+        REQUIRE(got.stats.size() == static_cast<size_t>(K));
+        for (const PsServerStats& s : got.stats) {
+          CHECK(s.pushes == 4 * R);
+          CHECK(s.updates == 4);
+          CHECK(s.max_staleness == 0);
+        }
+      }
+}
+
+TEST_CASE("asynchronous parameter server (T = 1): trains, staleness observed and bounded") {
+  const int R = 2, T = 1;
+  const Run got = train(R, 1, T, "sgd", 30, /*slow=*/2.0, /*cosine=*/false);
+  const Run sync = train(R, 1, 0, "sgd", 30, 1.0, false);
+  MESSAGE("loss: first ", got.losses.front(), ", async last ", got.losses.back(), ", sync last ",
+          sync.losses.back());
+  REQUIRE(got.losses.size() == 30);
+  for (double l : got.losses) REQUIRE(std::isfinite(l));
+  // It learns about as well as synchronous training in the same number of steps.
+  CHECK(got.losses.back() < 0.9 * got.losses.front());
+  CHECK(got.losses.back() < 1.05 * sync.losses.back());
+  REQUIRE(got.stats.size() == 1);
+  const PsServerStats& s = got.stats[0];
+  CHECK(s.pushes == 30 * R);
+  CHECK(s.updates == 30 * R);  // one update per push
+  CHECK(s.max_staleness > 0);
+  CHECK(s.max_staleness <= T * R + R - 1);
+  CHECK(s.mean_staleness() > 0);
+}
+
+TEST_CASE("parameter server options are refused before any work, naming the flag") {
+  const auto refused = [](TrainingOptions o, const std::string& says) {
+    CAPTURE(says);
+    try {
+      o.check(64);
+      FAIL("accepted");
+    } catch (const UsageError& e) {
+      CHECK(std::string(e.what()).find(says) != std::string::npos);
+    }
+  };
+  TrainingOptions o;
+  o.staleness = 1;
+  refused(o, "--staleness 1 needs --ps K");
+  o.ps = 1;
+  o.staleness = -2;
+  refused(o, "--staleness");
+  o.staleness = 0;
+  o.stages = 2;
+  refused(o, "--ps supports one stage per worker so far but --stages is 2");
+  o.stages = 1;
+  o.dp = 2;
+  o.slow_replica = 2;
+  refused(o, "--slow-worker 2:1 names replica 2 but --dp is 2");
+  o.slow_replica = 1;
+  o.slow_factor = 0.5;
+  refused(o, "--slow-worker factor");
+  o.slow_factor = 2;
+  CHECK_NOTHROW(o.check(64));
+  o.shard_optimizer = true;
+  refused(o, "--shard-optimizer with --ps");
+  o.shard_optimizer = false;
+  // --clip-norm with asynchronous updates over several servers.
+  TrainingOptions a;
+  a.devices = "cpu:0..1";
+  a.dp = 2;
+  a.ps = 2;
+  a.staleness = 1;
+  a.print = false;
+  Model m = small_mlp();
+  CHECK_THROWS_WITH_AS(make_training(a, m, small_mlp, trainer_config("sgd"), 24),
+                       doctest::Contains("needs --ps 1"), UsageError);
+}
