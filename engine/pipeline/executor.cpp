@@ -282,7 +282,8 @@ bool Executor::is_final_weight_gradient(int s) {
 // ---- the one switch ----------------------------------------------------------------------------
 
 void Executor::execute(const Action& a) {
-  if (sched::is_compute(a.type) && run_.before_compute) run_.before_compute(a, step_of(a.microbatch));
+  if (sched::is_compute(a.type) && run_.before_compute)
+    run_.before_compute(a, step_of(a.microbatch));
   switch (a.type) {
     case ActionType::F: forward(a); break;
     case ActionType::B: backward(a, true); break;
@@ -322,8 +323,8 @@ void Executor::execute(const Action& a) {
       return;
     case ActionType::UPDATE:
       if (!run_.update)
-        throw std::logic_error(fmt::format("{}: UPDATE in a run without asynchronous updates",
-                                           a.str()));
+        throw std::logic_error(
+            fmt::format("{}: UPDATE in a run without asynchronous updates", a.str()));
       run_.update(a.stage, a.microbatch);
       return;
   }

@@ -114,8 +114,8 @@ void PipelineTrainer::check_async() const {
   const sched::Schedule& sc = config_.schedule;
   const int S = sc.num_stages, M = config_.trainer.microbatches;
   if (config_.async_window < 1)
-    throw UsageError(
-        fmt::format("--async-window {} must be >= 1 (steps per schedule run)", config_.async_window));
+    throw UsageError(fmt::format("--async-window {} must be >= 1 (steps per schedule run)",
+                                 config_.async_window));
   if (S < 2)
     throw UsageError(
         "--update async needs --stages >= 2: on one stage there is no pipeline to keep full; use "
@@ -129,8 +129,8 @@ void PipelineTrainer::check_async() const {
         S, S - 1));
   if (config_.trainer.clip_norm > 0)
     throw UsageError(
-        "--clip-norm needs the global gradient norm, but --update async updates each stage on its "
-        "own: drop --clip-norm or use --update sync");
+        "--clip needs the global gradient norm, but --update async updates each stage on its "
+        "own: drop --clip or use --update sync");
   if (config_.parallel.replicas > 1)
     throw UsageError("--update async does not support --dp > 1 yet: use --dp 1 or --update sync");
   for (const ParameterTie& tie : model_->ties())
@@ -350,9 +350,9 @@ std::vector<StepStats> PipelineTrainer::train_window(std::span<const HostBatch> 
       throw UsageError(
           fmt::format("a batch has {} inputs but {} targets", batch, b.targets.shape()[0]));
     if (batch < M)
-      throw UsageError(fmt::format(
-          "a batch of {} samples cannot feed {} micro-batches: raise --batch to >= {}", batch, M,
-          M));
+      throw UsageError(
+          fmt::format("a batch of {} samples cannot feed {} micro-batches: raise --batch to >= {}",
+                      batch, M, M));
     const std::vector<int64_t> sizes = split_sizes(batch, M);
     const std::vector<int64_t> first = first_rows(sizes, 0);
     run.mb_size.insert(run.mb_size.end(), sizes.begin(), sizes.end());

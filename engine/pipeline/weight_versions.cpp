@@ -8,13 +8,8 @@
 namespace pt {
 
 WeightVersions::WeightVersions(Model& model, StageParameters& params, int64_t latest)
-    : model_(&model),
-      params_(&params),
-      previous_(params.backend(), params.layout()),
-      latest_(latest) {
-  const Tensor from = params.params_flat();
-  if (from.numel())
-    params.backend().copy_within(previous_.flat().data(), from.data(), previous_.bytes());
+    : model_(&model), params_(&params), latest_(latest) {
+  params.add_stash();
 }
 
 void WeightVersions::bind_arena(bool previous) {
@@ -23,7 +18,7 @@ void WeightVersions::bind_arena(bool previous) {
   for (int l = params_->first_layer(); l < params_->last_layer(); ++l) {
     std::vector<Tensor> params, grads;
     for (; e < entries.size() && entries[e].layer == l; ++e) {
-      params.push_back(previous ? previous_.view(entries[e].table_index) : params_->param(e));
+      params.push_back(previous ? params_->stash(e) : params_->param(e));
       grads.push_back(params_->grad(e));
     }
     if (!params.empty()) model_->layer(l).bind(params, grads);
@@ -45,7 +40,7 @@ void WeightVersions::update(Optimizer& optimizer, float lr) {
   Backend& b = params_->backend();
   const Tensor latest = params_->params_flat();
   if (latest.numel()) {
-    b.copy_within(previous_.flat().data(), latest.data(), previous_.bytes());
+    b.copy_within(params_->stash_flat().data(), latest.data(), params_->stash_bytes());
     optimizer.step(latest, params_->grads_flat(), lr);
   }
   params_->zero_grads();

@@ -10,7 +10,6 @@
 // compute action needs differs from the bound one.
 #include <cstdint>
 
-#include "engine/core/arena.h"
 #include "engine/optimizer.h"
 #include "engine/stage_parameters.h"
 #include "layers/model.h"
@@ -31,16 +30,13 @@ class WeightVersions {
   void bind(int64_t version);
   // Applies UPDATE with the stage's accumulated gradients (left zeroed).
   void update(Optimizer& optimizer, float lr);
-  // The older version W(L - 1), entry i as StageParameters::param(i) (checkpoints).
-  Tensor previous(size_t i) const { return previous_.view(params_->entries()[i].table_index); }
-  size_t extra_bytes() const { return previous_.bytes(); }
+  size_t extra_bytes() const { return params_->stash_bytes(); }
 
  private:
   void bind_arena(bool previous);
 
   Model* model_;
   StageParameters* params_;
-  Arena previous_;
   int64_t latest_;
   bool bound_previous_ = false;
 };

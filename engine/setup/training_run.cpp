@@ -58,6 +58,10 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
         "the trainer's config says {} micro-batches but the training options say {}: set "
         "TrainingOptions::microbatches only",
         config.microbatches, opt.microbatches));
+  if (opt.async_update && config.clip_norm > 0)
+    throw UsageError(
+        "--clip needs the global gradient norm, but --update async updates each stage on its "
+        "own: drop --clip or use --update sync");
   TrainerConfig trainer_config = config;
   trainer_config.microbatches = opt.microbatches;
   const bool pipelined = opt.pipelined() || world;
@@ -118,6 +122,8 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
   pc.timeout_s = opt.timeout_s;
   pc.record_trace = true;  // a clock read per action: cheap, and the bubble is worth printing
   pc.parallel.bucket_bytes = static_cast<size_t>(opt.bucket_mib * 1024 * 1024);
+  pc.async_update = opt.async_update;
+  pc.async_window = opt.async_window;
   if (world) {
     auto dp = make_process_data_parallel(make_model, *s.backends[0], pc, *world, opt.dp);
     s.pipeline = &dp->replica(0);
@@ -131,6 +137,11 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
     s.pipeline = p.get();
     s.engine = std::move(p);
   }
+  if (opt.async_update)
+    s.description += fmt::format(
+        ", async updates (PipeDream-2BW, window {} steps, second weight version {:.2f} MiB{})",
+        opt.async_window, static_cast<double>(s.pipeline->weight_stash_bytes()) / (1 << 20),
+        world ? " in this process" : "");
   return s;
 }
 

@@ -21,11 +21,14 @@ struct ParallelFlags {
   bool plan_only = false;
   std::string trace, timeline;
   std::string flight_recorder;  // folder for the flight records (pt::run_main)
+  std::string update = "sync";  // sync | async (PipeDream-2BW)
+  int async_window = 8;
 };
 
 // Registers --devices --precision --threads --stages --dp --microbatches --schedule --partition
 // --costs
-// --mem-cap --recompute --timeout --bucket-mb --plan-only --trace --timeline --flight-recorder.
+// --mem-cap --recompute --timeout --bucket-mb --plan-only --trace --timeline --flight-recorder
+// --update --async-window.
 void add_parallel_flags(CLI::App& app, ParallelFlags& f);
 
 // Parses the texts (schedule, partition, costs, recompute, precision); throws UsageError naming

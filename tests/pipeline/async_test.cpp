@@ -9,6 +9,8 @@
 #include <set>
 
 #include "../engine/synthetic.h"
+#include "../engine/temp_dir.h"
+#include "engine/checkpoint/checkpoint.h"
 #include "engine/core/error.h"
 #include "engine/trainer.h"
 #include "layers/builder.h"
@@ -72,7 +74,7 @@ Result reference(const std::string& optimizer, Data& data) {
   for (int t = 0; t < kSteps; ++t) {
     const HostBatch b = data.batch(t);
     r.losses.push_back(grad.train_step(b.inputs, b.targets).loss);  // at W(t - 1)
-    const std::vector<float> latest = host(weights.params_flat());   // W(t)
+    const std::vector<float> latest = host(weights.params_flat());  // W(t)
     opt.step(weights.params_flat(), grad.parameters().grads_flat(), wc.lr.at(t));
     std::memcpy(grad.parameters().params_flat().f32(), latest.data(),
                 latest.size() * sizeof(float));  // the next step's W(t)
@@ -154,7 +156,7 @@ TEST_CASE("async pipeline: every backward uses its forward's weight version, two
     for (int s = 0; s < S; ++s) {
       const auto& list = uses[static_cast<size_t>(s)];
       REQUIRE(list.size() == static_cast<size_t>(2 * 4 * kSteps));  // an F and a B each
-      std::map<int64_t, int64_t> forward_version;  // global micro-batch -> version
+      std::map<int64_t, int64_t> forward_version;                   // global micro-batch -> version
       int64_t newest = -1;
       std::set<int64_t> seen;
       for (const VersionUse& u : list) {
@@ -215,8 +217,10 @@ TEST_CASE("async pipeline: the refusals name the fix") {
   const auto none = [](Model&, PipelineConfig&) {};
   refused(1, 4, none, "--stages >= 2");
   refused(4, 2, none, "--microbatches >= 3");
-  refused(2, 4, [](Model&, PipelineConfig& pc) { pc.trainer.clip_norm = 1.f; }, "drop --clip-norm");
-  refused(2, 4, [](Model&, PipelineConfig& pc) { pc.async_window = 0; }, "--async-window 0");
+  refused(
+      2, 4, [](Model&, PipelineConfig& pc) { pc.trainer.clip_norm = 1.f; }, "drop --clip");
+  refused(
+      2, 4, [](Model&, PipelineConfig& pc) { pc.async_window = 0; }, "--async-window 0");
 }
 
 TEST_CASE("async pipeline: tied parameters on different stages are refused") {
@@ -227,4 +231,65 @@ TEST_CASE("async pipeline: tied parameters on different stages are refused") {
   pc.async_update = true;
   CHECK_THROWS_WITH_AS(PipelineTrainer(m, devices.devices, pc),
                        doctest::Contains("share a tied parameter"), UsageError);
+}
+
+TEST_CASE("async pipeline: a checkpoint at a window end resumes the same trajectory") {
+  for (int S : {2, 3}) {
+    CAPTURE(S);
+    Data data;
+    const Result whole = pipelined("adamw", S, data);  // steps 0..6 without a break
+    test::TempDir dir;
+    const auto path = dir.path / "ckpt";
+    std::vector<HostBatch> batches;
+    for (int t = 0; t < kSteps; ++t) batches.push_back(data.batch(t));
+    {
+      test::CpuDevices devices(S);
+      Model m = dropout_mlp();
+      PipelineTrainer p(m, devices.devices, async_config(m, "adamw", S));
+      p.train_steps(std::span(batches).first(4));
+      TrainingState state;
+      state.step = p.step();
+      state.seed = p.seed();
+      const std::vector<StageState> stages = p.stage_states();
+      save_checkpoint(path, m, stages, state);
+    }
+    test::CpuDevices devices(S);
+    Model m = dropout_mlp();
+    PipelineTrainer p(m, devices.devices, async_config(m, "adamw", S));
+    const std::vector<StageState> stages = p.all_stage_copies();
+    const TrainingState loaded = load_checkpoint(path, m, stages);
+    REQUIRE(loaded.step == 4);
+    p.set_step(loaded.step);
+    std::vector<double> losses;
+    for (const StepStats& st : p.train_steps(std::span(batches).subspan(4)))
+      losses.push_back(st.loss);
+    CHECK(losses == std::vector<double>(whole.losses.begin() + 4, whole.losses.end()));
+    std::vector<float> params;
+    for (int s = 0; s < S; ++s) {
+      const auto v = host(p.stage_parameters(s).params_flat());
+      params.insert(params.end(), v.begin(), v.end());
+    }
+    REQUIRE(params.size() == whole.params.size());
+    CHECK(std::memcmp(params.data(), whole.params.data(), params.size() * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE("async pipeline: a checkpoint without a weight stash is refused") {
+  test::TempDir dir;
+  const auto path = dir.path / "sync";
+  {
+    auto backend = make_cpu_backend(0, 1);
+    Model m = dropout_mlp();
+    Trainer t(m, *backend, trainer_config("sgd"));
+    TrainingState state;
+    state.seed = t.seed();
+    const std::vector<StageState> stages = t.stage_states();
+    save_checkpoint(path, m, stages, state);
+  }
+  test::CpuDevices devices(2);
+  Model m = dropout_mlp();
+  PipelineTrainer p(m, devices.devices, async_config(m, "sgd", 2));
+  const std::vector<StageState> stages = p.all_stage_copies();
+  CHECK_THROWS_WITH_AS(load_checkpoint(path, m, stages),
+                       doctest::Contains("resume it with --update sync"), FileError);
 }

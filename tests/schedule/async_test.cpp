@@ -64,9 +64,8 @@ TEST_CASE("one_f_one_b_async sweep: valid, lowered, no deadlock, one UPDATE per 
         REQUIRE_MESSAGE(low.ok(), low.report);
         for (int d = 0; d < D; ++d) {
           const auto& list = s.actions[static_cast<size_t>(d)];
-          CHECK(std::count_if(list.begin(), list.end(), [](const Action& a) {
-                  return a.type == ActionType::UPDATE;
-                }) == K);
+          CHECK(std::count_if(list.begin(), list.end(),
+                              [](const Action& a) { return a.type == ActionType::UPDATE; }) == K);
           CHECK(list.back().type == ActionType::UPDATE);
         }
         // The bubble is paid once per window: the same time as 1F1B over K*M micro-batches
@@ -105,9 +104,15 @@ TEST_CASE("validator: UPDATE order against the weight versions") {
     s.microbatches = 3;
     s.steps = 3;
     s.stage_device = {0};
-    s.actions = {{{0, ActionType::F, 0}, {0, ActionType::F, 1}, {0, ActionType::F, 2},
-                  {0, ActionType::B, 0}, {0, ActionType::UPDATE, 0}, {0, ActionType::B, 1},
-                  {0, ActionType::UPDATE, 1}, {0, ActionType::B, 2}, {0, ActionType::UPDATE, 2}}};
+    s.actions = {{{0, ActionType::F, 0},
+                  {0, ActionType::F, 1},
+                  {0, ActionType::F, 2},
+                  {0, ActionType::B, 0},
+                  {0, ActionType::UPDATE, 0},
+                  {0, ActionType::B, 1},
+                  {0, ActionType::UPDATE, 1},
+                  {0, ActionType::B, 2},
+                  {0, ActionType::UPDATE, 2}}};
     CHECK(report_has(s, "0F2 runs before 0UPDATE0, which needs the weights it writes"));
   }
   SUBCASE("a missing UPDATE, and one outside the steps") {
