@@ -162,6 +162,21 @@ void report_pipeline(const TrainingOptions& opt, const TrainingRun& s, Communica
   if (world) return;  // the other devices' traces are in other processes
   // The last full-size step (an epoch's smaller remainder batch is not compared with the
   // prediction for a full batch).
+  if (opt.async_update) {
+    // The trace is of the last window (several steps, one bubble), not comparable with the
+    // prediction for one synchronous step.
+    const Trace trace =
+        step_trace(s.pipeline->last_trace(),
+                   {s.backends.begin(), s.backends.begin() + s.plan->schedule.num_devices},
+                   static_cast<int>(s.pipeline->last_trace_step()));
+    const BubbleStats bubble =
+        measure_bubble(trace, static_cast<int>(s.pipeline->last_trace_step()));
+    fmt::print("last window (from step {}): {:.2f} ms measured; bubble per device:",
+               s.pipeline->last_trace_step(), bubble.step_span_us / 1e3);
+    for (double b : bubble.bubble_fraction) fmt::print(" {:.1f}%", 100 * b);
+    fmt::print("\n");
+    return;
+  }
   const int step = static_cast<int>(s.pipeline->last_trace_step());
   // Replica 0's devices come first.
   const std::vector<Backend*> replica0(s.backends.begin(),

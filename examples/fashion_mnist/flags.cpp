@@ -67,6 +67,15 @@ FashionOptions check_fashion_flags(const FashionFlags& f) {
   // The pipeline runtime even for one stage: that is what --parity-check checks.
   o.parallel.force_pipeline = f.parity_check;
   o.parallel.check(f.batch);
+  if (o.parallel.async_update && f.clip > 0)
+    throw UsageError(fmt::format(
+        "--clip {} needs the global gradient norm, but --update async updates each stage on its "
+        "own: pass --clip 0 or --update sync",
+        f.clip));
+  if (o.parallel.async_update && f.parity_check)
+    throw UsageError(
+        "--parity-check compares with synchronous single-device training, which --update async "
+        "does not compute (its step t uses the weights of step t - 1): drop one of them");
   o.checkpoints = checkpoint_options(f.checkpoints);
   o.checkpoints.settings = {{"model", f.model}, {"optim", f.optim}};
   // Before the data is read: a run must not train and then fail to write its results.
