@@ -293,3 +293,23 @@ TEST_CASE("async pipeline: a checkpoint without a weight stash is refused") {
   CHECK_THROWS_WITH_AS(load_checkpoint(path, m, stages),
                        doctest::Contains("resume it with --update sync"), FileError);
 }
+
+TEST_CASE("async pipeline: a non-finite gradient ends the run naming the step and the stage") {
+  test::CpuDevices devices(2);
+  Model m = dropout_mlp();
+  PipelineTrainer p(m, devices.devices, async_config(m, "sgd", 2));
+  Data data;
+  std::vector<HostBatch> batches{data.batch(0), data.batch(1)};
+  std::vector<float> poisoned(data.d.inputs.begin() + kBatch * 36,
+                              data.d.inputs.begin() + 2 * kBatch * 36);
+  poisoned[5] = std::nanf("");
+  batches[1].inputs = Tensor::borrow(poisoned.data(), Shape{kBatch, 1, 6, 6});
+  std::string what;
+  try {
+    p.train_steps(batches);
+  } catch (const std::exception& e) {
+    what = e.what();
+  }
+  CHECK(what.find("step 1: the gradients of stage") != std::string::npos);
+  CHECK(what.find("are not finite") != std::string::npos);
+}
