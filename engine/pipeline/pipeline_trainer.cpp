@@ -138,8 +138,8 @@ void PipelineTrainer::check_async() const {
       if (layout_.stage_of_layer(m.layer) != layout_.stage_of_layer(tie.members[0].layer))
         throw UsageError(fmt::format(
             "--update async: layers {} and {} share a tied parameter but are on stages {} and "
-            "{}, which update on their own; put them on one stage (--partition layout:...) or use "
-            "--update sync",
+            "{}, which update on their own: untie them (pipetrain-gpt: --untied) or use --update "
+            "sync",
             tie.members[0].layer, m.layer, layout_.stage_of_layer(tie.members[0].layer),
             layout_.stage_of_layer(m.layer)));
 }
