@@ -31,9 +31,7 @@
 
 namespace pt::sched {
 
-enum class ActionType : uint8_t {
-  F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B, REDUCE_GRAD, UPDATE
-};
+enum class ActionType : uint8_t { F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B, REDUCE_GRAD, UPDATE };
 
 struct Action {
   int stage = 0;

@@ -21,9 +21,9 @@ Schedule one_f_one_b_async(int D, int M, int K) {
     throw std::invalid_argument("1f1b async: the window is " + std::to_string(K) +
                                 " steps; it must be >= 1");
   if (M < D - 1)
-    throw std::invalid_argument("1f1b async: " + std::to_string(M) + " micro-batches over " +
-                                std::to_string(D) + " stages; asynchronous updates need M >= " +
-                                std::to_string(D - 1) + " (stages - 1)");
+    throw std::invalid_argument(
+        "1f1b async: " + std::to_string(M) + " micro-batches over " + std::to_string(D) +
+        " stages; asynchronous updates need M >= " + std::to_string(D - 1) + " (stages - 1)");
   const Schedule flat = one_f_one_b(D, K * M);
   Schedule s = flat;
   s.steps = K;

@@ -11,9 +11,9 @@
 namespace pt::sched {
 
 struct Schedule {
-  int num_devices = 1;                       // D: pipeline ranks
-  int num_stages = 1;                        // S_total = D * V (virtual stages)
-  int microbatches = 1;                      // M (in all steps together)
+  int num_devices = 1;   // D: pipeline ranks
+  int num_stages = 1;    // S_total = D * V (virtual stages)
+  int microbatches = 1;  // M (in all steps together)
   // Optimizer steps the lists span: 1 for every synchronous schedule; K for an asynchronous
   // window (one_f_one_b_async), whose micro-batch m belongs to step m / (microbatches / steps).
   int steps = 1;

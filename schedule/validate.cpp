@@ -270,8 +270,8 @@ class Checker {
         const Action update{s, ActionType::UPDATE, k};
         const auto u = index.find(update);
         if (!u) {
-          error_row(s, "stage " + num(s) + " has no " + update.str() + " (step " + num(k) +
-                           " of " + num(s_.steps) + ")");
+          error_row(s, "stage " + num(s) + " has no " + update.str() + " (step " + num(k) + " of " +
+                           num(s_.steps) + ")");
           continue;
         }
         const auto before = [&](const Action& a, bool must_precede, const std::string& why) {
