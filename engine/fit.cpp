@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <optional>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -76,33 +77,52 @@ FitResult fit(TrainingEngine& trainer, const Dataset& train, const Dataset* test
   int64_t loss_count = 0;
   while (trainer.step() < total) {
     const int64_t epoch = batches.position().epoch;
-    Batch batch = batches.next();
-    const Tensor x = Tensor::borrow(batch.inputs.data(), batch.input_shape);
-    const Tensor y = Tensor::borrow(batch.labels.data(), Shape{batch.size}, DType::i32);
+    // Up to window() batches (an asynchronous pipeline runs them as one schedule), never across
+    // the end of the run or of an epoch (evaluation) or a checkpoint: those see a drained pipeline.
+    const int64_t first = trainer.step();
+    std::vector<Batch> window;
+    for (;;) {
+      window.push_back(batches.next());
+      const int64_t after = first + static_cast<int64_t>(window.size());
+      if (static_cast<int64_t>(window.size()) >= trainer.window() || after >= total ||
+          batches.position().epoch != epoch || checkpoints.saves_after(after))
+        break;
+    }
+    std::vector<HostBatch> host;
+    for (Batch& batch : window)
+      host.push_back({Tensor::borrow(batch.inputs.data(), batch.input_shape),
+                      Tensor::borrow(batch.labels.data(), Shape{batch.size}, DType::i32)});
 
     const auto t0 = std::chrono::steady_clock::now();
-    const StepStats st = trainer.train_step(x, y);
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    result.seconds += dt;
-    ++result.steps;
-    result.last_loss = st.loss;
-    loss_sum += st.loss;
-    ++loss_count;
-    if (st.skipped)
-      fmt::print(
-          stderr,
-          "\nstep {}: gradients are not finite (norm {}): step skipped, parameters unchanged\n",
-          trainer.step() - 1, st.grad_norm);
-    metrics.write({{"step", trainer.step()},
-                   {"epoch", epoch + 1},
-                   {"loss", st.loss},
-                   {"lr", static_cast<double>(st.lr)},
-                   {"grad_norm", st.grad_norm},
-                   {"samples_per_s", static_cast<double>(st.samples) / dt},
-                   {"reserved_bytes", static_cast<int64_t>(st.reserved_bytes)},
-                   {"rss_bytes", static_cast<int64_t>(resident_bytes())}});
-    progress.update(trainer.step(), fmt::format("epoch {} loss {:.4f}", epoch + 1,
-                                                loss_sum / static_cast<double>(loss_count)));
+    const std::vector<StepStats> window_stats = trainer.train_steps(host);
+    const double window_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    result.seconds += window_s;
+    // A window's steps share its time evenly.
+    const double dt = window_s / static_cast<double>(window_stats.size());
+    for (size_t k = 0; k < window_stats.size(); ++k) {
+      const StepStats& st = window_stats[k];
+      const int64_t step_done = first + static_cast<int64_t>(k) + 1;
+      ++result.steps;
+      result.last_loss = st.loss;
+      loss_sum += st.loss;
+      ++loss_count;
+      if (st.skipped)
+        fmt::print(
+            stderr,
+            "\nstep {}: gradients are not finite (norm {}): step skipped, parameters unchanged\n",
+            step_done - 1, st.grad_norm);
+      metrics.write({{"step", step_done},
+                     {"epoch", epoch + 1},
+                     {"loss", st.loss},
+                     {"lr", static_cast<double>(st.lr)},
+                     {"grad_norm", st.grad_norm},
+                     {"samples_per_s", static_cast<double>(st.samples) / dt},
+                     {"reserved_bytes", static_cast<int64_t>(st.reserved_bytes)},
+                     {"rss_bytes", static_cast<int64_t>(resident_bytes())}});
+      progress.update(step_done, fmt::format("epoch {} loss {:.4f}", epoch + 1,
+                                             loss_sum / static_cast<double>(loss_count)));
+    }
 
     const bool epoch_done = batches.position().epoch != epoch;
     if (epoch_done && test && trainer.step() < total) {

@@ -85,7 +85,9 @@ StageParameters::~StageParameters() {
     Layer& layer = model_->layer(l);
     const size_t n = layer.param_specs().size();
     // Someone may have bound the layer elsewhere since (e.g. a profiler): leave that alone.
-    if (n > 0 && !layer.params().empty() && layer.params()[0].data() == param(e).data())
+    if (n > 0 && !layer.params().empty() &&
+        (layer.params()[0].data() == param(e).data() ||
+         (has_stash_ && layer.params()[0].data() == stash(e).data())))
       layer.unbind();
     e += n;
   }
@@ -95,6 +97,14 @@ int64_t StageParameters::param_count() const {
   int64_t n = 0;
   for (size_t i = 0; i < entries_.size(); ++i) n += param(i).numel();
   return n;
+}
+
+void StageParameters::add_stash() {
+  if (has_stash_) return;
+  stash_ = Arena(*backend_, params_.table());
+  has_stash_ = true;
+  const Tensor from = params_flat();
+  if (from.numel()) backend_->copy_within(stash_.flat().data(), from.data(), stash_.bytes());
 }
 
 void StageParameters::zero_grads() {

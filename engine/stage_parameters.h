@@ -43,6 +43,15 @@ class StageParameters {
 
   void zero_grads();
 
+  // --update async: a second copy of the parameters in an arena of the same layout, the older
+  // weight version (engine/pipeline/weight_versions.h); checkpoints save it as "stash.*".
+  // add_stash() allocates it as a copy of the parameters.
+  void add_stash();
+  bool has_stash() const { return has_stash_; }
+  Tensor stash(size_t i) const { return stash_.view(entries_[i].table_index); }
+  Tensor stash_flat() const { return stash_.flat(); }
+  size_t stash_bytes() const { return has_stash_ ? stash_.bytes() : 0; }
+
  private:
   const Model* model_;
   int first_, last_;
@@ -50,6 +59,8 @@ class StageParameters {
   std::vector<ParameterEntry> entries_;
   Arena params_;
   Arena grads_;
+  Arena stash_;
+  bool has_stash_ = false;
 };
 
 // Fills `out` (host memory, `n` floats) with the initial values of parameter `param_index` of

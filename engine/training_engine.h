@@ -2,6 +2,7 @@
 // What the training loop (engine/fit.h) needs from a trainer, whether it runs the model on one
 // device (Trainer, the reference) or as a pipeline over several (PipelineTrainer).
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "engine/checkpoint/checkpoint.h"
@@ -28,11 +29,25 @@ struct EvalStats {
   int64_t samples = 0;
 };
 
+// One global batch: host tensors inputs (B, ...) and targets (B, ...).
+struct HostBatch {
+  Tensor inputs, targets;
+};
+
 class TrainingEngine {
  public:
   virtual ~TrainingEngine() = default;
   // One optimizer step on one global batch; inputs (B, ...) and targets (B, ...) are host tensors.
   virtual StepStats train_step(const Tensor& inputs, const Tensor& targets) = 0;
+  // Consecutive steps, batches[i] for step step() + i. An asynchronous pipeline (--update async)
+  // runs them as one schedule, without a flush between the steps; by default one train_step each.
+  virtual std::vector<StepStats> train_steps(std::span<const HostBatch> batches) {
+    std::vector<StepStats> out;
+    for (const HostBatch& b : batches) out.push_back(train_step(b.inputs, b.targets));
+    return out;
+  }
+  // The most batches one train_steps call takes (the training loop collects up to this many).
+  virtual int window() const { return 1; }
   // Forward only, evaluation mode, over host tensors.
   virtual EvalStats evaluate(const Tensor& inputs, const Tensor& targets, int64_t chunk = 1000) = 0;
   virtual Model& model() const = 0;

@@ -10,7 +10,7 @@ namespace {
 
 // Every type with its text form, in enum order. The parser reads the longest run of [A-Z_]
 // after the stage number and looks it up here, so "SEND_F" can never be misread as "S" + ...
-constexpr std::array<std::pair<ActionType, std::string_view>, 9> kTypeNames = {{
+constexpr std::array<std::pair<ActionType, std::string_view>, 10> kTypeNames = {{
     {ActionType::F, "F"},
     {ActionType::B, "B"},
     {ActionType::I, "I"},
@@ -20,6 +20,7 @@ constexpr std::array<std::pair<ActionType, std::string_view>, 9> kTypeNames = {{
     {ActionType::SEND_B, "SEND_B"},
     {ActionType::RECV_B, "RECV_B"},
     {ActionType::REDUCE_GRAD, "REDUCE_GRAD"},
+    {ActionType::UPDATE, "UPDATE"},
 }};
 
 // Reads a canonical non-negative decimal at the front of `text`: at least one digit, no sign,
@@ -44,7 +45,11 @@ std::string_view type_name(ActionType t) {
   return "?";
 }
 
-bool has_microbatch(ActionType t) { return t != ActionType::REDUCE_GRAD; }
+bool has_microbatch(ActionType t) {
+  return t != ActionType::REDUCE_GRAD && t != ActionType::UPDATE;
+}
+
+bool has_number(ActionType t) { return t != ActionType::REDUCE_GRAD; }
 
 bool is_compute(ActionType t) {
   return t == ActionType::F || t == ActionType::B || t == ActionType::I || t == ActionType::W;
@@ -58,7 +63,7 @@ bool is_communication(ActionType t) {
 std::string Action::str() const {
   std::string out = std::to_string(stage);
   out += type_name(type);
-  if (has_microbatch(type)) out += std::to_string(microbatch);
+  if (has_number(type)) out += std::to_string(microbatch);
   return out;
 }
 
@@ -82,7 +87,7 @@ std::optional<Action> parse_action(std::string_view text) {
   }
   if (!known) return std::nullopt;
 
-  if (has_microbatch(action.type)) {
+  if (has_number(action.type)) {
     const auto m = take_number(text);
     if (!m) return std::nullopt;
     action.microbatch = *m;

@@ -17,8 +17,12 @@
 //   SEND_B  send the gradient w.r.t. s's input for m to stage s - 1
 //   RECV_B  receive the gradient w.r.t. s's output for m from stage s + 1
 //   REDUCE_GRAD  start the data-parallel gradient reduction of s (no micro-batch)
-// The optimizer step is not an action: it needs every stage's gradients (the global norm for
-// clipping and the inf/NaN check), so the runtime takes it once after all lists ran.
+//   UPDATE  asynchronous pipelines only (--update async, one_f_one_b_async): stage s applies the
+//           optimizer to its own parameters with the gradient of step k, where k is the number
+//           printed after it ("1UPDATE2": stage 1, step 2) and stored in `microbatch`
+// In synchronous schedules the optimizer step is not an action: it needs every stage's gradients
+// (the global norm for clipping and the inf/NaN check), so the runtime takes it once after all
+// lists ran. Asynchronous updates are per stage by design (no global norm), hence UPDATE.
 // This header depends on the standard library only (schedule/ is pure code).
 #include <cstdint>
 #include <optional>
@@ -27,19 +31,20 @@
 
 namespace pt::sched {
 
-enum class ActionType : uint8_t { F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B, REDUCE_GRAD };
+enum class ActionType : uint8_t { F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B, REDUCE_GRAD, UPDATE };
 
 struct Action {
   int stage = 0;
   ActionType type = ActionType::F;
-  int microbatch = -1;  // -1 for REDUCE_GRAD
+  int microbatch = -1;  // -1 for REDUCE_GRAD; the step for UPDATE
 
   bool operator==(const Action&) const = default;
   std::string str() const;  // canonical text form
 };
 
 std::string_view type_name(ActionType t);  // "F", "SEND_F", ...
-bool has_microbatch(ActionType t);         // false for REDUCE_GRAD
+bool has_microbatch(ActionType t);         // false for REDUCE_GRAD and UPDATE
+bool has_number(ActionType t);             // a number follows the type: all but REDUCE_GRAD
 bool is_compute(ActionType t);             // F, B, I, W
 bool is_communication(ActionType t);       // SEND_*, RECV_*
 

@@ -82,6 +82,11 @@ std::vector<Action> dependencies(const Action& a, const Schedule& schedule, Form
       for (int mb = 0; mb < schedule.microbatches; ++mb)
         deps.push_back(weight_grad_of(s, mb, index));
       break;
+    case ActionType::UPDATE: {
+      const int M = schedule.microbatches_per_step();
+      for (int mb = m * M; mb < (m + 1) * M; ++mb) deps.push_back(weight_grad_of(s, mb, index));
+      break;
+    }
   }
   return deps;
 }

@@ -24,6 +24,12 @@ Schedule gpipe(int D, int M);
 // micro-batches in flight on device d. Any M >= 1, including M < D.
 Schedule one_f_one_b(int D, int M);
 
+// PipeDream-2BW (Narayanan et al. 2021): 1F1B over K steps of M micro-batches each without a flush
+// between them (micro-batch k*M + j is micro-batch j of step k), and UPDATE(s, k) right after
+// stage s's last backward of step k. Needs M >= D - 1, so that UPDATE(s, k) precedes stage s's
+// first forward of step k + 2 and at most two weight versions are live per stage.
+Schedule one_f_one_b_async(int D, int M, int K);
+
 // Megatron's interleaved 1F1B: V model chunks per device, bubble shrunk by V. Needs M % D == 0
 // when V > 1 (see interleaved.cpp); V == 1 is one_f_one_b.
 Schedule interleaved(int D, int M, int V);

@@ -11,14 +11,19 @@
 namespace pt::sched {
 
 struct Schedule {
-  int num_devices = 1;                       // D: pipeline ranks
-  int num_stages = 1;                        // S_total = D * V (virtual stages)
-  int microbatches = 1;                      // M
+  int num_devices = 1;   // D: pipeline ranks
+  int num_stages = 1;    // S_total = D * V (virtual stages)
+  int microbatches = 1;  // M (in all steps together)
+  // Optimizer steps the lists span: 1 for every synchronous schedule; K for an asynchronous
+  // window (one_f_one_b_async), whose micro-batch m belongs to step m / (microbatches / steps).
+  int steps = 1;
   std::vector<int> stage_device;             // stage -> device, size num_stages
   std::vector<std::vector<Action>> actions;  // per device, in execution order
 
   int device_of(int stage) const { return stage_device.at(static_cast<size_t>(stage)); }
   int chunks_per_device() const { return num_stages / num_devices; }  // V
+  int microbatches_per_step() const { return microbatches / steps; }
+  int step_of(int microbatch) const { return microbatch / microbatches_per_step(); }
 
   bool operator==(const Schedule&) const = default;
 };

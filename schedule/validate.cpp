@@ -29,6 +29,7 @@ class Checker {
         check_comm_pairs(index);
       }
       check_gradient_steps(index);
+      check_updates(index);
       if (errors_.empty() && options.dry_run) check_deadlock(index);
     }
     return finish();
@@ -59,6 +60,9 @@ class Checker {
     if (D < 1) error("num_devices is " + num(D) + "; a schedule needs at least 1 device");
     if (S < 1) error("num_stages is " + num(S) + "; a schedule needs at least 1 stage");
     if (M < 1) error("microbatches is " + num(M) + "; a schedule needs at least 1 micro-batch");
+    if (s_.steps < 1 || (M >= 1 && M % s_.steps != 0))
+      error("steps is " + num(s_.steps) + " for " + num(M) +
+            " micro-batches; it must be >= 1 and divide them");
     if (D >= 1 && s_.actions.size() != static_cast<size_t>(D))
       error("there are " + num(static_cast<long long>(s_.actions.size())) + " action lists for " +
             num(D) + " devices; need one list per device");
@@ -87,7 +91,10 @@ class Checker {
         if (has_microbatch(a.type) && (a.microbatch < 0 || a.microbatch >= s_.microbatches))
           error_at(at, a.str() + " names micro-batch " + num(a.microbatch) + ", outside 0.." +
                            num(s_.microbatches - 1));
-        if (!has_microbatch(a.type) && a.microbatch != -1)
+        if (a.type == ActionType::UPDATE && (a.microbatch < 0 || a.microbatch >= s_.steps))
+          error_at(at, a.str() + " names step " + num(a.microbatch) + ", outside 0.." +
+                           num(s_.steps - 1));
+        if (!has_number(a.type) && a.microbatch != -1)
           error_at(at, std::string(type_name(a.type)) + " of stage " + num(a.stage) +
                            " carries micro-batch " + num(a.microbatch) + "; it takes none (-1)");
         if (s_.device_of(a.stage) != static_cast<int>(d))
@@ -243,6 +250,48 @@ class Checker {
                               "); it needs every weight gradient of stage " + num(s));
           break;
         }
+      }
+    }
+  }
+
+  // ---- UPDATE (asynchronous windows): each stage's weight versions -----------------------
+  // With more than one step every stage updates once per step. Step t computes with the weights
+  // of UPDATE(t - 2) and accumulates into the one gradient buffer that UPDATE(t) empties, so on
+  // each stage: every weight gradient of step k before UPDATE(k), every one of step k + 1 after
+  // it, and every forward of step k + 2 after it (at most two versions live at once).
+  void check_updates(const ActionIndex& index) {
+    bool any = false;
+    for (const auto& list : s_.actions)
+      for (const Action& a : list) any = any || a.type == ActionType::UPDATE;
+    if (!any && s_.steps == 1) return;
+    const int M = s_.microbatches_per_step();
+    for (int s = 0; s < s_.num_stages; ++s) {
+      for (int k = 0; k < s_.steps; ++k) {
+        const Action update{s, ActionType::UPDATE, k};
+        const auto u = index.find(update);
+        if (!u) {
+          error_row(s, "stage " + num(s) + " has no " + update.str() + " (step " + num(k) + " of " +
+                           num(s_.steps) + ")");
+          continue;
+        }
+        const auto before = [&](const Action& a, bool must_precede, const std::string& why) {
+          const auto x = index.find(a);
+          if (!x || x->device != u->device) return;
+          if (must_precede && x->index > u->index)
+            error_at(*u, update.str() + " runs before " + a.str() + ", " + why);
+          if (!must_precede && x->index < u->index)
+            error_at(*x, a.str() + " runs before " + update.str() + ", " + why);
+        };
+        for (int m = k * M; m < (k + 1) * M; ++m)
+          before(weight_grad_of(s, m, index), true, "whose gradient it applies");
+        if (k + 1 < s_.steps)
+          for (int m = (k + 1) * M; m < (k + 2) * M; ++m)
+            before(weight_grad_of(s, m, index), false,
+                   "which would add step " + num(k + 1) + "'s gradient to step " + num(k) + "'s");
+        if (k + 2 < s_.steps)
+          for (int m = (k + 2) * M; m < (k + 3) * M; ++m)
+            before({s, ActionType::F, m}, false,
+                   "which needs the weights it writes (or a third version)");
       }
     }
   }

@@ -30,6 +30,8 @@ std::string optimizer_name(const std::string& param, const std::string& slot) {
   return fmt::format("optimizer.{}.{}", param, slot);
 }
 
+std::string stash_name(const std::string& param) { return "stash." + param; }
+
 // A metadata value as an integer of type T: int64_t for steps and positions, uint64_t for the seed
 // (any 64-bit seed the programs accept, 2^64 - 1 included).
 template <typename T = int64_t>
@@ -130,6 +132,11 @@ Json write_piece(const fs::path& folder, int world_rank, std::span<const StageSt
   for (const StageState& s : stages)
     for (size_t i = 0; i < s.params->entries().size(); ++i)
       items.push_back({s.params->entries()[i].name, s.params->param(i), &s.params->backend()});
+  for (const StageState& s : stages)
+    if (s.params->has_stash())
+      for (size_t i = 0; i < s.params->entries().size(); ++i)
+        items.push_back(
+            {stash_name(s.params->entries()[i].name), s.params->stash(i), &s.params->backend()});
   for (const StageState& s : stages) {
     if (!s.optimizer) continue;
     piece["optimizer"] = s.optimizer->config().kind;
@@ -227,8 +234,11 @@ void check_names(const CheckpointManifest& m, const Model& model, const Optimize
   if (optimizer)
     for (const OptimizerSlot& slot : optimizer->slots()) slots.insert(slot.name);
   constexpr std::string_view kOptimizer = "optimizer.";
+  constexpr std::string_view kStash = "stash.";
   for (const CheckpointTensor& t : m.tensors) {
     if (weights.count(t.name)) continue;
+    // A synchronous run resumes from the latest weights of an asynchronous one.
+    if (t.name.rfind(kStash, 0) == 0 && weights.count(t.name.substr(kStash.size()))) continue;
     if (t.name.rfind(kOptimizer, 0) == 0) {
       const std::string rest = t.name.substr(kOptimizer.size());
       const auto dot = rest.rfind('.');
@@ -391,6 +401,16 @@ TrainingState load_checkpoint(const fs::path& path, const Model& model,
     for (size_t i = 0; i < params.entries().size(); ++i)
       load(params.entries()[i].name, params.param(i), params.backend());
   }
+  for (const StageState& s : stages)
+    for (size_t i = 0; s.params->has_stash() && i < s.params->entries().size(); ++i) {
+      const std::string name = stash_name(s.params->entries()[i].name);
+      if (!m.find(name))
+        throw FileError(fmt::format(
+            "checkpoint {} has no weight stash ('{}'): it was not written by --update async, "
+            "whose step t needs the weights of step t - 1; resume it with --update sync",
+            path.string(), name));
+      load(name, s.params->stash(i), s.params->backend());
+    }
   for (const StageState& s : stages) {
     if (!s.optimizer) continue;
     Optimizer& opt = *s.optimizer;

@@ -3,6 +3,9 @@
 //   weights:          "{global_layer_index}.{layer_name}.{param}"          e.g. "3.fc2.weight"
 //   optimizer state:  "optimizer.{global_layer_index}.{layer_name}.{param}.{slot}"
 //                     slot = momentum_buffer | exp_avg | exp_avg_sq (PyTorch's names)
+//   weight stash:     "stash.{global_layer_index}.{layer_name}.{param}" (--update async: the
+//                     older weight version W(t - 1), which step t still computes with; saved
+//                     and required on load when the stage has one, StageParameters::has_stash)
 // Tensors are named by global layer index, so a checkpoint does not depend on how the model was
 // laid out: any set of stages, replicas and processes covering the model can save it, and any
 // other can load it (each process reads only the tensors of the stages it holds).

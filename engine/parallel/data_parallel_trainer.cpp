@@ -107,6 +107,20 @@ StepStats DataParallelTrainer::train_step(const Tensor& inputs, const Tensor& ta
   return out;
 }
 
+std::vector<StepStats> DataParallelTrainer::train_steps(std::span<const HostBatch> batches) {
+  if (window() == 1 || parts_.replicas.size() != 1) return TrainingEngine::train_steps(batches);
+  std::vector<StepStats> out = replica(0).train_steps(batches);
+  for (StepStats& s : out) {
+    if (!replica(0).holds_last_stage()) {
+      s.loss = 0;
+      s.correct = 0;
+    }
+    sum_over_world(parts_.world, s.loss, s.correct,
+                   "the exchange of the step's loss between processes");
+  }
+  return out;
+}
+
 EvalStats DataParallelTrainer::evaluate(const Tensor& inputs, const Tensor& targets,
                                         int64_t chunk) {
   const int64_t n = inputs.shape()[0];

@@ -33,6 +33,9 @@ class DataParallelTrainer final : public TrainingEngine {
   ~DataParallelTrainer() override;
 
   StepStats train_step(const Tensor& inputs, const Tensor& targets) override;
+  // --update async (one replica): the replica's windows, the loss exchanged between processes.
+  std::vector<StepStats> train_steps(std::span<const HostBatch> batches) override;
+  int window() const override { return replica(0).window(); }
   // Each replica evaluates its shard of the rows; the results are added up.
   EvalStats evaluate(const Tensor& inputs, const Tensor& targets, int64_t chunk = 1000) override;
   Model& model() const override { return replica(0).model(); }

@@ -73,11 +73,19 @@ Executor::State& Executor::state(int s, int m) {
     p = std::make_unique<State>();
     StepInfo info = run_.info;
     info.microbatch = run_.info.microbatch + m;  // the global index: run_.info holds the first
+    if (const int k = step_of(m); k > 0) {       // a later step of an asynchronous window
+      info.step += k;
+      info.microbatch -= k * run_.step_microbatches;
+    }
     p->ctx = std::make_unique<MicrobatchContexts>(backend_, info, stage(s).first_layer,
                                                   stage(s).last_layer, setup_.layout->is_last(s));
     p->dy.resize(static_cast<size_t>(stage(s).last_layer - stage(s).first_layer));
   }
   return *p;
+}
+
+int Executor::step_of(int m) const {
+  return run_.mb_step.empty() ? 0 : run_.mb_step[static_cast<size_t>(m)];
 }
 
 // Frees a (stage, micro-batch) as soon as nothing of it is needed any more: in training after its
@@ -152,9 +160,11 @@ void Executor::forward(const Action& a) {
     return upload_rows(backend_, host, run_.mb_first[static_cast<size_t>(m)],
                        run_.mb_size[static_cast<size_t>(m)]);
   };
+  const bool window = !run_.mb_step.empty();
+  const auto k = static_cast<size_t>(step_of(m));
   Tensor x;
   if (s == 0) {
-    x = rows(run_.inputs);
+    x = rows(window ? run_.step_inputs[k] : run_.inputs);
   } else {
     if (!st.input.defined())
       throw std::logic_error(fmt::format("{}: no input activation (missing RECV_F?)", a.str()));
@@ -176,12 +186,19 @@ void Executor::forward(const Action& a) {
   send_skips(Direction::forward, s, st.ctx->skips(), model, *setup_.layout, io);
   st.forward_done = true;
   if (setup_.layout->is_last(s)) {
-    const Tensor target = rows(run_.targets);
-    run_.loss[static_cast<size_t>(device_)] +=
-        model.loss().forward(x, target, run_.loss_divisor, st.ctx->loss());
+    const auto dev = static_cast<size_t>(device_);
+    const Tensor target = rows(window ? run_.step_targets[k] : run_.targets);
+    const double loss = model.loss().forward(
+        x, target, window ? run_.step_divisor[k] : run_.loss_divisor, st.ctx->loss());
+    run_.loss[dev] += loss;
     const int64_t c = model.loss().count_correct(x, target, backend_);
-    int64_t& total = run_.correct[static_cast<size_t>(device_)];
+    int64_t& total = run_.correct[dev];
     total = c < 0 ? -1 : total + c;
+    if (window) {
+      run_.step_loss[dev][k] += loss;
+      int64_t& step_total = run_.step_correct[dev][k];
+      step_total = c < 0 ? -1 : step_total + c;
+    }
     if (training_) st.grad_output = model.loss().backward(st.ctx->loss());
     st.ctx->loss().clear();
   } else if (here(s + 1)) {
@@ -265,6 +282,8 @@ bool Executor::is_final_weight_gradient(int s) {
 // ---- the one switch ----------------------------------------------------------------------------
 
 void Executor::execute(const Action& a) {
+  if (sched::is_compute(a.type) && run_.before_compute)
+    run_.before_compute(a, step_of(a.microbatch));
   switch (a.type) {
     case ActionType::F: forward(a); break;
     case ActionType::B: backward(a, true); break;
@@ -301,6 +320,12 @@ void Executor::execute(const Action& a) {
       break;
     case ActionType::REDUCE_GRAD:
       if (reducer_) reducer_->flush(a.stage);
+      return;
+    case ActionType::UPDATE:
+      if (!run_.update)
+        throw std::logic_error(
+            fmt::format("{}: UPDATE in a run without asynchronous updates", a.str()));
+      run_.update(a.stage, a.microbatch);
       return;
   }
   if (sched::has_microbatch(a.type)) maybe_release(a.stage, a.microbatch);

@@ -39,6 +39,21 @@ struct ScheduleRun {
   std::vector<std::atomic<int>> position;  // per device: index of the action being executed
   Clock::time_point start = Clock::now();
 
+  // An asynchronous window (--update async) runs several steps: micro-batch m belongs to step
+  // mb_step[m] of the run (empty: every micro-batch to the one step), whose rows mb_first/mb_size
+  // index step_inputs/step_targets[step] and whose loss is divided by step_divisor[step]. Loss
+  // and correct count are then kept per step too: step_loss[device][step].
+  std::vector<int> mb_step;
+  int step_microbatches = 0;  // micro-batches per step (the dropout key's index within its step)
+  std::vector<Tensor> step_inputs, step_targets;
+  std::vector<int64_t> step_divisor;
+  std::vector<std::vector<double>> step_loss;
+  std::vector<std::vector<int64_t>> step_correct;
+  // Called on the device's thread before every F/B/I/W (binds the weight version of the action's
+  // step) and for every UPDATE; null when the run has no such needs.
+  std::function<void(const sched::Action& a, int step)> before_compute;
+  std::function<void(int stage, int step)> update;
+
   explicit ScheduleRun(size_t devices)
       : loss(devices, 0.0), correct(devices, 0), position(devices) {}
 };
@@ -76,6 +91,7 @@ class Executor {
   void forward(const sched::Action& a);
   void backward(const sched::Action& a, bool with_weights);
   void weights(const sched::Action& a);
+  int step_of(int m) const;
   bool is_final_weight_gradient(int s);
   void maybe_release(int s, int m);
   State& state(int s, int m);

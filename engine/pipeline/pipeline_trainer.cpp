@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <thread>
 
@@ -12,6 +13,7 @@
 #include "engine/parallel/parameter_server.h"
 #include "engine/pipeline/progress_grid.h"
 #include "engine/step_epilogue.h"
+#include "engine/tied_gradients.h"
 #include "engine/trace/flight_recorder.h"
 #include "schedule/generators.h"
 #include "schedule/lowering.h"
@@ -98,9 +100,12 @@ PipelineTrainer::PipelineTrainer(Model& model, std::vector<Backend*> devices,
       else
         owned.optimizer =
             std::make_unique<Optimizer>(config_.trainer.optimizer, b, owned.params->layout());
+      if (config_.async_update)
+        owned.versions = std::make_unique<WeightVersions>(model, *owned.params, step_);
     }
     stages_.push_back(std::move(owned));
   }
+  if (config_.async_update) check_async();
   std::vector<Backend*> held;
   for (int d : local_devices_) held.push_back(devices_[at(d)]);
   workers_ = std::make_unique<DeviceWorkers>(held);
@@ -120,6 +125,54 @@ PipelineTrainer::PipelineTrainer(Model& model, std::vector<Backend*> devices,
 }
 
 PipelineTrainer::~PipelineTrainer() = default;
+
+// What asynchronous updates cannot do (yet), refused before anything runs.
+void PipelineTrainer::check_async() const {
+  const sched::Schedule& sc = config_.schedule;
+  const int S = sc.num_stages, M = config_.trainer.microbatches;
+  if (config_.async_window < 1)
+    throw UsageError(fmt::format("--async-window {} must be >= 1 (steps per schedule run)",
+                                 config_.async_window));
+  if (S < 2)
+    throw UsageError(
+        "--update async needs --stages >= 2: on one stage there is no pipeline to keep full; use "
+        "--update sync");
+  if (sc.num_devices != S)
+    throw UsageError("--update async runs 1F1B with one stage per device: use --schedule 1f1b");
+  if (M < S - 1)
+    throw UsageError(fmt::format(
+        "--update async with --stages {} needs --microbatches >= {} (stages - 1) so that at most "
+        "two weight versions are live; raise --microbatches",
+        S, S - 1));
+  if (config_.trainer.clip_norm > 0)
+    throw UsageError(
+        "--clip needs the global gradient norm, but --update async updates each stage on its "
+        "own: drop --clip or use --update sync");
+  if (config_.parallel.replicas > 1)
+    throw UsageError("--update async does not support --dp > 1 yet: use --dp 1 or --update sync");
+  for (const ParameterTie& tie : model_->ties())
+    for (const ParamRef& m : tie.members)
+      if (layout_.stage_of_layer(m.layer) != layout_.stage_of_layer(tie.members[0].layer))
+        throw UsageError(fmt::format(
+            "--update async: layers {} and {} share a tied parameter but are on stages {} and "
+            "{}, which update on their own: untie them (pipetrain-gpt: --untied) or use --update "
+            "sync",
+            tie.members[0].layer, m.layer, layout_.stage_of_layer(tie.members[0].layer),
+            layout_.stage_of_layer(m.layer)));
+}
+
+void PipelineTrainer::set_step(int64_t step) {
+  step_ = step;
+  for (StageOwned& s : stages_)
+    if (s.versions) s.versions->set_latest(step);
+}
+
+size_t PipelineTrainer::weight_stash_bytes() const {
+  size_t n = 0;
+  for (const StageOwned& s : stages_)
+    if (s.versions) n += s.versions->extra_bytes();
+  return n;
+}
 
 bool PipelineTrainer::holds_last_stage() const { return local(layout_.stages.back().device); }
 
@@ -238,6 +291,10 @@ void PipelineTrainer::run_schedule(const sched::Schedule& schedule, ScheduleRun&
 }
 
 StepStats PipelineTrainer::train_step(const Tensor& inputs, const Tensor& targets) {
+  if (config_.async_update) {
+    const HostBatch one{inputs, targets};
+    return train_steps({&one, 1}).at(0);
+  }
   const int64_t batch = inputs.shape()[0];
   if (targets.shape()[0] != batch)
     throw UsageError(
@@ -325,6 +382,112 @@ StepStats PipelineTrainer::train_step(const Tensor& inputs, const Tensor& target
     stats.reserved_bytes += devices_[at(d)]->memory_stats().reserved_bytes;
   ++step_;
   return stats;
+}
+
+std::vector<StepStats> PipelineTrainer::train_steps(std::span<const HostBatch> batches) {
+  if (!config_.async_update) return TrainingEngine::train_steps(batches);
+  version_uses_.assign(stages_.size(), {});
+  std::vector<StepStats> out;
+  for (size_t i = 0; i < batches.size(); i += static_cast<size_t>(config_.async_window)) {
+    const auto n = std::min(batches.size() - i, static_cast<size_t>(config_.async_window));
+    for (StepStats& st : train_window(batches.subspan(i, n))) out.push_back(st);
+  }
+  return out;
+}
+
+const sched::Schedule& PipelineTrainer::window_schedule(int steps) {
+  auto it = window_schedules_.find(steps);
+  if (it != window_schedules_.end()) return it->second;
+  const sched::Schedule& sc = config_.schedule;
+  sched::Schedule s = sched::add_communication(
+      sched::one_f_one_b_async(sc.num_devices, config_.trainer.microbatches, steps));
+  sched::require_valid(s);
+  return window_schedules_.emplace(steps, std::move(s)).first->second;
+}
+
+// One schedule run over batches.size() steps: step t = step_ + k computes with W(t - 1) and each
+// stage's UPDATE(k) applies its gradient (see weight_versions.h). Ends drained: every UPDATE ran.
+std::vector<StepStats> PipelineTrainer::train_window(std::span<const HostBatch> batches) {
+  const int M = config_.trainer.microbatches;
+  const int K = static_cast<int>(batches.size());
+  const sched::Schedule& schedule = window_schedule(K);
+  record_action_lists(schedule, FlightList::training);
+  ScheduleRun run(devices_.size());
+  run.step_microbatches = M;
+  for (int k = 0; k < K; ++k) {
+    const HostBatch& b = batches[static_cast<size_t>(k)];
+    const int64_t batch = b.inputs.shape()[0];
+    if (b.targets.shape()[0] != batch)
+      throw UsageError(
+          fmt::format("a batch has {} inputs but {} targets", batch, b.targets.shape()[0]));
+    if (batch < M)
+      throw UsageError(
+          fmt::format("a batch of {} samples cannot feed {} micro-batches: raise --batch to >= {}",
+                      batch, M, M));
+    const std::vector<int64_t> sizes = split_sizes(batch, M);
+    const std::vector<int64_t> first = first_rows(sizes, 0);
+    run.mb_size.insert(run.mb_size.end(), sizes.begin(), sizes.end());
+    run.mb_first.insert(run.mb_first.end(), first.begin(), first.end());
+    run.mb_step.insert(run.mb_step.end(), static_cast<size_t>(M), k);
+    run.step_inputs.push_back(b.inputs);
+    run.step_targets.push_back(b.targets);
+    run.step_divisor.push_back(batch);
+  }
+  run.step_loss.assign(devices_.size(), std::vector<double>(static_cast<size_t>(K), 0.0));
+  run.step_correct.assign(devices_.size(), std::vector<int64_t>(static_cast<size_t>(K), 0));
+  run.info = StepInfo{config_.trainer.seed, step_, 0, true};
+  const int64_t t0 = step_;
+  // Per step and stage: the stage's gradient norm at its UPDATE (each written by one thread).
+  std::vector<std::vector<double>> norms(static_cast<size_t>(K),
+                                         std::vector<double>(stages_.size(), 0.0));
+  run.before_compute = [&](const sched::Action& a, int k) {
+    const int64_t version = t0 + k - 1;  // step t uses W(t - 1) (W(-1) = W(0))
+    stages_[at(a.stage)].versions->bind(version);
+    version_uses_[at(a.stage)].push_back({a, t0 + k, version});
+  };
+  run.update = [&](int s, int k) {
+    StageOwned& st = stages_[at(s)];
+    sum_tied_gradients(*model_, {st.params.get()});  // ties within the stage only (check_async)
+    const double norm = global_grad_norm(std::vector<const StageParameters*>{st.params.get()});
+    if (!std::isfinite(norm))
+      throw std::runtime_error(fmt::format(
+          "step {}: the gradients of stage {} (layers {}..{}) are not finite (norm {}); with "
+          "--update async each stage updates on its own, so the run stops instead of skipping "
+          "the step everywhere",
+          t0 + k, s, st.params->first_layer(), st.params->last_layer() - 1, norm));
+    norms[at(k)][at(s)] = norm;
+    st.versions->update(*st.optimizer, config_.trainer.lr.at(t0 + k));
+  };
+  for (int d : local_devices_) devices_[at(d)]->reset_peak();
+  std::vector<std::vector<ExecutedAction>> executed;
+  run_schedule(schedule, run, /*training=*/true, config_.record_trace ? &executed : nullptr);
+  for (StageOwned& s : stages_)
+    if (s.versions) s.versions->bind(s.versions->latest());  // evaluation sees the latest
+  if (config_.record_trace) {
+    trace_ = std::move(executed);
+    traced_step_ = t0;
+  }
+  peak_bytes_.assign(devices_.size(), 0);
+  for (int d : local_devices_) peak_bytes_[at(d)] = devices_[at(d)]->memory_stats().peak_bytes;
+
+  std::vector<StepStats> out;
+  const auto last = at(layout_.stages.back().device);
+  for (int k = 0; k < K; ++k) {
+    StepStats stats;
+    stats.samples = run.step_divisor[at(k)];
+    stats.loss = run.step_loss[last][at(k)];
+    stats.correct = run.step_correct[last][at(k)];
+    stats.lr = config_.trainer.lr.at(t0 + k);
+    // The stages' own norms combined (the stages held here; no global norm is taken).
+    double sq = 0;
+    for (double n : norms[at(k)]) sq += n * n;
+    stats.grad_norm = std::sqrt(sq);
+    for (int d : local_devices_)
+      stats.reserved_bytes += devices_[at(d)]->memory_stats().reserved_bytes;
+    out.push_back(stats);
+  }
+  step_ += K;
+  return out;
 }
 
 EvalStats PipelineTrainer::evaluate(const Tensor& inputs, const Tensor& targets, int64_t chunk) {

@@ -15,9 +15,18 @@
 // gradients with the same device of the other replicas, in buckets that start while backward
 // still runs (engine/parallel/gradient_reducer.h). DataParallelTrainer drives the replicas.
 //
+// With --update async (PipelineConfig::async_update) it runs PipeDream-2BW instead: train_steps
+// runs up to async_window steps as one schedule (schedule/one_f_one_b_async: 1F1B without a flush
+// between the steps), step t's micro-batches compute with W(t - 1) forward and backward (two
+// versions per stage, weight_versions.h), and each stage applies its own UPDATE as soon as its
+// gradient of a step is complete: W(t + 1) = W(t) - lr * update(g(W(t - 1))). No global norm,
+// no clipping; tied parameters must sit on one stage; no data parallelism (yet).
+//
 // With a synchronous schedule this computes exactly single-device gradient accumulation over
 // the same micro-batches (Trainer): same per-layer calls, same dW accumulation order.
+#include <map>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "engine/parallel/gradient_reducer.h"
@@ -28,6 +37,7 @@
 #include "engine/pipeline/layout.h"
 #include "engine/pipeline/recompute.h"
 #include "engine/pipeline/transport.h"
+#include "engine/pipeline/weight_versions.h"
 #include "engine/trace/flight_recorder.h"
 #include "engine/trainer.h"
 #include "schedule/schedule.h"
@@ -42,6 +52,16 @@ struct PipelineConfig {
   double timeout_s = 60;  // every wait for a peer gives up after this long
   bool record_trace = false;
   ParallelContext parallel;  // replicas and other processes (default: none)
+  // PipeDream-2BW (see above); `schedule` must then be 1F1B's. The window: steps per schedule run.
+  bool async_update = false;
+  int async_window = 8;
+};
+
+// Which weight version a compute action of an asynchronous window used (for tests).
+struct VersionUse {
+  sched::Action action;
+  int64_t step = 0;     // the micro-batch's step
+  int64_t version = 0;  // W(version) was bound
 };
 
 class PipelineTrainer final : public TrainingEngine {
@@ -52,11 +72,13 @@ class PipelineTrainer final : public TrainingEngine {
   ~PipelineTrainer() override;
 
   StepStats train_step(const Tensor& inputs, const Tensor& targets) override;
+  std::vector<StepStats> train_steps(std::span<const HostBatch> batches) override;
+  int window() const override { return config_.async_update ? config_.async_window : 1; }
   EvalStats evaluate(const Tensor& inputs, const Tensor& targets, int64_t chunk = 1000) override;
   Model& model() const override { return *model_; }
   uint64_t seed() const override { return config_.trainer.seed; }
   int64_t step() const override { return step_; }
-  void set_step(int64_t step) override { step_ = step; }
+  void set_step(int64_t step) override;
   std::vector<StageState> stage_states() override;
 
   int num_stages() const { return layout_.num_stages(); }
@@ -70,6 +92,10 @@ class PipelineTrainer final : public TrainingEngine {
   int64_t last_trace_step() const { return traced_step_; }
   // Peak bytes of each device during the last step (0 for devices of other processes).
   std::vector<size_t> last_peak_bytes() const { return peak_bytes_; }
+  // Asynchronous updates: the bytes of the second weight version on the devices held here, and
+  // every compute action's version in the last train_steps call, per stage.
+  size_t weight_stash_bytes() const;
+  const std::vector<std::vector<VersionUse>>& last_version_uses() const { return version_uses_; }
   // Whether this process computes the loss (holds the last stage).
   bool holds_last_stage() const;
   // The gradient reduction of each device held here in the last step (data parallelism).
@@ -102,8 +128,12 @@ class PipelineTrainer final : public TrainingEngine {
     std::unique_ptr<StageParameters> params;
     std::unique_ptr<Optimizer> optimizer;  // sharded: only while a checkpoint needs it
     std::unique_ptr<StageShard> shard;      // --shard-optimizer
+    std::unique_ptr<WeightVersions> versions;  // asynchronous updates only
   };
   bool sharded() const { return config_.parallel.shard_optimizer; }
+  void check_async() const;
+  std::vector<StepStats> train_window(std::span<const HostBatch> batches);
+  const sched::Schedule& window_schedule(int steps);
   // Runs `schedule` on every device held here, each on its own thread; with `trace` records
   // every action's times (per device).
   void run_schedule(const sched::Schedule& schedule, ScheduleRun& run, bool training,
@@ -131,6 +161,8 @@ class PipelineTrainer final : public TrainingEngine {
   std::vector<size_t> peak_bytes_;
   int64_t step_ = 0;
   int64_t runs_ = 0;  // schedule runs so far (the flight recorder's run numbers)
+  std::map<int, sched::Schedule> window_schedules_;  // asynchronous: lowered, per window length
+  std::vector<std::vector<VersionUse>> version_uses_;
 };
 
 }  // namespace pt

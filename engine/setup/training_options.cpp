@@ -63,13 +63,32 @@ void TrainingOptions::check(int64_t batch) const {
                                    slow_replica, slow_factor, slow_replica, dp, dp));
     check_real("--slow-worker factor", slow_factor, {.lo = 1, .hi = 1000}, "1: not slowed");
   }
+  if (async_update) {
+    check_integer("--async-window", async_window, 1, 1 << 20);
+    if (schedule.kind != ScheduleChoice::Kind::one_f_one_b)
+      throw UsageError(fmt::format(
+          "--update async runs its own 1F1B without flushes; --schedule {} is not supported: use "
+          "--schedule 1f1b or --update sync",
+          schedule.str()));
+    if (stages < 2)
+      throw UsageError(
+          "--update async needs --stages >= 2 (one stage has no pipeline bubble to remove): raise "
+          "--stages or use --update sync");
+    if (dp > 1)
+      throw UsageError("--update async does not support --dp > 1 yet: use --dp 1 or --update sync");
+    if (microbatches < stages - 1)
+      throw UsageError(fmt::format(
+          "--update async with --stages {} needs --microbatches >= {} (stages - 1), or a stage "
+          "would need a third weight version: raise --microbatches",
+          stages, stages - 1));
+  }
   check_output_path(trace, "--trace");
   check_output_path(timeline, "--timeline");
 }
 
 bool TrainingOptions::pipelined() const {
   return force_pipeline || stages > 1 || schedule.kind == ScheduleChoice::Kind::file ||
-         !trace.empty() || !timeline.empty() || plan_only || dp > 1 || ps > 0;
+         !trace.empty() || !timeline.empty() || plan_only || dp > 1 || ps > 0 || async_update;
 }
 
 }  // namespace pt

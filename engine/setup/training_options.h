@@ -49,7 +49,11 @@ struct TrainingOptions {
   int slow_replica = -1;
   double slow_factor = 1.0;
   bool plan_only = false;  // make_training plans and prints, and builds no engine
-  bool print = true;       // make_training prints the device note and the plan on stdout
+  // --update async: PipeDream-2BW (engine/pipeline/weight_versions.h), --async-window steps per
+  // schedule run. Only with 1f1b, --stages >= 2, --dp 1, --microbatches >= stages - 1, no --clip.
+  bool async_update = false;
+  int async_window = 8;
+  bool print = true;  // make_training prints the device note and the plan on stdout
   std::string trace,
       timeline;  // report_pipeline writes the last step's Chrome trace / SVG timeline here
 

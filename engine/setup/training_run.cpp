@@ -59,6 +59,10 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
         "the trainer's config says {} micro-batches but the training options say {}: set "
         "TrainingOptions::microbatches only",
         config.microbatches, opt.microbatches));
+  if (opt.async_update && config.clip_norm > 0)
+    throw UsageError(
+        "--clip needs the global gradient norm, but --update async updates each stage on its "
+        "own: drop --clip or use --update sync");
   TrainerConfig trainer_config = config;
   trainer_config.microbatches = opt.microbatches;
   const bool pipelined = opt.pipelined() || world;
@@ -125,6 +129,8 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
   pc.timeout_s = opt.timeout_s;
   pc.record_trace = true;  // a clock read per action: cheap, and the bubble is worth printing
   pc.parallel.bucket_bytes = static_cast<size_t>(opt.bucket_mib * 1024 * 1024);
+  pc.async_update = opt.async_update;
+  pc.async_window = opt.async_window;
   pc.parallel.shard_optimizer = opt.shard_optimizer;
   pc.parallel.slow_replica = opt.slow_replica;
   pc.parallel.slow_factor = opt.slow_factor;
@@ -176,6 +182,11 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
                      : fmt::format("per replica ({} device(s))", opt.stages),
                opt.dp,
                static_cast<double>(s.unsharded_optimizer_state_bytes) / (1 << 20));
+  if (opt.async_update)
+    s.description += fmt::format(
+        ", async updates (PipeDream-2BW, window {} steps, second weight version {:.2f} MiB{})",
+        opt.async_window, static_cast<double>(s.pipeline->weight_stash_bytes()) / (1 << 20),
+        world ? " in this process" : "");
   return s;
 }
 
@@ -196,6 +207,21 @@ void report_pipeline(const TrainingOptions& opt, const TrainingRun& s, Communica
   if (world) return;  // the other devices' traces are in other processes
   // The last full-size step (an epoch's smaller remainder batch is not compared with the
   // prediction for a full batch).
+  if (opt.async_update) {
+    // The trace is of the last window (several steps, one bubble), not comparable with the
+    // prediction for one synchronous step.
+    const Trace trace =
+        step_trace(s.pipeline->last_trace(),
+                   {s.backends.begin(), s.backends.begin() + s.plan->schedule.num_devices},
+                   static_cast<int>(s.pipeline->last_trace_step()));
+    const BubbleStats bubble =
+        measure_bubble(trace, static_cast<int>(s.pipeline->last_trace_step()));
+    fmt::print("last window (from step {}): {:.2f} ms measured; bubble per device:",
+               s.pipeline->last_trace_step(), bubble.step_span_us / 1e3);
+    for (double b : bubble.bubble_fraction) fmt::print(" {:.1f}%", 100 * b);
+    fmt::print("\n");
+    return;
+  }
   const int step = static_cast<int>(s.pipeline->last_trace_step());
   // Replica 0's devices come first.
   const std::vector<Backend*> replica0(s.backends.begin(),

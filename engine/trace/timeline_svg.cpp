@@ -50,12 +50,13 @@ constexpr Style kStyles[] = {
     {ActionType::SEND_B, "#9e9e9e", "#1b1b1b", false, nullptr},
     {ActionType::RECV_B, "#9e9e9e", "#1b1b1b", false, nullptr},
     {ActionType::REDUCE_GRAD, "#6b6b6b", "#ffffff", false, "REDUCE_GRAD"},
+    {ActionType::UPDATE, "#b07aa1", "#ffffff", false, "UPDATE"},
 };
 
 constexpr bool in_enum_order() {
   for (size_t i = 0; i < std::size(kStyles); ++i)
     if (static_cast<size_t>(kStyles[i].type) != i) return false;
-  return static_cast<size_t>(ActionType::REDUCE_GRAD) + 1 == std::size(kStyles);
+  return static_cast<size_t>(ActionType::UPDATE) + 1 == std::size(kStyles);
 }
 static_assert(in_enum_order(), "kStyles needs one row per ActionType, in enum order");
 

@@ -66,6 +66,15 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
                  "folder for each process's record of its last actions and communication calls "
                  "(rank-N.json), written on a timeout, an error or SIGUSR1; read it with "
                  "pipetrain-hang DIR");
+  app.add_option("--update", f.update,
+                 "sync: every step flushes the pipeline | async: PipeDream-2BW, no flush between "
+                 "steps, step t's gradient (taken at the weights of t-1) updates each stage on its "
+                 "own")
+      ->capture_default_str();
+  app.add_option("--async-window", f.async_window,
+                 "--update async: steps per schedule run (the bubble is paid once per window)")
+      ->capture_default_str()
+      ->check(kIntText);
 }
 
 TrainingOptions training_options(const ParallelFlags& f) {
@@ -117,6 +126,11 @@ TrainingOptions training_options(const ParallelFlags& f) {
   }
   o.trace = f.trace;
   o.timeline = f.timeline;
+  if (f.update != "sync" && f.update != "async")
+    throw UsageError("--update " + f.update +
+                     " is not a mode: use --update sync or --update async");
+  o.async_update = f.update == "async";
+  o.async_window = f.async_window;
   return o;
 }
 

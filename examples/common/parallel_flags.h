@@ -27,12 +27,14 @@ struct ParallelFlags {
   static constexpr int kNotGiven = INT_MIN;
   int ps = kNotGiven, staleness = kNotGiven;
   std::string slow_worker;
+  std::string update = "sync";  // sync | async (PipeDream-2BW)
+  int async_window = 8;
 };
 
 // Registers --devices --precision --threads --stages --dp --microbatches --schedule --partition
 // --costs
 // --mem-cap --recompute --timeout --bucket-mb --shard-optimizer --plan-only --trace --timeline
-// --flight-recorder --ps --staleness --slow-worker.
+// --flight-recorder --ps --staleness --slow-worker --update --async-window.
 void add_parallel_flags(CLI::App& app, ParallelFlags& f);
 
 // Parses the texts (schedule, partition, costs, recompute, precision, slow worker); throws

@@ -69,6 +69,15 @@ FashionOptions check_fashion_flags(const FashionFlags& f) {
   o.parallel.check(f.batch);
   if (f.parity_check && o.parallel.ps > 0)
     throw UsageError("--parity-check does not support --ps yet: drop one of them");
+  if (o.parallel.async_update && f.clip > 0)
+    throw UsageError(fmt::format(
+        "--clip {} needs the global gradient norm, but --update async updates each stage on its "
+        "own: pass --clip 0 or --update sync",
+        f.clip));
+  if (o.parallel.async_update && f.parity_check)
+    throw UsageError(
+        "--parity-check compares with synchronous single-device training, which --update async "
+        "does not compute (its step t uses the weights of step t - 1): drop one of them");
   o.checkpoints = checkpoint_options(f.checkpoints);
   if (o.parallel.ps > 0 && !o.checkpoints.resume.empty())
     throw UsageError(

@@ -28,6 +28,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -153,31 +154,50 @@ int run(const pt::examples::GptFlags& f, pt::Communicator* world) {
         {{"event", std::string("eval")}, {"step", engine.step()}, {"val_loss", val_loss}});
   };
   while (engine.step() < f.steps) {
-    const pt::TextBatch b = parts.train.sample_batch(f.batch, f.context, f.seed, engine.step());
+    // Up to window() steps (--update async runs them as one schedule), never past an evaluation,
+    // a checkpoint or the last step: those see a drained pipeline.
+    const int64_t first = engine.step();
+    std::vector<pt::TextBatch> window;
+    for (;;) {
+      const int64_t step = first + static_cast<int64_t>(window.size());
+      window.push_back(parts.train.sample_batch(f.batch, f.context, f.seed, step));
+      const int64_t after = step + 1;
+      if (static_cast<int64_t>(window.size()) >= engine.window() || after >= f.steps ||
+          (f.eval_every > 0 && after % f.eval_every == 0) || checkpoints.saves_after(after))
+        break;
+    }
+    std::vector<pt::HostBatch> host;
+    for (const pt::TextBatch& b : window) host.push_back({b.inputs(), b.targets()});
     const auto t0 = std::chrono::steady_clock::now();
-    const pt::StepStats st = engine.train_step(b.inputs(), b.targets());
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    train_seconds += dt;
-    recent_loss += st.loss;
-    ++recent;
-    ++steps_trained;
-    if (st.skipped)
-      fmt::print(
-          stderr,
-          "\nstep {}: gradients are not finite (norm {}): step skipped, parameters unchanged\n",
-          engine.step() - 1, st.grad_norm);
-    metrics.write({{"step", engine.step()},
-                   {"loss", st.loss},
-                   {"lr", static_cast<double>(st.lr)},
-                   {"grad_norm", st.grad_norm},
-                   {"tokens_per_s", static_cast<double>(tokens_per_step) / dt},
-                   {"reserved_bytes", static_cast<int64_t>(st.reserved_bytes)},
-                   {"rss_bytes", static_cast<int64_t>(pt::resident_bytes())}});
-    progress.update(engine.step(),
-                    fmt::format("loss {:.4f}", recent_loss / static_cast<double>(recent)));
-    if (engine.step() % f.log_every == 0) {  // the progress loss is over the last log_every steps
-      recent_loss = 0;
-      recent = 0;
+    const std::vector<pt::StepStats> stats = engine.train_steps(host);
+    const double window_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    train_seconds += window_s;
+    const double dt = window_s / static_cast<double>(stats.size());  // the steps share the time
+    for (size_t k = 0; k < stats.size(); ++k) {
+      const pt::StepStats& st = stats[k];
+      const int64_t step_done = first + static_cast<int64_t>(k) + 1;
+      recent_loss += st.loss;
+      ++recent;
+      ++steps_trained;
+      if (st.skipped)
+        fmt::print(
+            stderr,
+            "\nstep {}: gradients are not finite (norm {}): step skipped, parameters unchanged\n",
+            step_done - 1, st.grad_norm);
+      metrics.write({{"step", step_done},
+                     {"loss", st.loss},
+                     {"lr", static_cast<double>(st.lr)},
+                     {"grad_norm", st.grad_norm},
+                     {"tokens_per_s", static_cast<double>(tokens_per_step) / dt},
+                     {"reserved_bytes", static_cast<int64_t>(st.reserved_bytes)},
+                     {"rss_bytes", static_cast<int64_t>(pt::resident_bytes())}});
+      progress.update(step_done,
+                      fmt::format("loss {:.4f}", recent_loss / static_cast<double>(recent)));
+      if (step_done % f.log_every == 0) {  // the progress loss is over the last log_every steps
+        recent_loss = 0;
+        recent = 0;
+      }
     }
     if (f.eval_every > 0 && engine.step() % f.eval_every == 0 && engine.step() < f.steps)
       evaluate();

@@ -119,6 +119,22 @@ if run_ok "$work/reshard.txt" --steps 6 --resume "$work/ck" --stages 2 --microba
     && echo "ok: 1-stage checkpoint resumed with --stages 2: $(final_loss "$work/reshard.txt")" \
     || { echo "FAIL: resharded resume: '$(final_loss "$work/reshard.txt")'"; cat "$work/reshard.txt"; fails=$((fails+1)); }
 fi
+# --update async (--untied: tied embeddings would sit on two stages, refused): windows of 4;
+# 3 steps + resume to 6 give the uninterrupted async run's final loss.
+async=(--stages 2 --microbatches 2 --untied --clip 0 --update async --async-window 4)
+if run_ok "$work/async.txt" --steps 6 "${async[@]}" \
+   && run_ok "$work/async_half.txt" --steps 3 "${async[@]}" --save "$work/ack" \
+   && run_ok "$work/async_rest.txt" --steps 6 "${async[@]}" --resume "$work/ack"; then
+  if [ -n "$(final_loss "$work/async.txt")" ] && [ "$(final_loss "$work/async.txt")" = "$(final_loss "$work/async_rest.txt")" ] \
+     && grep -q "async updates (PipeDream-2BW, window 4 steps" "$work/async.txt"; then
+    echo "ok: --update async, 3 steps + resume to 6 = 6 steps: $(final_loss "$work/async.txt")"
+  else
+    echo "FAIL: --update async resume: '$(final_loss "$work/async.txt")' vs '$(final_loss "$work/async_rest.txt")'"
+    cat "$work/async.txt" "$work/async_rest.txt"; fails=$((fails+1))
+  fi
+fi
+expect_error "share a tied parameter" "${ck[@]}" --steps 2 --stages 2 --microbatches 2 --clip 0 --update async
+expect_refused "pass --clip 0 or --update sync" "${ck[@]}" --steps 2 --stages 2 --microbatches 2 --update async
 # Nothing left to train: exit 0 and say so.
 run_ok "$work/done.txt" --steps 3 --resume "$work/ck" && grep -q "nothing left to train" "$work/done.txt" \
   && echo "ok: resume at the last step: $(grep 'nothing left' "$work/done.txt")" \

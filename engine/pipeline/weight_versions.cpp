@@ -1,0 +1,50 @@
+#include "engine/pipeline/weight_versions.h"
+
+#include <stdexcept>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace pt {
+
+WeightVersions::WeightVersions(Model& model, StageParameters& params, int64_t latest)
+    : model_(&model), params_(&params), latest_(latest) {
+  params.add_stash();
+}
+
+void WeightVersions::bind_arena(bool previous) {
+  const auto& entries = params_->entries();
+  size_t e = 0;
+  for (int l = params_->first_layer(); l < params_->last_layer(); ++l) {
+    std::vector<Tensor> params, grads;
+    for (; e < entries.size() && entries[e].layer == l; ++e) {
+      params.push_back(previous ? params_->stash(e) : params_->param(e));
+      grads.push_back(params_->grad(e));
+    }
+    if (!params.empty()) model_->layer(l).bind(params, grads);
+  }
+  bound_previous_ = previous;
+}
+
+void WeightVersions::bind(int64_t version) {
+  if (version != latest_ && version != latest_ - 1)
+    throw std::logic_error(fmt::format(
+        "layers {}..{} need weight version {} but hold only {} and {}: the schedule runs a "
+        "micro-batch more than one update after its step",
+        params_->first_layer(), params_->last_layer() - 1, version, latest_ - 1, latest_));
+  const bool previous = version != latest_;
+  if (previous != bound_previous_) bind_arena(previous);
+}
+
+void WeightVersions::update(Optimizer& optimizer, float lr) {
+  Backend& b = params_->backend();
+  const Tensor latest = params_->params_flat();
+  if (latest.numel()) {
+    b.copy_within(params_->stash_flat().data(), latest.data(), params_->stash_bytes());
+    optimizer.step(latest, params_->grads_flat(), lr);
+  }
+  params_->zero_grads();
+  ++latest_;
+}
+
+}  // namespace pt

@@ -1,0 +1,44 @@
+#pragma once
+// PipeDream-2BW's weight stashing for one stage (--update async): the stage holds two versions
+// of its parameters, the latest W(L) in its StageParameters' arena and the one before, W(L - 1),
+// in a second arena of the same layout. A micro-batch of step t runs forward AND backward with
+// W(t - 1); UPDATE(t) copies W(L) over W(L - 1) and steps the optimizer on the latest arena, so
+// W(L + 1) = W(L) - lr * update(g_t) with g_t computed at W(t - 1) = W(L - 1).
+//
+// Switching versions rebinds the stage's layers to views of the other arena (Layer::bind: a
+// handful of tensor handles per layer, no copy); it happens only when the version a stage's next
+// compute action needs differs from the bound one.
+#include <cstdint>
+
+#include "engine/optimizer.h"
+#include "engine/stage_parameters.h"
+#include "layers/model.h"
+
+namespace pt {
+
+class WeightVersions {
+ public:
+  // `latest`: the version index the parameters hold now (the trainer's step). The previous
+  // version starts as a copy of it (W(-1) = W(0) at the start of training).
+  WeightVersions(Model& model, StageParameters& params, int64_t latest);
+
+  int64_t latest() const { return latest_; }
+  // Renumbers the versions held (resuming at `latest`; the arenas' contents stay).
+  void set_latest(int64_t latest) { latest_ = latest; }
+  // Binds the stage's layers to `version`; throws std::logic_error when it is neither W(L) nor
+  // W(L - 1) (a schedule that needs a third version).
+  void bind(int64_t version);
+  // Applies UPDATE with the stage's accumulated gradients (left zeroed).
+  void update(Optimizer& optimizer, float lr);
+  size_t extra_bytes() const { return params_->stash_bytes(); }
+
+ private:
+  void bind_arena(bool previous);
+
+  Model* model_;
+  StageParameters* params_;
+  int64_t latest_;
+  bool bound_previous_ = false;
+};
+
+}  // namespace pt

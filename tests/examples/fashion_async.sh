@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# pipetrain-fashion --update async (PipeDream-2BW):
+#  - bad combinations are refused before training, naming the flag and the fix;
+#  - a run trains (finite, falling loss) and says how much the second weight version costs;
+#  - a checkpoint at a window end resumes to the same final parameters as the uninterrupted run
+#    (weights, optimizer state and weight stash compared bit for bit);
+#  - under mpirun -np 2 (one process per stage) the final parameters equal the single-process run.
+#
+#   fashion_async.sh <pipetrain-fashion> [data dir]
+# Needs the Fashion-MNIST files; exits 77 (skip) without them.
+set -uo pipefail
+exe=$1
+data=${2:-/usr/share/datasets/fashion-mnist}
+[ -f "$data/train-images-idx3-ubyte.gz" ] || [ -f "$data/train-images-idx3-ubyte" ] || { echo "no data in $data"; exit 77; }
+here=$(dirname "$0")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fails=0
+source "$here/expect.sh"  # expect_error, expect_refused
+
+common=(--data "$data" --stages 2 --devices cpu:0,cpu:1 --threads 1 --batch 32 --microbatches 4 --no-shuffle --update async)
+
+expect_refused "--update fast is not a mode: use --update sync or --update async" --update fast --steps 1
+expect_refused "--schedule gpipe is not supported: use --schedule 1f1b" "${common[@]}" --schedule gpipe --steps 1
+expect_refused "--schedule zb-h1 is not supported" "${common[@]}" --schedule zb-h1 --steps 1
+expect_refused "--update async needs --stages >= 2" --data "$data" --update async --steps 1
+expect_refused "needs --microbatches >= 3 (stages - 1)" --data "$data" --stages 4 --devices cpu:0..3 --microbatches 2 --update async --steps 1
+expect_refused "pass --clip 0 or --update sync" "${common[@]}" --clip 1 --steps 1
+expect_refused "--update async does not support --dp > 1 yet" --data "$data" --stages 2 --dp 2 --devices cpu:0..3 --microbatches 4 --update async --steps 1
+expect_refused "--async-window 0 must be an integer between 1 and" "${common[@]}" --async-window 0 --steps 1
+expect_refused "--parity-check compares with synchronous" "${common[@]}" --parity-check --steps 1
+
+check_run() {  # check_run NAME "must say" args...
+  local name=$1 want=$2; shift 2
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  if [ $rc -ne 0 ] || ! grep -qF -- "$want" <<<"$out"; then
+    echo "FAIL: $name: rc=$rc, expected '$want'. Output:"; echo "$out" | tail -20; fails=$((fails+1))
+  else
+    echo "ok: $name -> $(grep -F -- "$want" <<<"$out" | head -1)"
+  fi
+}
+compare() {  # compare NAME A B
+  if python3 "$here/compare_checkpoints.py" "$2" "$3" >"$work/cmp.txt" 2>&1; then
+    echo "ok: $1: $(tail -1 "$work/cmp.txt")"
+  else
+    echo "FAIL: $1"; cat "$work/cmp.txt"; fails=$((fails+1))
+  fi
+}
+
+# 12 steps in windows of 4: the whole run, and 8 steps + resume (a checkpoint at a window end).
+check_run "async run" "second weight version" "$exe" "${common[@]}" --async-window 4 --steps 12 --save "$work/whole"
+check_run "async first 8 steps" "saved checkpoint" "$exe" "${common[@]}" --async-window 4 --steps 8 --save "$work/part"
+check_run "async resume to 12" "resumed from" "$exe" "${common[@]}" --async-window 4 --steps 12 --resume "$work/part" --save "$work/resumed"
+compare "resume at a window end == uninterrupted" "$work/whole" "$work/resumed"
+# --save-every 6 cuts the windows at step 6 (4 + 2 + 4 + 2): the windows change, the result not.
+check_run "async --save-every 6" "saved checkpoint" "$exe" "${common[@]}" --async-window 4 --steps 12 --save "$work/every" --save-every 6
+compare "windows cut at checkpoints == uninterrupted" "$work/whole" "$work/every/step-00000012"
+# The stash is in the checkpoint, and a synchronous run's checkpoint is not resumed as async.
+grep -q '"stash\.' "$work/whole/manifest.json" || { echo "FAIL: no stash.* tensors in the checkpoint"; fails=$((fails+1)); }
+"$exe" --data "$data" --stages 2 --devices cpu:0,cpu:1 --threads 1 --batch 32 --microbatches 4 --no-shuffle --steps 2 --save "$work/sync" >/dev/null 2>&1
+expect_error "resume it with --update sync" "${common[@]}" --steps 4 --resume "$work/sync"
+
+if command -v mpirun >/dev/null; then
+  out=$(timeout 300 mpirun -np 2 --oversubscribe --bind-to none "$exe" --data "$data" --stages 2 --threads 1 --batch 32 \
+        --microbatches 4 --no-shuffle --update async --async-window 4 --steps 12 --save "$work/mpi" 2>&1); rc=$?
+  if [ $rc -ne 0 ]; then echo "FAIL: mpirun -np 2 async: rc=$rc"; echo "$out" | tail -20; fails=$((fails+1)); fi
+  compare "mpirun -np 2 async == one process" "$work/whole" "$work/mpi"
+else
+  echo "skipped: mpirun not found"
+fi
+
+[ $fails -eq 0 ] && echo "all passed" || echo "$fails failed"
+[ $fails -eq 0 ]

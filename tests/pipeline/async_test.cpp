@@ -1,0 +1,315 @@
+// --update async (PipeDream-2BW): the pipeline against a single-device reference of the delayed
+// update written here in a few lines — step t's gradient g_t taken at W(t - 1) by a Trainer whose
+// weights are set to W(t - 1), then W(t + 1) = W(t) - lr * update(g_t) by an Optimizer — bit for
+// bit on the CPU; every backward runs with its forward's weight version; the refusals.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include "../engine/synthetic.h"
+#include "../engine/temp_dir.h"
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/core/error.h"
+#include "engine/trainer.h"
+#include "layers/builder.h"
+#include "layers/zoo.h"
+#include "tests/pipeline/pipeline_test_util.h"
+
+using namespace pt;
+
+namespace {
+
+constexpr int kSteps = 7;  // windows of 3: 3 + 3 + 1 (a short last window too)
+constexpr int64_t kBatch = 12;
+
+Model dropout_mlp() {
+  ModelBuilder b(Shape{1, 6, 6});
+  b.flatten().linear(32).relu().dropout(0.3f).linear(32).relu().linear(24).relu();
+  return b.linear(10).cross_entropy().build();
+}
+
+TrainerConfig trainer_config(const std::string& optimizer) {
+  TrainerConfig c;
+  c.microbatches = 4;
+  c.seed = 11;
+  c.optimizer.kind = optimizer;
+  c.optimizer.lr = optimizer == "sgd" ? 0.05f : 0.01f;
+  c.optimizer.momentum = 0.9f;
+  c.optimizer.weight_decay = 0.01f;
+  c.lr = {LrSchedule::Kind::constant, c.optimizer.lr, 0, 0, 0.f};
+  return c;
+}
+
+std::vector<float> host(const Tensor& t) { return {t.f32(), t.f32() + t.numel()}; }
+
+struct Data {
+  Dataset d = test::synthetic_dataset(kSteps * kBatch, Shape{1, 6, 6}, 10, 3);
+  HostBatch batch(int t) {
+    const int64_t k = d.sample_shape.numel();
+    return {Tensor::borrow(d.inputs.data() + t * kBatch * k, Shape{kBatch, 1, 6, 6}),
+            Tensor::borrow(d.labels.data() + t * kBatch, Shape{kBatch}, DType::i32)};
+  }
+};
+
+struct Result {
+  std::vector<double> losses;
+  std::vector<float> params;  // W(kSteps), all layers in global order
+};
+
+// The delayed update on one device: `grad` computes g_t at W(t - 1) (its own optimizer's step is
+// overwritten before it matters), `weights` holds W(t) and steps with g_t.
+Result reference(const std::string& optimizer, Data& data) {
+  auto backend = make_cpu_backend(0, 1);
+  Model gm = dropout_mlp(), wm = dropout_mlp();
+  TrainerConfig gc = trainer_config("sgd");
+  gc.optimizer.momentum = 0.f;
+  gc.optimizer.weight_decay = 0.f;
+  Trainer grad(gm, *backend, gc);
+  const TrainerConfig wc = trainer_config(optimizer);
+  StageParameters weights(wm, 0, wm.num_layers(), *backend, wc.seed);
+  Optimizer opt(wc.optimizer, *backend, weights.layout());
+  Result r;
+  for (int t = 0; t < kSteps; ++t) {
+    const HostBatch b = data.batch(t);
+    r.losses.push_back(grad.train_step(b.inputs, b.targets).loss);  // at W(t - 1)
+    const std::vector<float> latest = host(weights.params_flat());  // W(t)
+    opt.step(weights.params_flat(), grad.parameters().grads_flat(), wc.lr.at(t));
+    std::memcpy(grad.parameters().params_flat().f32(), latest.data(),
+                latest.size() * sizeof(float));  // the next step's W(t)
+  }
+  r.params = host(weights.params_flat());
+  return r;
+}
+
+PipelineConfig async_config(const Model& m, const std::string& optimizer, int S) {
+  PipelineConfig pc = test::pipeline_config(m, trainer_config(optimizer), "1f1b", S, 4);
+  pc.async_update = true;
+  pc.async_window = 3;
+  return pc;
+}
+
+Result pipelined(const std::string& optimizer, int S, Data& data,
+                 std::vector<std::vector<VersionUse>>* uses = nullptr) {
+  test::CpuDevices devices(S);
+  Model m = dropout_mlp();
+  PipelineTrainer p(m, devices.devices, async_config(m, optimizer, S));
+  CHECK(p.window() == 3);
+  Result r;
+  std::vector<HostBatch> batches;
+  for (int t = 0; t < kSteps; ++t) batches.push_back(data.batch(t));
+  // Two calls: windows 3 + 1 (train_steps cuts at the window), then 3.
+  for (const auto& [first, n] : {std::pair{0, 4}, std::pair{4, 3}}) {
+    for (const StepStats& st :
+         p.train_steps(std::span(batches).subspan(static_cast<size_t>(first), n))) {
+      r.losses.push_back(st.loss);
+      CHECK(std::isfinite(st.grad_norm));
+    }
+    if (uses)
+      for (size_t s = 0; s < p.last_version_uses().size(); ++s)
+        (*uses)[s].insert((*uses)[s].end(), p.last_version_uses()[s].begin(),
+                          p.last_version_uses()[s].end());
+  }
+  CHECK(p.step() == kSteps);
+  CHECK(p.weight_stash_bytes() > 0);
+  for (int s = 0; s < S; ++s) {
+    const auto v = host(p.stage_parameters(s).params_flat());
+    r.params.insert(r.params.end(), v.begin(), v.end());
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("async pipeline == the delayed update on one device, bit for bit") {
+  for (const std::string optimizer : {"sgd", "adamw"}) {
+    Data data;
+    const Result ref = reference(optimizer, data);
+    // The delayed update differs from the synchronous one (or the test would prove nothing).
+    {
+      auto backend = make_cpu_backend(0, 1);
+      Model m = dropout_mlp();
+      Trainer sync(m, *backend, trainer_config(optimizer));
+      for (int t = 0; t < kSteps; ++t) sync.train_step(data.batch(t).inputs, data.batch(t).targets);
+      CHECK(host(sync.parameters().params_flat()) != ref.params);
+    }
+    for (int S : {2, 3, 4}) {
+      CAPTURE(optimizer);
+      CAPTURE(S);
+      const Result got = pipelined(optimizer, S, data);
+      CHECK(got.losses == ref.losses);
+      REQUIRE(got.params.size() == ref.params.size());
+      CHECK(std::memcmp(got.params.data(), ref.params.data(), ref.params.size() * sizeof(float)) ==
+            0);
+      for (float v : got.params) REQUIRE(std::isfinite(v));
+    }
+  }
+}
+
+TEST_CASE("async pipeline: every backward uses its forward's weight version, two at a time") {
+  for (int S : {2, 3, 4}) {
+    CAPTURE(S);
+    Data data;
+    std::vector<std::vector<VersionUse>> uses(static_cast<size_t>(S));
+    pipelined("sgd", S, data, &uses);
+    for (int s = 0; s < S; ++s) {
+      const auto& list = uses[static_cast<size_t>(s)];
+      REQUIRE(list.size() == static_cast<size_t>(2 * 4 * kSteps));  // an F and a B each
+      std::map<int64_t, int64_t> forward_version;                   // global micro-batch -> version
+      int64_t newest = -1;
+      std::set<int64_t> seen;
+      for (const VersionUse& u : list) {
+        CHECK(u.version == u.step - 1);
+        const int64_t g = u.step * 4 + u.action.microbatch % 4;
+        if (u.action.type == sched::ActionType::F) {
+          forward_version[g] = u.version;
+        } else {
+          REQUIRE(forward_version.count(g));
+          CHECK(forward_version[g] == u.version);
+        }
+        newest = std::max(newest, u.version);
+        CHECK(newest - u.version <= 1);  // never older than the one before the newest
+        seen.insert(u.version);
+      }
+      CHECK(seen.size() == static_cast<size_t>(kSteps));  // W(-1) .. W(5)
+      // In the steady state versions really interleave (an older one after a newer one).
+      bool interleaved = false;
+      int64_t top = -1;
+      for (const VersionUse& u : list) {
+        interleaved = interleaved || u.version < top;
+        top = std::max(top, u.version);
+      }
+      CHECK(interleaved == (S - 1 - s > 0));
+    }
+  }
+}
+
+TEST_CASE("weight versions: a third version is refused") {
+  auto backend = make_cpu_backend(0, 1);
+  Model m = dropout_mlp();
+  StageParameters params(m, 0, m.num_layers(), *backend, 1);
+  WeightVersions v(m, params, 5);
+  CHECK_NOTHROW(v.bind(4));
+  CHECK_NOTHROW(v.bind(5));
+  CHECK_THROWS_AS(v.bind(3), std::logic_error);
+  CHECK_THROWS_AS(v.bind(6), std::logic_error);
+}
+
+TEST_CASE("async pipeline: the refusals name the fix") {
+  const auto refused = [](int S, int M, const std::function<void(Model&, PipelineConfig&)>& edit,
+                          const std::string& text) {
+    CAPTURE(text);
+    test::CpuDevices devices(S);
+    Model m = dropout_mlp();
+    TrainerConfig c = trainer_config("sgd");
+    c.microbatches = M;
+    PipelineConfig pc = test::pipeline_config(m, c, "1f1b", S, M);
+    pc.async_update = true;
+    edit(m, pc);
+    try {
+      PipelineTrainer p(m, devices.devices, pc);
+      FAIL("not refused");
+    } catch (const UsageError& e) {
+      CHECK(std::string(e.what()).find(text) != std::string::npos);
+    }
+  };
+  const auto none = [](Model&, PipelineConfig&) {};
+  refused(1, 4, none, "--stages >= 2");
+  refused(4, 2, none, "--microbatches >= 3");
+  refused(
+      2, 4, [](Model&, PipelineConfig& pc) { pc.trainer.clip_norm = 1.f; }, "drop --clip");
+  refused(
+      2, 4, [](Model&, PipelineConfig& pc) { pc.async_window = 0; }, "--async-window 0");
+}
+
+TEST_CASE("async pipeline: tied parameters on different stages are refused") {
+  test::CpuDevices devices(2);
+  Model m = gpt(16, 8, 8, 2, 2);
+  TrainerConfig c = trainer_config("sgd");
+  PipelineConfig pc = test::pipeline_config(m, c, "1f1b", 2, 4);
+  pc.async_update = true;
+  CHECK_THROWS_WITH_AS(PipelineTrainer(m, devices.devices, pc),
+                       doctest::Contains("share a tied parameter"), UsageError);
+}
+
+TEST_CASE("async pipeline: a checkpoint at a window end resumes the same trajectory") {
+  for (int S : {2, 3}) {
+    CAPTURE(S);
+    Data data;
+    const Result whole = pipelined("adamw", S, data);  // steps 0..6 without a break
+    test::TempDir dir;
+    const auto path = dir.path / "ckpt";
+    std::vector<HostBatch> batches;
+    for (int t = 0; t < kSteps; ++t) batches.push_back(data.batch(t));
+    {
+      test::CpuDevices devices(S);
+      Model m = dropout_mlp();
+      PipelineTrainer p(m, devices.devices, async_config(m, "adamw", S));
+      p.train_steps(std::span(batches).first(4));
+      TrainingState state;
+      state.step = p.step();
+      state.seed = p.seed();
+      const std::vector<StageState> stages = p.stage_states();
+      save_checkpoint(path, m, stages, state);
+    }
+    test::CpuDevices devices(S);
+    Model m = dropout_mlp();
+    PipelineTrainer p(m, devices.devices, async_config(m, "adamw", S));
+    const std::vector<StageState> stages = p.all_stage_copies();
+    const TrainingState loaded = load_checkpoint(path, m, stages);
+    REQUIRE(loaded.step == 4);
+    p.set_step(loaded.step);
+    std::vector<double> losses;
+    for (const StepStats& st : p.train_steps(std::span(batches).subspan(4)))
+      losses.push_back(st.loss);
+    CHECK(losses == std::vector<double>(whole.losses.begin() + 4, whole.losses.end()));
+    std::vector<float> params;
+    for (int s = 0; s < S; ++s) {
+      const auto v = host(p.stage_parameters(s).params_flat());
+      params.insert(params.end(), v.begin(), v.end());
+    }
+    REQUIRE(params.size() == whole.params.size());
+    CHECK(std::memcmp(params.data(), whole.params.data(), params.size() * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE("async pipeline: a checkpoint without a weight stash is refused") {
+  test::TempDir dir;
+  const auto path = dir.path / "sync";
+  {
+    auto backend = make_cpu_backend(0, 1);
+    Model m = dropout_mlp();
+    Trainer t(m, *backend, trainer_config("sgd"));
+    TrainingState state;
+    state.seed = t.seed();
+    const std::vector<StageState> stages = t.stage_states();
+    save_checkpoint(path, m, stages, state);
+  }
+  test::CpuDevices devices(2);
+  Model m = dropout_mlp();
+  PipelineTrainer p(m, devices.devices, async_config(m, "sgd", 2));
+  const std::vector<StageState> stages = p.all_stage_copies();
+  CHECK_THROWS_WITH_AS(load_checkpoint(path, m, stages),
+                       doctest::Contains("resume it with --update sync"), FileError);
+}
+
+TEST_CASE("async pipeline: a non-finite gradient ends the run naming the step and the stage") {
+  test::CpuDevices devices(2);
+  Model m = dropout_mlp();
+  PipelineTrainer p(m, devices.devices, async_config(m, "sgd", 2));
+  Data data;
+  std::vector<HostBatch> batches{data.batch(0), data.batch(1)};
+  std::vector<float> poisoned(data.d.inputs.begin() + kBatch * 36,
+                              data.d.inputs.begin() + 2 * kBatch * 36);
+  poisoned[5] = std::nanf("");
+  batches[1].inputs = Tensor::borrow(poisoned.data(), Shape{kBatch, 1, 6, 6});
+  std::string what;
+  try {
+    p.train_steps(batches);
+  } catch (const std::exception& e) {
+    what = e.what();
+  }
+  CHECK(what.find("step 1: the gradients of stage") != std::string::npos);
+  CHECK(what.find("are not finite") != std::string::npos);
+}
