@@ -206,8 +206,8 @@ std::unique_ptr<DataParallelTrainer> make_process_data_parallel(
   // over MPI. The MPI group stays: it carried NCCL's unique id and stays its bootstrap.
   std::unique_ptr<Communicator> nccl;
   // --shard-optimizer exchanges through host buffers: it keeps the MPI group.
-  if (replicas > 1 && !config.parallel.shard_optimizer && device.device().kind == DeviceKind::cuda &&
-      nccl_usable(*data_parallel, device))
+  if (replicas > 1 && !config.parallel.shard_optimizer &&
+      device.device().kind == DeviceKind::cuda && nccl_usable(*data_parallel, device))
     nccl = make_nccl_communicator(*data_parallel, device,
                                   fmt::format("nccl data-parallel device {}", d));
   PipelineConfig rc = config;

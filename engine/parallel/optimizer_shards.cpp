@@ -79,9 +79,9 @@ StageShard::StageShard(StageParameters& params, const Model& model, Communicator
         "--shard-optimizer exchanges gradients through host memory; its data-parallel group is a "
         "device-memory (NCCL) communicator");
   for (const ShardRange& r : ranges_) padded_ = std::max(padded_, r.count);
-  if (static_cast<int64_t>(optimizer_.slots().empty() ? mine().count
-                                                      : optimizer_.slots()[0].state.flat().numel()) >
-      mine().count)
+  if (static_cast<int64_t>(optimizer_.slots().empty()
+                               ? mine().count
+                               : optimizer_.slots()[0].state.flat().numel()) > mine().count)
     throw std::logic_error("a shard's optimizer state is larger than its range");
   for (const ParameterEntry& e : params.entries())
     tied_.push_back(model.tie_of({e.layer, e.param_index}) != nullptr);
@@ -106,8 +106,8 @@ void StageShard::host_done(const Tensor& flat, const std::vector<float>& stage) 
 }
 
 Tensor StageShard::range_view(const Tensor& flat) const {
-  const int64_t n = optimizer_.slots().empty() ? mine().count
-                                               : optimizer_.slots()[0].state.flat().numel();
+  const int64_t n =
+      optimizer_.slots().empty() ? mine().count : optimizer_.slots()[0].state.flat().numel();
   // An empty range still takes the step (the optimizer counts its steps for AdamW).
   if (n == 0) return Tensor::borrow(nullptr, Shape{0});
   return flat.view(at(mine().offset) * sizeof(float), Shape{n}, DType::f32);
@@ -187,8 +187,7 @@ void StageShard::gather_parameters() {
   const Tensor flat = params_->params_flat();
   params_->backend().synchronize();
   float* p = host_view(flat, stage_buf_);
-  gather_ranges(p, p + mine().offset,
-                fmt::format("the parameter all-gather of stage {}", stage_));
+  gather_ranges(p, p + mine().offset, fmt::format("the parameter all-gather of stage {}", stage_));
   host_done(flat, stage_buf_);
 }
 
@@ -235,9 +234,8 @@ double sharded_grad_norm(const std::vector<StageShard*>& shards, const Model& mo
     s->add_squares(squares, first_tensor[static_cast<size_t>(s->params().first_layer())]);
   // As global_grad_norm: each slot is non-zero on one process only, so the sum is exact.
   if (pipeline_group)
-    pipeline_group->all_reduce(squares.data(), static_cast<int64_t>(squares.size()),
-                               ElemType::f64, ReduceOp::sum,
-                               "the gradient-norm exchange between pipeline stages");
+    pipeline_group->all_reduce(squares.data(), static_cast<int64_t>(squares.size()), ElemType::f64,
+                               ReduceOp::sum, "the gradient-norm exchange between pipeline stages");
   double sum = 0;
   for (double v : squares) sum += v;
   return std::sqrt(sum);

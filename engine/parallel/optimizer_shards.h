@@ -90,9 +90,9 @@ class StageShard {
   Communicator* group_;
   int stage_;
   std::vector<ShardRange> ranges_;
-  int64_t padded_ = 0;          // the largest range: every replica's block in the collectives
-  std::vector<bool> tied_;      // per entry: a member of a tie (all-reduced whole)
-  Optimizer optimizer_;         // over mine() only
+  int64_t padded_ = 0;      // the largest range: every replica's block in the collectives
+  std::vector<bool> tied_;  // per entry: a member of a tie (all-reduced whole)
+  Optimizer optimizer_;     // over mine() only
   std::vector<float> send_, recv_, stage_buf_;  // host buffers of the collectives
 };
 

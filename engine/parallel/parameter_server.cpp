@@ -6,9 +6,9 @@
 #include <condition_variable>
 #include <cstring>
 #include <exception>
-#include <mutex>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -117,7 +117,8 @@ std::string PsServerStats::str(int workers) const {
       pushes_per_s() / workers);
 }
 
-// ---- the server ----------------------------------------------------------------------------------
+// ---- the server
+// ----------------------------------------------------------------------------------
 
 namespace {
 
@@ -132,15 +133,16 @@ class Server {
     optimizer_ = std::make_unique<Optimizer>(config.optimizer, backend, table_);
     out_.resize(static_cast<size_t>(config.workers));  // before the threads: no insertion later
     stats_.server = ps.rank() - config.workers;
-    stats_.held_bytes = table_.total_bytes() * (2 + static_cast<size_t>(
-                                                        config.optimizer.state_slots()));
+    stats_.held_bytes =
+        table_.total_bytes() * (2 + static_cast<size_t>(config.optimizer.state_slots()));
   }
 
   PsServerStats run() {
     const int R = config_.workers;
     // INIT from worker 0: the starting parameters and step.
     std::vector<std::byte> msg(message_bytes(shard_));
-    ps_.recv(msg.data(), msg.size(), 0, kTagToServer, "a parameter server's wait for worker 0's "
+    ps_.recv(msg.data(), msg.size(), 0, kTagToServer,
+             "a parameter server's wait for worker 0's "
              "initial parameters");
     PushHeader h;
     std::memcpy(&h, msg.data(), sizeof h);
@@ -208,7 +210,8 @@ class Server {
     servers_->all_reduce(&n, 1, ElemType::i64, ReduceOp::sum, "the tensor count of the servers");
     squares.assign(static_cast<size_t>(n), 0.0);
     for (const auto& t : shard_.tensors)
-      if (t.numel) squares[t.global_index] = backend_.sum_squares(g + t.offset / sizeof(float), t.numel);
+      if (t.numel)
+        squares[t.global_index] = backend_.sum_squares(g + t.offset / sizeof(float), t.numel);
     // Each slot is non-zero on one server only, so the sum is exact whatever the order.
     servers_->all_reduce(squares.data(), n, ElemType::f64, ReduceOp::sum,
                          "the gradient-norm exchange between parameter servers");
@@ -244,8 +247,10 @@ class Server {
         }
         count(false);
         if (h.kind != kPush)
-          throw std::runtime_error(fmt::format("parameter server: unexpected message {} from "
-                                               "worker {}", h.kind, r));
+          throw std::runtime_error(
+              fmt::format("parameter server: unexpected message {} from "
+                          "worker {}",
+                          h.kind, r));
         // ((g0 + g1) + g2) ...: the all-reduce's order.
         if (r == 0)
           std::memcpy(grads_.flat().f32(), msg.data() + 32, bytes);
@@ -323,8 +328,10 @@ class Server {
         ++version_;
         changed_.notify_all();
       } else if (h.kind != kResume) {
-        throw std::runtime_error(fmt::format("parameter server: unexpected message {} from "
-                                             "worker {}", h.kind, r));
+        throw std::runtime_error(
+            fmt::format("parameter server: unexpected message {} from "
+                        "worker {}",
+                        h.kind, r));
       }
       // The pull waits while another worker computes on parameters more than T global steps old.
       const auto deadline = deadline_after(ps_.timeout_s());
@@ -352,9 +359,10 @@ class Server {
       std::memcpy(out_[static_cast<size_t>(r)].data(), &ph, sizeof ph);
       std::memcpy(out_[static_cast<size_t>(r)].data() + 32, params_.flat().f32(), bytes);
       lock.unlock();
-      ps_.isend(out_[static_cast<size_t>(r)].data(), out_[static_cast<size_t>(r)].size(), r, kTagToWorker)
-          ->wait(fmt::format("parameter server {}: sending parameters to worker {}",
-                             stats_.server, r));
+      ps_.isend(out_[static_cast<size_t>(r)].data(), out_[static_cast<size_t>(r)].size(), r,
+                kTagToWorker)
+          ->wait(fmt::format("parameter server {}: sending parameters to worker {}", stats_.server,
+                             r));
     }
   }
 
@@ -367,14 +375,14 @@ class Server {
   Arena params_, grads_;
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<std::vector<std::byte>> out_;  // per worker: its reply (kept until sent)
-  int64_t step_ = 0;     // optimizer steps' global step (sync)
-  int64_t version_ = 0;  // pushes applied
+  int64_t step_ = 0;                         // optimizer steps' global step (sync)
+  int64_t version_ = 0;                      // pushes applied
   PsServerStats stats_;
   // Asynchronous mode: what each worker computes on.
   std::mutex mutex_;
   std::condition_variable changed_;
-  std::vector<int64_t> on_;       // per worker: the version it pulled last
-  std::vector<bool> computing_;   // per worker: between its pull and its next push
+  std::vector<int64_t> on_;      // per worker: the version it pulled last
+  std::vector<bool> computing_;  // per worker: between its pull and its next push
   bool failed_ = false;
   bool stopped_ = false;  // some worker sent STOP
   std::chrono::steady_clock::time_point first_push_;
@@ -389,7 +397,8 @@ PsServerStats run_parameter_server(Communicator& ps, Communicator* servers, cons
   return server.run();
 }
 
-// ---- the worker ----------------------------------------------------------------------------------
+// ---- the worker
+// ----------------------------------------------------------------------------------
 
 PsClient::PsClient(Communicator& ps, int worker, const PsConfig& config,
                    std::vector<PsShard> shards)
@@ -408,13 +417,13 @@ PsClient::~PsClient() {
     for (size_t k = 0; k < shards_.size(); ++k) {
       PushHeader h{kStop, 0, version_, 0};
       std::memcpy(out_[k].data(), &h, sizeof h);
-      sent.push_back(ps_.isend(out_[k].data(), out_[k].size(), R + static_cast<int>(k),
-                               kTagToServer));
+      sent.push_back(
+          ps_.isend(out_[k].data(), out_[k].size(), R + static_cast<int>(k), kTagToServer));
     }
     for (auto& s : sent) s->wait("a worker's STOP to the parameter servers");
   } catch (const std::exception& e) {
-    fmt::print(stderr, "worker {}: could not tell the parameter servers it stopped: {}\n",
-               worker_, e.what());
+    fmt::print(stderr, "worker {}: could not tell the parameter servers it stopped: {}\n", worker_,
+               e.what());
   }
 }
 
@@ -428,8 +437,8 @@ void PsClient::push(StageParameters& stage, int64_t kind, int64_t step) {
     PushHeader h{kind, step, version_, 0};
     std::memcpy(out_[k].data(), &h, sizeof h);
     std::memcpy(out_[k].data() + 32, src + s.begin, s.end - s.begin);
-    sent.push_back(ps_.isend(out_[k].data(), out_[k].size(), R + static_cast<int>(k),
-                             kTagToServer));
+    sent.push_back(
+        ps_.isend(out_[k].data(), out_[k].size(), R + static_cast<int>(k), kTagToServer));
   }
   for (size_t k = 0; k < sent.size(); ++k)
     sent[k]->wait(fmt::format("worker {}: pushing to parameter server {}", worker_, k));
@@ -446,9 +455,9 @@ EpilogueResult PsClient::pull(StageParameters& stage) {
     // which knows which one, reports first and the job ends naming it.
     for (int attempt = 0;; ++attempt) {
       try {
-        ps_.recv(in_[k].data(), in_[k].size(), R + static_cast<int>(k), kTagToWorker,
-                 fmt::format("worker {} waiting for parameters from parameter server {}", worker_,
-                             k));
+        ps_.recv(
+            in_[k].data(), in_[k].size(), R + static_cast<int>(k), kTagToWorker,
+            fmt::format("worker {} waiting for parameters from parameter server {}", worker_, k));
         break;
       } catch (const TimeoutError&) {
         if (attempt == 1) throw;
@@ -489,8 +498,8 @@ void PsClient::pause() {
   for (size_t k = 0; k < shards_.size(); ++k) {
     PushHeader h{kPause, 0, version_, 0};
     std::memcpy(out_[k].data(), &h, sizeof h);
-    sent.push_back(ps_.isend(out_[k].data(), out_[k].size(), R + static_cast<int>(k),
-                             kTagToServer));
+    sent.push_back(
+        ps_.isend(out_[k].data(), out_[k].size(), R + static_cast<int>(k), kTagToServer));
   }
   for (auto& s : sent) s->wait("a worker's PAUSE to the parameter servers");
   paused_ = true;

@@ -45,10 +45,10 @@
 #include <vector>
 
 #include "engine/comm/communicator.h"
-#include "engine/optimizer.h"
-#include "engine/step_epilogue.h"
 #include "engine/lr_schedule.h"
+#include "engine/optimizer.h"
 #include "engine/stage_parameters.h"
+#include "engine/step_epilogue.h"
 #include "layers/model.h"
 
 namespace pt {
@@ -57,11 +57,11 @@ namespace pt {
 struct PsShard {
   size_t begin = 0, end = 0;  // bytes of the flat arena (begin is a tensor's 64-byte offset)
   struct Tensor1 {
-    size_t offset = 0;        // bytes from `begin`
+    size_t offset = 0;  // bytes from `begin`
     int64_t numel = 0;
     size_t global_index = 0;  // in the model's global tensor order (the norm's order)
   };
-  std::vector<Tensor1> tensors;  // tied copies are left out (they are refused anyway)
+  std::vector<Tensor1> tensors;         // tied copies are left out (they are refused anyway)
   int first_layer = 0, last_layer = 0;  // [first, last)
   size_t floats() const { return (end - begin) / sizeof(float); }
 };
@@ -83,11 +83,11 @@ struct PsConfig {
 // What one server observed (printed at its end, and read by the tests).
 struct PsServerStats {
   int server = 0;
-  int64_t pushes = 0;          // gradients applied
-  int64_t updates = 0;         // optimizer steps (sync: pushes / R)
-  int64_t max_staleness = 0;   // in pushes
-  double sum_staleness = 0;    // in pushes
-  size_t held_bytes = 0;       // parameters + gradients + optimizer state on the server
+  int64_t pushes = 0;         // gradients applied
+  int64_t updates = 0;        // optimizer steps (sync: pushes / R)
+  int64_t max_staleness = 0;  // in pushes
+  double sum_staleness = 0;   // in pushes
+  size_t held_bytes = 0;      // parameters + gradients + optimizer state on the server
   // Throughput while every worker still runs (from the first push to the last push before any
   // STOP): a fast asynchronous worker stops first, after which the rate is the slow one's alone.
   int64_t active_pushes = 0;

@@ -22,9 +22,9 @@ PsConfig ps_config(const PipelineConfig& config, int replicas, const PsOptions& 
         "its gradients, and {} servers see pushes in different orders",
         ps.staleness, ps.servers));
   if (config.schedule.num_devices != 1 || config.layers_per_stage.size() != 1)
-    throw UsageError(fmt::format(
-        "--ps supports one stage per worker so far: use --stages 1 (got {} stages)",
-        config.layers_per_stage.size()));
+    throw UsageError(
+        fmt::format("--ps supports one stage per worker so far: use --stages 1 (got {} stages)",
+                    config.layers_per_stage.size()));
   PsConfig c;
   c.servers = ps.servers;
   c.workers = replicas;
@@ -96,8 +96,8 @@ std::unique_ptr<ParameterServerTrainer> make_local_parameter_server(
     parts->clients.push_back(
         std::make_unique<PsClient>(*group[static_cast<size_t>(r)], r, pc, shards));
     dp.models.push_back(std::make_unique<Model>(make_model()));
-    dp.replicas.push_back(make_worker(*dp.models.back(), devices[static_cast<size_t>(r)], config,
-                                      r, R, *parts->clients.back(), nullptr));
+    dp.replicas.push_back(make_worker(*dp.models.back(), devices[static_cast<size_t>(r)], config, r,
+                                      R, *parts->clients.back(), nullptr));
   }
   for (auto& c : group) parts->communicators.push_back(std::move(c));
   for (auto& c : servers_group) parts->communicators.push_back(std::move(c));
@@ -107,14 +107,15 @@ std::unique_ptr<ParameterServerTrainer> make_local_parameter_server(
   parts->errors.resize(static_cast<size_t>(K));
   for (int k = 0; k < K; ++k) {
     Communicator* ps_rank = parts->communicators[static_cast<size_t>(R + k)].get();
-    Communicator* servers = K > 1 ? parts->communicators[static_cast<size_t>(R + K + k)].get() : nullptr;
+    Communicator* servers =
+        K > 1 ? parts->communicators[static_cast<size_t>(R + K + k)].get() : nullptr;
     Backend* backend = parts->server_devices.backends[static_cast<size_t>(k)].get();
     ParameterServerTrainer::Parts* p = parts.get();
     const PsShard shard = shards[static_cast<size_t>(k)];
     parts->servers.emplace_back([=] {
       try {
-        p->stats[static_cast<size_t>(k)] = run_parameter_server(*ps_rank, servers, pc, shard,
-                                                                *backend);
+        p->stats[static_cast<size_t>(k)] =
+            run_parameter_server(*ps_rank, servers, pc, shard, *backend);
       } catch (...) {
         p->errors[static_cast<size_t>(k)] = std::current_exception();
       }
@@ -123,9 +124,9 @@ std::unique_ptr<ParameterServerTrainer> make_local_parameter_server(
   return std::make_unique<ParameterServerTrainer>(std::move(parts));
 }
 
-PsProcess make_process_parameter_server(const std::function<Model()>& make_model,
-                                        Backend& device, const PipelineConfig& config,
-                                        Communicator& world, int replicas, const PsOptions& ps) {
+PsProcess make_process_parameter_server(const std::function<Model()>& make_model, Backend& device,
+                                        const PipelineConfig& config, Communicator& world,
+                                        int replicas, const PsOptions& ps) {
   const PsConfig pc = ps_config(config, replicas, ps);
   const int K = ps.servers, R = replicas;
   if (world.size() != R + K)
@@ -148,6 +149,8 @@ PsProcess make_process_parameter_server(const std::function<Model()>& make_model
     const PsShard shard = shards[static_cast<size_t>(k)];
     Backend* backend = &device;
     Communicator* w = &world;
+    out.server_stats = std::make_shared<PsServerStats>();
+    auto stats_out = out.server_stats;
     out.serve = [=] {
       (void)owned;
       fmt::print(stderr, "parameter server {} (world rank {}) holds layers [{}, {}): {:.2f} MiB\n",
@@ -155,6 +158,7 @@ PsProcess make_process_parameter_server(const std::function<Model()>& make_model
                  static_cast<double>(shard.end - shard.begin) / (1024.0 * 1024.0));
       const PsServerStats s = run_parameter_server(*w, servers, pc, shard, *backend);
       fmt::print(stderr, "{} (world rank {})\n", s.str(R), rank);
+      *stats_out = s;
       return 0;
     };
     return out;

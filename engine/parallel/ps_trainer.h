@@ -29,8 +29,8 @@ class ParameterServerTrainer final : public TrainingEngine {
     DeviceSet server_devices;
     std::vector<std::unique_ptr<PsClient>> clients;
     std::unique_ptr<DataParallelTrainer> workers;
-    std::vector<std::thread> servers;  // in-process servers
-    std::vector<PsServerStats> stats;  // per in-process server, filled when it ends
+    std::vector<std::thread> servers;        // in-process servers
+    std::vector<PsServerStats> stats;        // per in-process server, filled when it ends
     std::vector<std::exception_ptr> errors;  // per in-process server
     int replicas = 1;
   };
@@ -77,9 +77,11 @@ struct PsProcess {
   std::unique_ptr<ParameterServerTrainer> engine;
   Communicator* workers = nullptr;
   std::function<int()> serve;
+  // A server's: what it observed, filled when serve() returns (for benchmarks).
+  std::shared_ptr<PsServerStats> server_stats;
 };
-PsProcess make_process_parameter_server(const std::function<Model()>& make_model,
-                                        Backend& device, const PipelineConfig& config,
-                                        Communicator& world, int replicas, const PsOptions& ps);
+PsProcess make_process_parameter_server(const std::function<Model()>& make_model, Backend& device,
+                                        const PipelineConfig& config, Communicator& world,
+                                        int replicas, const PsOptions& ps);
 
 }  // namespace pt

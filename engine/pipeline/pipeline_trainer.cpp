@@ -95,8 +95,8 @@ PipelineTrainer::PipelineTrainer(Model& model, std::vector<Backend*> devices,
                                                        b, config_.trainer.seed);
       if (sharded())
         owned.shard = std::make_unique<StageShard>(
-            *owned.params, model, *par.data_parallel_group(range.device),
-            config_.trainer.optimizer, static_cast<int>(stages_.size()));
+            *owned.params, model, *par.data_parallel_group(range.device), config_.trainer.optimizer,
+            static_cast<int>(stages_.size()));
       else
         owned.optimizer =
             std::make_unique<Optimizer>(config_.trainer.optimizer, b, owned.params->layout());
@@ -336,7 +336,9 @@ StepStats PipelineTrainer::train_step(const Tensor& inputs, const Tensor& target
   const auto computing = std::chrono::steady_clock::now();
   run_schedule(config_.schedule, run, /*training=*/true,
                config_.record_trace ? &executed : nullptr);
-  if (par.slow_factor > 1.0 && par.replica == par.slow_replica)  // --slow-worker: a straggler, (factor - 1) x its compute time
+  if (par.slow_factor > 1.0 &&
+      par.replica ==
+          par.slow_replica)  // --slow-worker: a straggler, (factor - 1) x its compute time
     std::this_thread::sleep_for((std::chrono::steady_clock::now() - computing) *
                                 (par.slow_factor - 1.0));
   if (config_.record_trace && batch >= traced_batch_) {

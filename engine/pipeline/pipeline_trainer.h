@@ -126,8 +126,8 @@ class PipelineTrainer final : public TrainingEngine {
   // The optimizer state of a stage held here (both null for a stage of another process).
   struct StageOwned {
     std::unique_ptr<StageParameters> params;
-    std::unique_ptr<Optimizer> optimizer;  // sharded: only while a checkpoint needs it
-    std::unique_ptr<StageShard> shard;      // --shard-optimizer
+    std::unique_ptr<Optimizer> optimizer;      // sharded: only while a checkpoint needs it
+    std::unique_ptr<StageShard> shard;         // --shard-optimizer
     std::unique_ptr<WeightVersions> versions;  // asynchronous updates only
   };
   bool sharded() const { return config_.parallel.shard_optimizer; }

@@ -58,9 +58,10 @@ void TrainingOptions::check(int64_t batch) const {
         stages));
   if (slow_replica >= 0) {
     if (slow_replica >= dp)
-      throw UsageError(fmt::format("--slow-worker {}:{} names replica {} but --dp is {}: use a "
-                                   "replica in [0, {})",
-                                   slow_replica, slow_factor, slow_replica, dp, dp));
+      throw UsageError(
+          fmt::format("--slow-worker {}:{} names replica {} but --dp is {}: use a "
+                      "replica in [0, {})",
+                      slow_replica, slow_factor, slow_replica, dp, dp));
     check_real("--slow-worker factor", slow_factor, {.lo = 1, .hi = 1000}, "1: not slowed");
   }
   if (async_update) {

@@ -140,13 +140,14 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
       fmt::print("parameter server: {} server{}{}, {}\n", ps.servers, ps.servers == 1 ? "" : "s",
                  world ? fmt::format(" (world ranks {}..{})", opt.dp, opt.dp + ps.servers - 1)
                        : " (threads of this process)",
-                 ps.staleness == 0 ? std::string("synchronous")
-                                   : fmt::format("asynchronous, staleness <= {} global steps",
-                                                 ps.staleness));
+                 ps.staleness == 0
+                     ? std::string("synchronous")
+                     : fmt::format("asynchronous, staleness <= {} global steps", ps.staleness));
     if (world) {
-      PsProcess p = make_process_parameter_server(make_model, *s.backends[0], pc, *world, opt.dp,
-                                                  ps);
+      PsProcess p =
+          make_process_parameter_server(make_model, *s.backends[0], pc, *world, opt.dp, ps);
       s.serve = std::move(p.serve);
+      s.server_stats = std::move(p.server_stats);
       s.workers = p.workers;
       if (p.engine) {
         s.pipeline = &p.engine->workers().replica(0);
@@ -176,12 +177,11 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
   s.optimizer_state_bytes = s.pipeline->optimizer_state_bytes();
   s.unsharded_optimizer_state_bytes = s.pipeline->unsharded_optimizer_state_bytes();
   if (opt.print && opt.shard_optimizer)
-    fmt::print("optimizer state: {:.3f} MiB {} (1/{} of {:.3f} MiB unsharded)\n",
-               static_cast<double>(s.optimizer_state_bytes) / (1 << 20),
-               world ? "on this process's device"
-                     : fmt::format("per replica ({} device(s))", opt.stages),
-               opt.dp,
-               static_cast<double>(s.unsharded_optimizer_state_bytes) / (1 << 20));
+    fmt::print(
+        "optimizer state: {:.3f} MiB {} (1/{} of {:.3f} MiB unsharded)\n",
+        static_cast<double>(s.optimizer_state_bytes) / (1 << 20),
+        world ? "on this process's device" : fmt::format("per replica ({} device(s))", opt.stages),
+        opt.dp, static_cast<double>(s.unsharded_optimizer_state_bytes) / (1 << 20));
   if (opt.async_update)
     s.description += fmt::format(
         ", async updates (PipeDream-2BW, window {} steps, second weight version {:.2f} MiB{})",

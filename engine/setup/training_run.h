@@ -18,6 +18,7 @@
 
 #include "engine/comm/communicator.h"
 #include "engine/devices.h"
+#include "engine/parallel/parameter_server.h"
 #include "engine/pipeline/pipeline_trainer.h"
 #include "engine/pipeline/plan.h"
 #include "engine/setup/training_options.h"
@@ -40,6 +41,7 @@ struct TrainingRun {
   // null); on a worker, the workers' group, the training loop's world (the servers do not take
   // part in its collectives).
   std::function<int()> serve;
+  std::shared_ptr<PsServerStats> server_stats;  // that server's observations, once serve() returned
   Communicator* workers = nullptr;
   // Optimizer-state bytes on replica 0's devices of this process (with --shard-optimizer: its
   // shards, ~1/R of the unsharded figure); 0 for a single-device Trainer.

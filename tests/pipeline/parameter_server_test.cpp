@@ -58,7 +58,8 @@ struct Run {
 
 std::vector<float> flat(const std::vector<StageState>& stages) {
   std::vector<float> out;
-  for (const auto& [name, v] : test::params_by_name(stages)) out.insert(out.end(), v.begin(), v.end());
+  for (const auto& [name, v] : test::params_by_name(stages))
+    out.insert(out.end(), v.begin(), v.end());
   return out;
 }
 
@@ -143,7 +144,8 @@ TEST_CASE("synchronous parameter server == --dp R all-reduce, bit for bit (SGD, 
         CAPTURE(K);
         const Run ref = train(R, 0, 0, optim, 4);
         const Run got = train(R, K, 0, optim, 4);
-        for (int r = 0; r < R; ++r) CHECK(same_bits(got.params[static_cast<size_t>(r)], ref.params[0]));
+        for (int r = 0; r < R; ++r)
+          CHECK(same_bits(got.params[static_cast<size_t>(r)], ref.params[0]));
         for (size_t k = 0; k < ref.losses.size(); ++k) CHECK(got.losses[k] == ref.losses[k]);
         // Parameters moved (a server that did nothing would leave the initial values).
         const Run start = train(R, 0, 0, optim, 0);

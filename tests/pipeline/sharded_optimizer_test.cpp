@@ -64,8 +64,7 @@ struct Data {
 struct Run {
   test::CpuDevices devices;
   std::unique_ptr<DataParallelTrainer> trainer;
-  Run(const std::function<Model()>& make, const TrainerConfig& tc, int D, int R, int M,
-      bool shard)
+  Run(const std::function<Model()>& make, const TrainerConfig& tc, int D, int R, int M, bool shard)
       : devices(R * D) {
     PipelineConfig pc = test::pipeline_config(make(), tc, "1f1b", D, M);
     pc.schedule = sched::add_grad_reduction(pc.schedule);
@@ -133,10 +132,10 @@ TEST_CASE("sharded optimizer: bit-identical to unsharded data parallelism") {
     float clip;
     int D, R, M;
   };
-  for (const Case& c : {Case{"sgd", 0.05f, 1, 2, 1}, Case{"sgd", 0.05f, 2, 2, 2},
-                        Case{"adamw", 0.f, 1, 2, 2}, Case{"adamw", 0.f, 2, 2, 1},
-                        Case{"adamw", 0.05f, 2, 3, 1}, Case{"sgd", 0.f, 2, 3, 2},
-                        Case{"adamw", 0.f, 2, 8, 1}}) {
+  for (const Case& c :
+       {Case{"sgd", 0.05f, 1, 2, 1}, Case{"sgd", 0.05f, 2, 2, 2}, Case{"adamw", 0.f, 1, 2, 2},
+        Case{"adamw", 0.f, 2, 2, 1}, Case{"adamw", 0.05f, 2, 3, 1}, Case{"sgd", 0.f, 2, 3, 2},
+        Case{"adamw", 0.f, 2, 8, 1}}) {
     CAPTURE(c.optimizer);
     CAPTURE(c.clip);
     CAPTURE(c.D);
@@ -215,8 +214,8 @@ TEST_CASE("sharded optimizer: tiny GPT with tied embeddings, bit-identical to un
 TEST_CASE("sharded optimizer: checkpoints are the unsharded format; resume is bit-identical") {
   const Data data(8, Shape{1, 4, 4});
   const TrainerConfig tc = trainer_config("adamw", 1, 0.05f);
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("pt_sharded_ckpt_" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("pt_sharded_ckpt_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const auto path = dir / "step2";
