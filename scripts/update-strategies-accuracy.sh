@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Convergence of the update strategies, the half of the README's "synchronous or asynchronous"
+# table that pipetrain-bench-update-strategies (throughput) does not measure: Fashion-MNIST MLP
+# test accuracy after 3 epochs (batch 256) for synchronous and asynchronous pipelines (SGD and
+# AdamW), all-reduce and the parameter server (sync, async T = 1, 4); and the GPT's validation
+# loss after 200 steps, synchronous vs asynchronous pipeline (AdamW, untied embeddings: async
+# refuses ties across stages). One thread per device or process. Prints JSON lines.
+#   scripts/update-strategies-accuracy.sh [build dir] [epochs]     (about 15 min on 2 cores)
+set -uo pipefail
+build=${1:-build}; epochs=${2:-3}
+fashion=$build/examples/pipetrain-fashion gpt=$build/examples/pipetrain-gpt
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpi=(mpirun --oversubscribe --bind-to none)
+pipe=(--devices cpu:0,cpu:1 --stages 2 --microbatches 4 --threads 1)
+adamw=(--optim adamw --lr 0.001)
+
+fashion_run() {  # mode optimizer command...
+  local mode=$1 optim=$2; shift 2
+  local t0=$SECONDS out acc
+  out=$("$@" --epochs "$epochs" --batch 256 2>&1)
+  acc=$(grep -oE "test accuracy: [0-9.]+%" <<<"$out" | tail -1 | grep -oE "[0-9.]+")
+  printf '{"bench": "update_strategies_accuracy", "model": "fashion_mlp", "mode": "%s", "optimizer": "%s", "epochs": %s, "test_accuracy_percent": %s, "seconds": %s}\n' \
+    "$mode" "$optim" "$epochs" "${acc:-null}" $((SECONDS - t0))
+  [[ -n $acc ]] || echo "$out" | tail -5 >&2
+}
+gpt_run() {  # mode command...
+  local mode=$1; shift
+  local t0=$SECONDS out loss
+  out=$("$@" --steps 200 --untied 2>&1)
+  loss=$(grep -oE "final validation loss [0-9.]+" <<<"$out" | tail -1 | grep -oE "[0-9.]+$")
+  printf '{"bench": "update_strategies_accuracy", "model": "gpt_d256_l4_t128", "mode": "%s", "optimizer": "adamw", "steps": 200, "validation_loss_nats_per_byte": %s, "seconds": %s}\n' \
+    "$mode" "${loss:-null}" $((SECONDS - t0))
+  [[ -n $loss ]] || echo "$out" | tail -5 >&2
+}
+
+fashion_run pipeline_sync sgd "$fashion" "${pipe[@]}"
+fashion_run pipeline_async sgd "$fashion" "${pipe[@]}" --update async
+fashion_run pipeline_sync adamw "$fashion" "${pipe[@]}" "${adamw[@]}"
+fashion_run pipeline_async adamw "$fashion" "${pipe[@]}" "${adamw[@]}" --update async
+fashion_run allreduce sgd "${mpi[@]}" -np 2 "$fashion" --dp 2 --threads 1
+fashion_run ps_sync sgd "${mpi[@]}" -np 3 "$fashion" --dp 2 --ps 1 --threads 1
+fashion_run ps_async_t1 sgd "${mpi[@]}" -np 3 "$fashion" --dp 2 --ps 1 --staleness 1 --threads 1
+fashion_run ps_async_t4 sgd "${mpi[@]}" -np 3 "$fashion" --dp 2 --ps 1 --staleness 4 --threads 1
+if [[ -x $gpt ]]; then
+  gpt_run pipeline_sync "$gpt" "${pipe[@]}"
+  gpt_run pipeline_async "$gpt" "${pipe[@]}" --update async
+fi
