@@ -112,8 +112,7 @@ std::vector<StepStats> DataParallelTrainer::train_steps(std::span<const HostBatc
   // Every local replica runs the same windows at once, each on its own thread (their UPDATEs
   // meet in the data-parallel all-reduces); the loss is summed as in train_step.
   std::vector<std::vector<StepStats>> each(parts_.replicas.size());
-  on_all_replicas(
-      [&](int i) { each[static_cast<size_t>(i)] = replica(i).train_steps(batches); });
+  on_all_replicas([&](int i) { each[static_cast<size_t>(i)] = replica(i).train_steps(batches); });
   std::vector<StepStats> out = each[0];  // grad norm and lr are the same on every replica
   for (size_t k = 0; k < out.size(); ++k) {
     StepStats& s = out[k];
