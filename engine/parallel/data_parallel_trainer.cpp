@@ -108,12 +108,22 @@ StepStats DataParallelTrainer::train_step(const Tensor& inputs, const Tensor& ta
 }
 
 std::vector<StepStats> DataParallelTrainer::train_steps(std::span<const HostBatch> batches) {
-  if (window() == 1 || parts_.replicas.size() != 1) return TrainingEngine::train_steps(batches);
-  std::vector<StepStats> out = replica(0).train_steps(batches);
-  for (StepStats& s : out) {
-    if (!replica(0).holds_last_stage()) {
-      s.loss = 0;
-      s.correct = 0;
+  if (window() == 1) return TrainingEngine::train_steps(batches);
+  // Every local replica runs the same windows at once, each on its own thread (their UPDATEs
+  // meet in the data-parallel all-reduces); the loss is summed as in train_step.
+  std::vector<std::vector<StepStats>> each(parts_.replicas.size());
+  on_all_replicas([&](int i) { each[static_cast<size_t>(i)] = replica(i).train_steps(batches); });
+  std::vector<StepStats> out = each[0];  // grad norm and lr are the same on every replica
+  for (size_t k = 0; k < out.size(); ++k) {
+    StepStats& s = out[k];
+    s.loss = 0;
+    s.correct = 0;
+    s.reserved_bytes = 0;
+    for (size_t i = 0; i < each.size(); ++i) {
+      s.reserved_bytes += each[i][k].reserved_bytes;
+      if (!replica(static_cast<int>(i)).holds_last_stage()) continue;
+      s.loss += each[i][k].loss;
+      s.correct = each[i][k].correct < 0 || s.correct < 0 ? -1 : s.correct + each[i][k].correct;
     }
     sum_over_world(parts_.world, s.loss, s.correct,
                    "the exchange of the step's loss between processes");

@@ -33,7 +33,8 @@ class DataParallelTrainer final : public TrainingEngine {
   ~DataParallelTrainer() override;
 
   StepStats train_step(const Tensor& inputs, const Tensor& targets) override;
-  // --update async (one replica): the replica's windows, the loss exchanged between processes.
+  // --update async: every local replica's windows at once, the loss summed over replicas and
+  // exchanged between processes.
   std::vector<StepStats> train_steps(std::span<const HostBatch> batches) override;
   int window() const override { return replica(0).window(); }
   // Each replica evaluates its shard of the rows; the results are added up.

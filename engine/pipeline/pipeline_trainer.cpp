@@ -25,6 +25,31 @@ namespace {
 
 size_t at(int i) { return static_cast<size_t>(i); }
 
+// --update async with --dp R: UPDATE(k) of a stage sums the stage's gradient over the replicas
+// in one all-reduce on the device's data-parallel group (the communicator and element-wise sum
+// the synchronous GradientReducer uses; one call per stage, no buckets and no overlap with
+// backward, since UPDATE comes after the stage's last backward of the step anyway).
+void all_reduce_stage_gradients(StageParameters& params, Communicator& group, int stage,
+                                int64_t step) {
+  Tensor grads = params.grads_flat();
+  const int64_t n = grads.numel();
+  if (n == 0) return;
+  Backend& b = params.backend();
+  const std::string what =
+      fmt::format("the gradient all-reduce of stage {} at the UPDATE of step {}", stage, step);
+  b.synchronize();  // the backward work that produced the gradient
+  if (!b.host_accessible() && !group.device_memory()) {
+    std::vector<float> host(static_cast<size_t>(n));
+    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+    b.copy_to_host(host.data(), grads.f32(), bytes);
+    group.all_reduce(host.data(), n, ElemType::f32, ReduceOp::sum, what);
+    b.copy_from_host(grads.f32(), host.data(), bytes);
+    b.synchronize();
+  } else {
+    group.all_reduce(grads.f32(), n, ElemType::f32, ReduceOp::sum, what);
+  }
+}
+
 std::vector<std::string> action_texts(const std::vector<sched::Action>& actions) {
   std::vector<std::string> out;
   out.reserve(actions.size());
@@ -87,6 +112,7 @@ PipelineTrainer::PipelineTrainer(Model& model, std::vector<Backend*> devices,
         "--shard-optimizer needs --dp R >= 2: it splits the optimizer state between data-parallel "
         "replicas and this run has {}; add --dp 2 (or more) or drop --shard-optimizer",
         par.replicas));
+  if (config_.async_update) check_async();  // before the shards' collectives
   for (const StageRange& range : layout_.stages) {
     StageOwned owned;
     if (local(range.device)) {
@@ -105,7 +131,6 @@ PipelineTrainer::PipelineTrainer(Model& model, std::vector<Backend*> devices,
     }
     stages_.push_back(std::move(owned));
   }
-  if (config_.async_update) check_async();
   std::vector<Backend*> held;
   for (int d : local_devices_) held.push_back(devices_[at(d)]);
   workers_ = std::make_unique<DeviceWorkers>(held);
@@ -115,7 +140,9 @@ PipelineTrainer::PipelineTrainer(Model& model, std::vector<Backend*> devices,
   reducers_.resize(devices_.size());
   for (int d : local_devices_) {
     Communicator* group = par.replicas > 1 ? par.data_parallel_group(d) : nullptr;
-    if (!group || sharded()) continue;  // sharded: the shards reduce-scatter after backward
+    // sharded: the shards reduce-scatter after backward; async: each UPDATE all-reduces its own
+    // stage (all_reduce_stage_gradients).
+    if (!group || sharded() || config_.async_update) continue;
     std::vector<std::pair<int, StageParameters*>> held_stages;
     for (int s = 0; s < sc.num_stages; ++s)
       if (layout_.stage(s).device == d) held_stages.emplace_back(s, stages_[at(s)].params.get());
@@ -148,8 +175,14 @@ void PipelineTrainer::check_async() const {
     throw UsageError(
         "--clip needs the global gradient norm, but --update async updates each stage on its "
         "own: drop --clip or use --update sync");
-  if (config_.parallel.replicas > 1)
-    throw UsageError("--update async does not support --dp > 1 yet: use --dp 1 or --update sync");
+  if (config_.parallel.shard_optimizer)
+    throw UsageError(
+        "--shard-optimizer with --update async: each stage steps its whole optimizer at its own "
+        "UPDATE; drop --shard-optimizer or use --update sync");
+  if (config_.parallel.parameter_server)
+    throw UsageError(
+        "--ps with --update async: the parameter servers apply the updates; drop --ps or use "
+        "--update sync");
   for (const ParameterTie& tie : model_->ties())
     for (const ParamRef& m : tie.members)
       if (layout_.stage_of_layer(m.layer) != layout_.stage_of_layer(tie.members[0].layer))
@@ -412,6 +445,9 @@ const sched::Schedule& PipelineTrainer::window_schedule(int steps) {
 std::vector<StepStats> PipelineTrainer::train_window(std::span<const HostBatch> batches) {
   const int M = config_.trainer.microbatches;
   const int K = static_cast<int>(batches.size());
+  const ParallelContext& par = config_.parallel;
+  const int64_t parts = static_cast<int64_t>(par.replicas) * M;
+  const auto mine = static_cast<ptrdiff_t>(par.replica) * M;
   const sched::Schedule& schedule = window_schedule(K);
   record_action_lists(schedule, FlightList::training);
   ScheduleRun run(devices_.size());
@@ -422,14 +458,16 @@ std::vector<StepStats> PipelineTrainer::train_window(std::span<const HostBatch> 
     if (b.targets.shape()[0] != batch)
       throw UsageError(
           fmt::format("a batch has {} inputs but {} targets", batch, b.targets.shape()[0]));
-    if (batch < M)
+    if (batch < parts)
       throw UsageError(
-          fmt::format("a batch of {} samples cannot feed {} micro-batches: raise --batch to >= {}",
-                      batch, M, M));
-    const std::vector<int64_t> sizes = split_sizes(batch, M);
+          fmt::format("a batch of {} samples cannot feed {} replica(s) x {} micro-batches: raise "
+                      "--batch to >= {}",
+                      batch, par.replicas, M, parts));
+    // As in train_step: replica r trains on micro-batches r*M .. r*M+M-1 of R*M.
+    const std::vector<int64_t> sizes = split_sizes(batch, parts);
     const std::vector<int64_t> first = first_rows(sizes, 0);
-    run.mb_size.insert(run.mb_size.end(), sizes.begin(), sizes.end());
-    run.mb_first.insert(run.mb_first.end(), first.begin(), first.end());
+    run.mb_size.insert(run.mb_size.end(), sizes.begin() + mine, sizes.begin() + mine + M);
+    run.mb_first.insert(run.mb_first.end(), first.begin() + mine, first.begin() + mine + M);
     run.mb_step.insert(run.mb_step.end(), static_cast<size_t>(M), k);
     run.step_inputs.push_back(b.inputs);
     run.step_targets.push_back(b.targets);
@@ -437,7 +475,8 @@ std::vector<StepStats> PipelineTrainer::train_window(std::span<const HostBatch> 
   }
   run.step_loss.assign(devices_.size(), std::vector<double>(static_cast<size_t>(K), 0.0));
   run.step_correct.assign(devices_.size(), std::vector<int64_t>(static_cast<size_t>(K), 0));
-  run.info = StepInfo{config_.trainer.seed, step_, 0, true};
+  // Dropout keyed by the global micro-batch index r*M + m, as in train_step.
+  run.info = StepInfo{config_.trainer.seed, step_, static_cast<int>(mine), true};
   const int64_t t0 = step_;
   // Per step and stage: the stage's gradient norm at its UPDATE (each written by one thread).
   std::vector<std::vector<double>> norms(static_cast<size_t>(K),
@@ -449,6 +488,10 @@ std::vector<StepStats> PipelineTrainer::train_window(std::span<const HostBatch> 
   };
   run.update = [&](int s, int k) {
     StageOwned& st = stages_[at(s)];
+    // Reduced before the ties are summed, the order of synchronous mode (reducer, then epilogue).
+    if (par.replicas > 1)
+      all_reduce_stage_gradients(*st.params, *par.data_parallel_group(layout_.stage(s).device), s,
+                                 t0 + k);
     sum_tied_gradients(*model_, {st.params.get()});  // ties within the stage only (check_async)
     const double norm = global_grad_norm(std::vector<const StageParameters*>{st.params.get()});
     if (!std::isfinite(norm))

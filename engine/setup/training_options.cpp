@@ -51,6 +51,11 @@ void TrainingOptions::check(int64_t batch) const {
     throw UsageError(
         "--shard-optimizer with --ps: the parameter servers already hold the optimizer state, "
         "sharded by layer; drop --shard-optimizer");
+  if (ps > 0 && async_update)
+    throw UsageError(
+        "--ps with --update async: the parameter servers apply the updates, so there is no "
+        "per-stage UPDATE to make asynchronous; drop --ps (--update async --dp R all-reduces) or "
+        "use --ps K --staleness T for asynchronous updates");
   if (ps > 0 && stages > 1)
     throw UsageError(fmt::format(
         "--ps supports one stage per worker so far but --stages is {}: use --stages 1 (each "
@@ -75,8 +80,11 @@ void TrainingOptions::check(int64_t batch) const {
       throw UsageError(
           "--update async needs --stages >= 2 (one stage has no pipeline bubble to remove): raise "
           "--stages or use --update sync");
-    if (dp > 1)
-      throw UsageError("--update async does not support --dp > 1 yet: use --dp 1 or --update sync");
+    if (shard_optimizer)
+      throw UsageError(
+          "--shard-optimizer with --update async: each stage steps its whole optimizer at its own "
+          "UPDATE, which the shards' reduce-scatter / all-gather step does not do; drop "
+          "--shard-optimizer or use --update sync");
     if (microbatches < stages - 1)
       throw UsageError(fmt::format(
           "--update async with --stages {} needs --microbatches >= {} (stages - 1), or a stage "

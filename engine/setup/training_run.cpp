@@ -103,6 +103,10 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
           ? fmt::format(", {} data-parallel replicas (sharded optimizer: gradients "
                         "reduce-scattered, parameters all-gathered)",
                         opt.dp)
+      : opt.dp > 1 && opt.async_update
+          ? fmt::format(", {} data-parallel replicas (each stage's gradient all-reduced at its "
+                        "UPDATE, no buckets)",
+                        opt.dp)
       : opt.dp > 1 ? fmt::format(", {} data-parallel replicas (gradient buckets of {} MiB)", opt.dp,
                                  opt.bucket_mib)
                    : "");

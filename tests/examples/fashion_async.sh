@@ -4,7 +4,8 @@
 #  - a run trains (finite, falling loss) and says how much the second weight version costs;
 #  - a checkpoint at a window end resumes to the same final parameters as the uninterrupted run
 #    (weights, optimizer state and weight stash compared bit for bit);
-#  - under mpirun -np 2 (one process per stage) the final parameters equal the single-process run.
+#  - under mpirun -np 2 (one process per stage) the final parameters equal the single-process run;
+#  - --dp 2 (one process, and mpirun -np 4): resume and the multi-process run bit for bit.
 #
 #   fashion_async.sh <pipetrain-fashion> [data dir]
 # Needs the Fashion-MNIST files; exits 77 (skip) without them.
@@ -26,7 +27,9 @@ expect_refused "--schedule zb-h1 is not supported" "${common[@]}" --schedule zb-
 expect_refused "--update async needs --stages >= 2" --data "$data" --update async --steps 1
 expect_refused "needs --microbatches >= 3 (stages - 1)" --data "$data" --stages 4 --devices cpu:0..3 --microbatches 2 --update async --steps 1
 expect_refused "pass --clip 0 or --update sync" "${common[@]}" --clip 1 --steps 1
-expect_refused "--update async does not support --dp > 1 yet" --data "$data" --stages 2 --dp 2 --devices cpu:0..3 --microbatches 4 --update async --steps 1
+dp2=(--data "$data" --stages 2 --dp 2 --devices cpu:0..3 --threads 1 --batch 32 --microbatches 4 --no-shuffle --update async)
+expect_refused "--shard-optimizer with --update async" "${dp2[@]}" --shard-optimizer --steps 1
+expect_refused "--ps with --update async" "${common[@]}" --ps 1 --steps 1
 expect_refused "--async-window 0 must be an integer between 1 and" "${common[@]}" --async-window 0 --steps 1
 expect_refused "--parity-check compares with synchronous" "${common[@]}" --parity-check --steps 1
 
@@ -61,11 +64,23 @@ grep -q '"stash\.' "$work/whole/manifest.json" || { echo "FAIL: no stash.* tenso
 "$exe" --data "$data" --stages 2 --devices cpu:0,cpu:1 --threads 1 --batch 32 --microbatches 4 --no-shuffle --steps 2 --save "$work/sync" >/dev/null 2>&1
 expect_error "resume it with --update sync" "${common[@]}" --steps 4 --resume "$work/sync"
 
+# --dp 2: each stage's UPDATE all-reduces its gradient with the other replica's. A checkpoint
+# (replica 0's weights, optimizer state and stash) resumes bit for bit.
+check_run "async --dp 2" "2 data-parallel replicas" "$exe" "${dp2[@]}" --async-window 4 --steps 12 --save "$work/dp"
+check_run "async --dp 2 first 8 steps" "saved checkpoint" "$exe" "${dp2[@]}" --async-window 4 --steps 8 --save "$work/dp_part"
+check_run "async --dp 2 resume to 12" "resumed from" "$exe" "${dp2[@]}" --async-window 4 --steps 12 --resume "$work/dp_part" --save "$work/dp_resumed"
+compare "--dp 2 resume at a window end == uninterrupted" "$work/dp" "$work/dp_resumed"
+
 if command -v mpirun >/dev/null; then
   out=$(timeout 300 mpirun -np 2 --oversubscribe --bind-to none "$exe" --data "$data" --stages 2 --threads 1 --batch 32 \
         --microbatches 4 --no-shuffle --update async --async-window 4 --steps 12 --save "$work/mpi" 2>&1); rc=$?
   if [ $rc -ne 0 ]; then echo "FAIL: mpirun -np 2 async: rc=$rc"; echo "$out" | tail -20; fails=$((fails+1)); fi
   compare "mpirun -np 2 async == one process" "$work/whole" "$work/mpi"
+  # world rank = replica * 2 + stage
+  out=$(timeout 300 mpirun -np 4 --oversubscribe --bind-to none "$exe" --data "$data" --stages 2 --dp 2 --threads 1 \
+        --batch 32 --microbatches 4 --no-shuffle --update async --async-window 4 --steps 12 --save "$work/mpi_dp" 2>&1); rc=$?
+  if [ $rc -ne 0 ]; then echo "FAIL: mpirun -np 4 async --dp 2: rc=$rc"; echo "$out" | tail -20; fails=$((fails+1)); fi
+  compare "mpirun -np 4 --dp 2 async == one process --dp 2" "$work/dp" "$work/mpi_dp"
 else
   echo "skipped: mpirun not found"
 fi

@@ -11,7 +11,9 @@
 #include "../engine/synthetic.h"
 #include "../engine/temp_dir.h"
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/compare.h"
 #include "engine/core/error.h"
+#include "engine/parallel/data_parallel_trainer.h"
 #include "engine/trainer.h"
 #include "layers/builder.h"
 #include "layers/zoo.h"
@@ -60,10 +62,12 @@ struct Result {
 
 // The delayed update on one device: `grad` computes g_t at W(t - 1) (its own optimizer's step is
 // overwritten before it matters), `weights` holds W(t) and steps with g_t.
-Result reference(const std::string& optimizer, Data& data) {
+// `microbatches`: R * M for R replicas of M micro-batches each.
+Result reference(const std::string& optimizer, Data& data, int microbatches = 4) {
   auto backend = make_cpu_backend(0, 1);
   Model gm = dropout_mlp(), wm = dropout_mlp();
   TrainerConfig gc = trainer_config("sgd");
+  gc.microbatches = microbatches;
   gc.optimizer.momentum = 0.f;
   gc.optimizer.weight_decay = 0.f;
   Trainer grad(gm, *backend, gc);
@@ -120,7 +124,84 @@ Result pipelined(const std::string& optimizer, int S, Data& data,
   return r;
 }
 
+// --dp R in one process: R replicas of S stages, M micro-batches each, the same 7 steps in
+// windows of 3. `params[r]`: replica r's W(kSteps) then its stash W(kSteps - 1), global order.
+struct DpResult {
+  std::vector<double> losses;
+  std::vector<std::vector<float>> params, stash;
+};
+
+DpResult data_parallel(const std::string& optimizer, int S, int R, int M, Data& data) {
+  test::CpuDevices devices(R * S);
+  TrainerConfig c = trainer_config(optimizer);
+  c.microbatches = M;
+  PipelineConfig pc = test::pipeline_config(dropout_mlp(), c, "1f1b", S, M);
+  pc.async_update = true;
+  pc.async_window = 3;
+  auto dp = make_local_data_parallel(dropout_mlp, devices.devices, pc, R);
+  REQUIRE(dp->window() == 3);
+  std::vector<HostBatch> batches;
+  for (int t = 0; t < kSteps; ++t) batches.push_back(data.batch(t));
+  DpResult out;
+  for (const StepStats& st : dp->train_steps(batches)) {
+    out.losses.push_back(st.loss);
+    CHECK(std::isfinite(st.grad_norm));
+  }
+  CHECK(dp->step() == kSteps);
+  for (int r = 0; r < R; ++r) {
+    std::vector<float> p, w;
+    for (const StageState& s : dp->replica(r).stage_states()) {
+      const auto v = host(s.params->params_flat()), x = host(s.params->stash_flat());
+      p.insert(p.end(), v.begin(), v.end());
+      w.insert(w.end(), x.begin(), x.end());
+    }
+    out.params.push_back(std::move(p));
+    out.stash.push_back(std::move(w));
+  }
+  return out;
+}
+
 }  // namespace
+
+// Each replica's UPDATE(k) all-reduces (sums) the stage's gradient with the other replicas
+// before stepping: R replicas == the delayed update over R*M micro-batches. The sum adds the
+// replicas' partial sums, so (as in data_parallel_test.cpp) it is bit-identical to the
+// single-device accumulation only when that is the same order (R = 2, M = 1); otherwise within
+// kDpTolerance. Every replica ends identical to replica 0, weights and stash, bit for bit.
+TEST_CASE("async pipeline with --dp 2 == the delayed update over 2*M micro-batches") {
+  constexpr double kDpTolerance = 1e-6;  // absolute; parameters are ~0.1 in magnitude
+  for (const std::string optimizer : {"sgd", "adamw"})
+    for (const auto& [S, M] : {std::pair{2, 4}, std::pair{3, 4}, std::pair{2, 1}}) {
+      CAPTURE(optimizer);
+      CAPTURE(S);
+      CAPTURE(M);
+      constexpr int R = 2;
+      Data data;
+      const Result ref = reference(optimizer, data, R * M);
+      const DpResult got = data_parallel(optimizer, S, R, M, data);
+      REQUIRE(got.params[0].size() == ref.params.size());
+      for (float v : got.params[0]) REQUIRE(std::isfinite(v));
+      for (int r = 1; r < R; ++r) {
+        const auto i = static_cast<size_t>(r);
+        CHECK(std::memcmp(got.params[i].data(), got.params[0].data(),
+                          ref.params.size() * sizeof(float)) == 0);
+        REQUIRE(got.stash[i].size() == got.stash[0].size());
+        CHECK(std::memcmp(got.stash[i].data(), got.stash[0].data(),
+                          got.stash[0].size() * sizeof(float)) == 0);
+      }
+      const double diff = compare_tensors(got.params[0], ref.params).max_abs;
+      MESSAGE("max |dp - reference| = " << diff);
+      if (M == 1) {
+        CHECK(diff == 0.0);
+        CHECK(got.losses == ref.losses);
+      } else {
+        CHECK(diff <= kDpTolerance);
+        REQUIRE(got.losses.size() == ref.losses.size());
+        for (size_t k = 0; k < ref.losses.size(); ++k)
+          CHECK(std::fabs(got.losses[k] - ref.losses[k]) <= 1e-6);
+      }
+    }
+}
 
 TEST_CASE("async pipeline == the delayed update on one device, bit for bit") {
   for (const std::string optimizer : {"sgd", "adamw"}) {
@@ -221,6 +302,14 @@ TEST_CASE("async pipeline: the refusals name the fix") {
       2, 4, [](Model&, PipelineConfig& pc) { pc.trainer.clip_norm = 1.f; }, "drop --clip");
   refused(
       2, 4, [](Model&, PipelineConfig& pc) { pc.async_window = 0; }, "--async-window 0");
+  {
+    test::CpuDevices devices(4);
+    PipelineConfig pc = test::pipeline_config(dropout_mlp(), trainer_config("sgd"), "1f1b", 2, 4);
+    pc.async_update = true;
+    pc.parallel.shard_optimizer = true;
+    CHECK_THROWS_WITH_AS(make_local_data_parallel(dropout_mlp, devices.devices, pc, 2),
+                         doctest::Contains("drop --shard-optimizer"), UsageError);
+  }
 }
 
 TEST_CASE("async pipeline: tied parameters on different stages are refused") {
