@@ -75,6 +75,22 @@ std::vector<PsServerStats> ParameterServerTrainer::finish() {
   return parts_->stats;
 }
 
+std::vector<StageState> ParameterServerTrainer::stages_to_save() {
+  // Every client asks before any waits: a synchronous server answers once all R asked. Client i
+  // belongs to replica i of this process's workers.
+  std::vector<bool> asked;
+  for (auto& c : parts_->clients) asked.push_back(c->request_state());
+  for (size_t i = 0; i < parts_->clients.size(); ++i) {
+    if (!asked[i]) continue;
+    const std::vector<StageState> st =
+        parts_->workers->replica(static_cast<int>(i)).stage_states();
+    if (st.size() != 1 || !st[0].optimizer)
+      throw std::logic_error("a parameter-server worker holds one stage with an optimizer");
+    parts_->clients[i]->receive_state(*st[0].params, *st[0].optimizer);
+  }
+  return parts_->workers->stages_to_save();
+}
+
 std::unique_ptr<ParameterServerTrainer> make_local_parameter_server(
     const std::function<Model()>& make_model, const std::vector<Backend*>& devices,
     const PipelineConfig& config, int replicas, const PsOptions& ps) {

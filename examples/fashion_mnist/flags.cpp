@@ -79,18 +79,13 @@ FashionOptions check_fashion_flags(const FashionFlags& f) {
         "--parity-check compares with synchronous single-device training, which --update async "
         "does not compute (its step t uses the weights of step t - 1): drop one of them");
   o.checkpoints = checkpoint_options(f.checkpoints);
-  if (o.parallel.ps > 0 && !o.checkpoints.resume.empty())
-    throw UsageError(
-        "--resume with --ps is not supported: the optimizer state lives on the parameter servers "
-        "and checkpoints do not hold it yet; resume without --ps");
-  // Asynchronous workers hold parameters of different ages and never meet per step; the truth is
-  // on the servers, which do not save yet.
-  if (o.parallel.ps > 0 && o.parallel.staleness > 0 &&
-      (!o.checkpoints.save.empty() || !o.checkpoints.resume.empty() ||
-       !o.checkpoints.save_init.empty()))
+  // Asynchronous workers never meet per step; saving needs the servers' state fetched while they
+  // pause, which is not built yet. --resume and --save-init work (the servers start from the
+  // workers' loaded state; the initial weights are the workers').
+  if (o.parallel.ps > 0 && o.parallel.staleness > 0 && !o.checkpoints.save.empty())
     throw UsageError(fmt::format(
-        "--save/--resume/--save-init with --staleness {} (asynchronous --ps) are not supported: "
-        "use --staleness 0 to checkpoint",
+        "--save with --staleness {} (asynchronous --ps) is not supported yet: use --staleness 0 "
+        "to save checkpoints (a checkpoint resumes with any --staleness)",
         o.parallel.staleness));
   o.checkpoints.settings = {{"model", f.model}, {"optim", f.optim}};
   // Before the data is read: a run must not train and then fail to write its results.
