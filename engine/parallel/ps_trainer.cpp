@@ -76,6 +76,12 @@ std::vector<PsServerStats> ParameterServerTrainer::finish() {
 }
 
 std::vector<StageState> ParameterServerTrainer::stages_to_save() {
+  // Asynchronous workers of several processes reach a save's step at different times: they meet
+  // first, so that the servers have applied every worker's pushes up to this step (R * step)
+  // when they answer. (Synchronous: every push of the step was applied before any worker got
+  // its reply.)
+  if (parts_->asynchronous && parts_->workers_group)
+    parts_->workers_group->barrier("the workers meeting before a save");
   // Every client asks before any waits: a synchronous server answers once all R asked. Client i
   // belongs to replica i of this process's workers.
   std::vector<bool> asked;
@@ -189,6 +195,8 @@ PsProcess make_process_parameter_server(const std::function<Model()>& make_model
   dp.replicas.push_back(
       make_worker(*dp.models.back(), &device, config, rank, R, *parts->clients.back(), nullptr));
   out.workers = side.get();
+  parts->workers_group = side.get();
+  parts->asynchronous = ps.staleness > 0;
   parts->communicators.push_back(std::move(side));
   parts->workers = std::make_unique<DataParallelTrainer>(std::move(dp));
   out.engine = std::make_unique<ParameterServerTrainer>(std::move(parts));

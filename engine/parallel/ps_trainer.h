@@ -33,6 +33,9 @@ class ParameterServerTrainer final : public TrainingEngine {
     std::vector<PsServerStats> stats;        // per in-process server, filled when it ends
     std::vector<std::exception_ptr> errors;  // per in-process server
     int replicas = 1;
+    // Under mpirun: the workers' group (for the barrier before an asynchronous save); else null.
+    Communicator* workers_group = nullptr;
+    bool asynchronous = false;
   };
   explicit ParameterServerTrainer(std::unique_ptr<Parts> parts);
   ~ParameterServerTrainer() override;

@@ -79,14 +79,6 @@ FashionOptions check_fashion_flags(const FashionFlags& f) {
         "--parity-check compares with synchronous single-device training, which --update async "
         "does not compute (its step t uses the weights of step t - 1): drop one of them");
   o.checkpoints = checkpoint_options(f.checkpoints);
-  // Asynchronous workers never meet per step; saving needs the servers' state fetched while they
-  // pause, which is not built yet. --resume and --save-init work (the servers start from the
-  // workers' loaded state; the initial weights are the workers').
-  if (o.parallel.ps > 0 && o.parallel.staleness > 0 && !o.checkpoints.save.empty())
-    throw UsageError(fmt::format(
-        "--save with --staleness {} (asynchronous --ps) is not supported yet: use --staleness 0 "
-        "to save checkpoints (a checkpoint resumes with any --staleness)",
-        o.parallel.staleness));
   o.checkpoints.settings = {{"model", f.model}, {"optim", f.optim}};
   // Before the data is read: a run must not train and then fail to write its results.
   o.checkpoints.check();
