@@ -208,8 +208,8 @@ class Server {
       std::memcpy(out.data() + 32 + bytes * (1 + static_cast<size_t>(i)),
                   optimizer_->slots()[static_cast<size_t>(i)].state.flat().f32(), bytes);
     ps_.isend(out.data(), out.size(), r, kTagToWorker)
-        ->wait(fmt::format("parameter server {}: sending its state to worker {}", stats_.server,
-                           r));
+        ->wait(
+            fmt::format("parameter server {}: sending its state to worker {}", stats_.server, r));
   }
 
   // Called under the lock (async) or by the one thread (sync) for every push and STOP.
@@ -423,10 +423,10 @@ class Server {
   SizeTable table_;
   Arena params_, grads_;
   std::unique_ptr<Optimizer> optimizer_;
-  std::vector<std::vector<std::byte>> out_;  // per worker: its reply (kept until sent)
+  std::vector<std::vector<std::byte>> out_;        // per worker: its reply (kept until sent)
   std::vector<std::vector<std::byte>> state_out_;  // per worker: its reply to FETCH
-  int64_t step_ = 0;                         // optimizer steps' global step (sync)
-  int64_t version_ = 0;                      // pushes applied
+  int64_t step_ = 0;                               // optimizer steps' global step (sync)
+  int64_t version_ = 0;                            // pushes applied
   PsServerStats stats_;
   // Asynchronous mode: what each worker computes on.
   std::mutex mutex_;
@@ -543,10 +543,10 @@ void PsClient::send_init(StageParameters& stage, const Optimizer& optimizer, int
     std::memcpy(out[k].data(), &h, sizeof h);
     std::memcpy(out[k].data() + 32, params + s.begin, bytes);
     for (size_t i = 0; i < slots; ++i)
-      std::memcpy(out[k].data() + 32 + bytes * (1 + i),
-                  reinterpret_cast<const std::byte*>(optimizer.slots()[i].state.flat().f32()) +
-                      s.begin,
-                  bytes);
+      std::memcpy(
+          out[k].data() + 32 + bytes * (1 + i),
+          reinterpret_cast<const std::byte*>(optimizer.slots()[i].state.flat().f32()) + s.begin,
+          bytes);
     sent.push_back(ps_.isend(out[k].data(), out[k].size(), R + static_cast<int>(k), kTagToServer));
   }
   for (size_t k = 0; k < sent.size(); ++k)

@@ -88,8 +88,7 @@ std::vector<StageState> ParameterServerTrainer::stages_to_save() {
   for (auto& c : parts_->clients) asked.push_back(c->request_state());
   for (size_t i = 0; i < parts_->clients.size(); ++i) {
     if (!asked[i]) continue;
-    const std::vector<StageState> st =
-        parts_->workers->replica(static_cast<int>(i)).stage_states();
+    const std::vector<StageState> st = parts_->workers->replica(static_cast<int>(i)).stage_states();
     if (st.size() != 1 || !st[0].optimizer)
       throw std::logic_error("a parameter-server worker holds one stage with an optimizer");
     parts_->clients[i]->receive_state(*st[0].params, *st[0].optimizer);

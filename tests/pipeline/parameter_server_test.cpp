@@ -237,7 +237,7 @@ CkptRun train_ckpt(int R, int K, int T, const std::string& optim, int steps,
       for (size_t i = 0; i < s.params->entries().size(); ++i) {
         const Tensor t = slot.state.view(i);
         out.state[s.params->entries()[i].name + "." + slot.name].assign(t.f32(),
-                                                                         t.f32() + t.numel());
+                                                                        t.f32() + t.numel());
       }
   return out;
 }
@@ -272,7 +272,7 @@ TEST_CASE("parameter-server checkpoints: save at step k + resume == uninterrupte
     CHECK(nonzero);
     CHECK(same(ps.params, ar.params));  // sync PS == all-reduce (as before)
     CHECK(same(ps.state, ar.state));    // and the servers' state == the all-reduce's
-    {  // PS -> PS
+    {                                   // PS -> PS
       const CkptRun got = train_ckpt(R, 2, 0, optim, steps, ps_ck, "", 0);
       CHECK(got.losses.size() == steps - k);
       CHECK(same(got.params, ps.params));
