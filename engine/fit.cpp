@@ -54,7 +54,8 @@ FitResult fit(TrainingEngine& trainer, const Dataset& train, const Dataset* test
   CheckpointOptions checkpoint_options = options.checkpoints;
   checkpoint_options.settings["batch"] = std::to_string(options.batch);
   checkpoint_options.settings["no-shuffle"] = options.shuffle ? "false" : "true";
-  RunCheckpoints checkpoints(checkpoint_options, options.world);
+  RunCheckpoints checkpoints(checkpoint_options,
+                             options.checkpoint_world ? options.checkpoint_world : options.world);
   BatchIterator batches(train, BatchOptions{options.batch, options.shuffle, false, trainer.seed()});
   const int64_t total = planned_steps(options, train.size());
 

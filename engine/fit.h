@@ -28,6 +28,9 @@ struct FitOptions {
   // All processes of an mpirun job (nullable): checkpoints and the stop-signal check are
   // collective over it.
   Communicator* world = nullptr;
+  // When set, checkpoints are collective over this group instead of `world`: asynchronous
+  // parameter-server workers meet at saves only, not at the per-step stop-signal check.
+  Communicator* checkpoint_world = nullptr;
   // Stop at SIGTERM / SIGINT after the current step (and write the checkpoint when --save is
   // given): FitResult::preempted.
   bool watch_signals = true;

@@ -1,8 +1,10 @@
 #include "engine/checkpoint/checkpoint.h"
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <limits>
@@ -373,7 +375,12 @@ TrainingState load_checkpoint(const fs::path& path, const Model& model,
   int64_t optimizer_steps = 0;
   if (any_optimizer) {
     optimizer_steps = parse_int(m, "optimizer_steps", path);
-    if (optimizer_steps < 0 || optimizer_steps > state.step)
+    // An asynchronous parameter server steps once per push: R per training step (its layout
+    // records R as optimizer_steps_per_step).
+    int64_t per_step = 1;
+    if (auto it = m.layout.find("optimizer_steps_per_step"); it != m.layout.end())
+      per_step = std::max<int64_t>(1, std::atoll(it->second.c_str()));
+    if (optimizer_steps < 0 || optimizer_steps > state.step * per_step)
       throw FileError(fmt::format(
           "checkpoint {}: metadata 'optimizer_steps' is {} but the step is {} (an optimizer takes "
           "at most one step per training step): the manifest is corrupt or was edited",

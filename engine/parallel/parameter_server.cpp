@@ -25,22 +25,29 @@ namespace {
 // kPause / kResume (asynchronous only): a worker that stops computing for a while (evaluation,
 // where the workers meet) says so, or the staleness bound would hold the others back waiting for
 // its push; before its next step it pulls afresh (kResume), under the bound like any pull.
-enum : int64_t { kInit = 0, kPush = 1, kStop = 2, kPause = 3, kResume = 4 };
+// kFetch (a checkpoint's save): the server replies with its parameters and optimizer state.
+enum : int64_t { kInit = 0, kPush = 1, kStop = 2, kPause = 3, kResume = 4, kFetch = 5 };
 constexpr int kTagToServer = 11, kTagToWorker = 12;
 
-// Worker -> server: kind, step (the worker's step counter), version computed on, unused.
+// Worker -> server: kind, step (the worker's step counter), version computed on, optimizer
+// steps taken (INIT only).
 struct PushHeader {
-  int64_t kind = 0, step = 0, version = 0, unused = 0;
+  int64_t kind = 0, step = 0, version = 0, optimizer_steps = 0;
 };
-// Server -> worker: the version sent, skipped (0/1), the step's global norm.
+// Server -> worker: the version sent, skipped (0/1), the step's global norm, optimizer steps
+// taken (the reply to FETCH only).
 struct PullHeader {
   int64_t version = 0, skipped = 0;
   double grad_norm = 0;
-  int64_t unused = 0;
+  int64_t optimizer_steps = 0;
 };
 static_assert(sizeof(PushHeader) == 32 && sizeof(PullHeader) == 32);
 
 size_t message_bytes(const PsShard& s) { return 32 + (s.end - s.begin); }
+// INIT and the reply to FETCH carry the optimizer state too: header, parameters, then each slot.
+size_t state_message_bytes(const PsShard& s, int slots) {
+  return 32 + (s.end - s.begin) * (1 + static_cast<size_t>(slots));
+}
 
 }  // namespace
 
@@ -132,6 +139,7 @@ class Server {
     grads_ = Arena(backend, table_);
     optimizer_ = std::make_unique<Optimizer>(config.optimizer, backend, table_);
     out_.resize(static_cast<size_t>(config.workers));  // before the threads: no insertion later
+    state_out_.resize(static_cast<size_t>(config.workers));
     stats_.server = ps.rank() - config.workers;
     stats_.held_bytes =
         table_.total_bytes() * (2 + static_cast<size_t>(config.optimizer.state_slots()));
@@ -140,16 +148,24 @@ class Server {
   PsServerStats run() {
     const int R = config_.workers;
     // INIT from worker 0: the starting parameters and step.
-    std::vector<std::byte> msg(message_bytes(shard_));
+    // With the optimizer state: a resumed run continues where its checkpoint stopped.
+    std::vector<std::byte> msg(state_message_bytes(shard_, slots()));
     ps_.recv(msg.data(), msg.size(), 0, kTagToServer,
              "a parameter server's wait for worker 0's "
              "initial parameters");
     PushHeader h;
     std::memcpy(&h, msg.data(), sizeof h);
     if (h.kind != kInit) throw std::runtime_error("parameter server: expected INIT from worker 0");
-    std::memcpy(params_.flat().f32(), msg.data() + 32, shard_.end - shard_.begin);
+    const size_t bytes = shard_.end - shard_.begin;
+    std::memcpy(params_.flat().f32(), msg.data() + 32, bytes);
+    for (int i = 0; i < slots(); ++i)
+      std::memcpy(optimizer_->slots()[static_cast<size_t>(i)].state.flat().f32(),
+                  msg.data() + 32 + bytes * (1 + static_cast<size_t>(i)), bytes);
+    optimizer_->set_steps_taken(h.optimizer_steps);
     step_ = h.step;
-    on_.assign(static_cast<size_t>(R), 0);
+    // Asynchronous: the learning rate follows version_ / R, the global step.
+    version_ = h.step * R;
+    on_.assign(static_cast<size_t>(R), version_);
     computing_.assign(static_cast<size_t>(R), true);
     reply_all(false, 0.0);
     if (config_.staleness == 0)
@@ -175,6 +191,25 @@ class Server {
     for (size_t r = 0; r < sent.size(); ++r)
       sent[r]->wait(
           fmt::format("parameter server {}: sending parameters to worker {}", stats_.server, r));
+  }
+
+  int slots() const { return static_cast<int>(optimizer_->slots().size()); }
+
+  // The reply to FETCH: parameters, optimizer state and its step count, to worker r (called
+  // under the lock when asynchronous).
+  void send_state(int r) {
+    std::vector<std::byte>& out = state_out_[static_cast<size_t>(r)];
+    const size_t bytes = shard_.end - shard_.begin;
+    out.resize(state_message_bytes(shard_, slots()));
+    PullHeader h{version_, 0, 0.0, optimizer_->steps_taken()};
+    std::memcpy(out.data(), &h, sizeof h);
+    std::memcpy(out.data() + 32, params_.flat().f32(), bytes);
+    for (int i = 0; i < slots(); ++i)
+      std::memcpy(out.data() + 32 + bytes * (1 + static_cast<size_t>(i)),
+                  optimizer_->slots()[static_cast<size_t>(i)].state.flat().f32(), bytes);
+    ps_.isend(out.data(), out.size(), r, kTagToWorker)
+        ->wait(
+            fmt::format("parameter server {}: sending its state to worker {}", stats_.server, r));
   }
 
   // Called under the lock (async) or by the one thread (sync) for every push and STOP.
@@ -235,7 +270,7 @@ class Server {
     const auto n = static_cast<int64_t>(bytes / sizeof(float));
     std::vector<std::byte> msg(message_bytes(shard_));
     for (;;) {
-      int stops = 0;
+      int stops = 0, fetches = 0;
       for (int r = 0; r < R; ++r) {
         ps_.recv(msg.data(), msg.size(), r, kTagToServer, what(r));
         PushHeader h;
@@ -243,6 +278,10 @@ class Server {
         if (h.kind == kStop) {
           ++stops;
           count(true);
+          continue;
+        }
+        if (h.kind == kFetch) {  // a save, at a step boundary: every worker asks
+          ++fetches;
           continue;
         }
         count(false);
@@ -259,10 +298,15 @@ class Server {
         ++stats_.pushes;
       }
       if (stops == R) return;
-      if (stops != 0)
+      if (fetches == R) {
+        for (int r = 0; r < R; ++r) send_state(r);
+        continue;
+      }
+      if (stops != 0 || fetches != 0)
         throw std::runtime_error(fmt::format(
-            "parameter server {}: {} of {} workers stopped while the others pushed a step",
-            stats_.server, stops, R));
+            "parameter server {}: of {} workers, {} stopped and {} asked for the state (a save) "
+            "while the others pushed a step",
+            stats_.server, R, stops, fetches));
       const double norm = global_norm();
       const bool skipped = !std::isfinite(norm);
       if (!skipped) apply(norm, config_.lr.at(step_));
@@ -305,6 +349,11 @@ class Server {
       std::memcpy(&h, msg.data(), sizeof h);
       std::unique_lock lock(mutex_);
       computing_[static_cast<size_t>(r)] = false;
+      if (h.kind == kFetch) {  // a save: the worker pauses (its next message is RESUME)
+        changed_.notify_all();
+        send_state(r);
+        continue;
+      }
       if (h.kind == kStop || h.kind == kPause) {
         if (h.kind == kStop) count(true);
         changed_.notify_all();
@@ -374,9 +423,10 @@ class Server {
   SizeTable table_;
   Arena params_, grads_;
   std::unique_ptr<Optimizer> optimizer_;
-  std::vector<std::vector<std::byte>> out_;  // per worker: its reply (kept until sent)
-  int64_t step_ = 0;                         // optimizer steps' global step (sync)
-  int64_t version_ = 0;                      // pushes applied
+  std::vector<std::vector<std::byte>> out_;        // per worker: its reply (kept until sent)
+  std::vector<std::vector<std::byte>> state_out_;  // per worker: its reply to FETCH
+  int64_t step_ = 0;                               // optimizer steps' global step (sync)
+  int64_t version_ = 0;                            // pushes applied
   PsServerStats stats_;
   // Asynchronous mode: what each worker computes on.
   std::mutex mutex_;
@@ -479,9 +529,71 @@ EpilogueResult PsClient::pull(StageParameters& stage) {
   return out;
 }
 
-void PsClient::before_step(StageParameters& stage, int64_t step) {
+void PsClient::send_init(StageParameters& stage, const Optimizer& optimizer, int64_t step) {
+  const int R = config_.workers;
+  const auto* params = reinterpret_cast<const std::byte*>(stage.params_flat().f32());
+  const size_t slots = optimizer.slots().size();
+  std::vector<std::vector<std::byte>> out(shards_.size());
+  std::vector<std::unique_ptr<CommRequest>> sent;
+  for (size_t k = 0; k < shards_.size(); ++k) {
+    const PsShard& s = shards_[k];
+    const size_t bytes = s.end - s.begin;
+    out[k].resize(state_message_bytes(s, static_cast<int>(slots)));
+    PushHeader h{kInit, step, version_, optimizer.steps_taken()};
+    std::memcpy(out[k].data(), &h, sizeof h);
+    std::memcpy(out[k].data() + 32, params + s.begin, bytes);
+    for (size_t i = 0; i < slots; ++i)
+      std::memcpy(
+          out[k].data() + 32 + bytes * (1 + i),
+          reinterpret_cast<const std::byte*>(optimizer.slots()[i].state.flat().f32()) + s.begin,
+          bytes);
+    sent.push_back(ps_.isend(out[k].data(), out[k].size(), R + static_cast<int>(k), kTagToServer));
+  }
+  for (size_t k = 0; k < sent.size(); ++k)
+    sent[k]->wait(fmt::format("worker {}: initialising parameter server {}", worker_, k));
+}
+
+bool PsClient::request_state() {
+  if (!started_ || stopped_) return false;
+  const int R = config_.workers;
+  std::vector<std::unique_ptr<CommRequest>> sent;
+  for (size_t k = 0; k < shards_.size(); ++k) {
+    PushHeader h{kFetch, 0, version_, 0};
+    std::memcpy(out_[k].data(), &h, sizeof h);
+    sent.push_back(
+        ps_.isend(out_[k].data(), out_[k].size(), R + static_cast<int>(k), kTagToServer));
+  }
+  for (auto& s : sent) s->wait("a worker's request for the parameter servers' state");
+  return true;
+}
+
+void PsClient::receive_state(StageParameters& stage, Optimizer& optimizer) {
+  const int R = config_.workers;
+  auto* params = reinterpret_cast<std::byte*>(stage.params_flat().f32());
+  const size_t slots = optimizer.slots().size();
+  std::vector<std::byte> in;
+  for (size_t k = 0; k < shards_.size(); ++k) {
+    const PsShard& s = shards_[k];
+    const size_t bytes = s.end - s.begin;
+    in.resize(state_message_bytes(s, static_cast<int>(slots)));
+    ps_.recv(in.data(), in.size(), R + static_cast<int>(k), kTagToWorker,
+             fmt::format("worker {} waiting for the state of parameter server {}", worker_, k));
+    PullHeader h;
+    std::memcpy(&h, in.data(), sizeof h);
+    std::memcpy(params + s.begin, in.data() + 32, bytes);
+    for (size_t i = 0; i < slots; ++i)
+      std::memcpy(reinterpret_cast<std::byte*>(optimizer.slots()[i].state.flat().f32()) + s.begin,
+                  in.data() + 32 + bytes * (1 + i), bytes);
+    // Every server steps once per update (synchronous) or push (asynchronous), skips included.
+    if (k == 0) optimizer.set_steps_taken(h.optimizer_steps);
+  }
+  // Asynchronous: the server counted this worker as paused; its next step pulls afresh.
+  if (config_.staleness > 0) paused_ = true;
+}
+
+void PsClient::before_step(StageParameters& stage, const Optimizer& optimizer, int64_t step) {
   if (!started_) {
-    if (worker_ == 0) push(stage, kInit, step);
+    if (worker_ == 0) send_init(stage, optimizer, step);
     pull(stage);
     started_ = true;
   } else if (paused_) {

@@ -8,8 +8,14 @@
 // computes its replica's gradients, pushes each shard's bytes of its flat gradient arena to the
 // owner, and pulls that shard's fresh parameters back into its flat parameter arena.
 //
-//   worker 0, first step:  INIT(params)  -> every server   (so a resumed run starts from its
-//                          checkpoint); every worker pulls version 0
+//   worker 0, first step:  INIT(params, optimizer state, its step count, the step) -> every
+//                          server (so a resumed run continues where its checkpoint stopped: the
+//                          workers load the checkpoint, and the servers need no file access nor
+//                          know its format); every worker pulls
+//   a save (collective):   FETCH -> every server  <- STATE(params, optimizer state, step count)
+//                          synchronous: every worker asks at the same step boundary and the
+//                          server answers once all R asked; asynchronous: the worker pauses
+//                          (as for PAUSE) and its next step pulls afresh (RESUME)
 //   every worker, step t:  PUSH(grads, version it computed on) -> every server
 //                          <- PARAMS(version, norm, skipped) from every server
 //   every worker, at end:  STOP -> every server
@@ -114,9 +120,17 @@ class PsClient {
   PsClient(const PsClient&) = delete;
   PsClient& operator=(const PsClient&) = delete;
 
-  // Before every step: the first time, worker 0 sends its parameters to the servers and every
-  // worker pulls them; after pause(), a fresh pull (under the staleness bound).
-  void before_step(StageParameters& stage, int64_t step);
+  // Before every step: the first time, worker 0 sends its parameters and optimizer state (its
+  // full-layout Optimizer, which it never steps: a loaded checkpoint's, or zeros) to the servers
+  // and every worker pulls; after pause(), a fresh pull (under the staleness bound).
+  void before_step(StageParameters& stage, const Optimizer& optimizer, int64_t step);
+  // A save: request_state() asks every server for its parameters and optimizer state (false, and
+  // nothing sent, before the first step or after the end: the worker's own are current then);
+  // receive_state() then writes them into the worker's arenas and Optimizer. Split so that the
+  // R workers of one process can all ask before any waits (a synchronous server answers once all
+  // R asked).
+  bool request_state();
+  void receive_state(StageParameters& stage, Optimizer& optimizer);
   // Asynchronous only (no-op otherwise): this worker stops computing for a while (evaluation, where
   // the workers wait for each other), so the bound must not hold the others back for its push.
   void pause();
@@ -126,6 +140,7 @@ class PsClient {
 
  private:
   void push(StageParameters& stage, int64_t kind, int64_t step);
+  void send_init(StageParameters& stage, const Optimizer& optimizer, int64_t step);
   EpilogueResult pull(StageParameters& stage);
 
   Communicator& ps_;

@@ -75,6 +75,27 @@ std::vector<PsServerStats> ParameterServerTrainer::finish() {
   return parts_->stats;
 }
 
+std::vector<StageState> ParameterServerTrainer::stages_to_save() {
+  // Asynchronous workers of several processes reach a save's step at different times: they meet
+  // first, so that the servers have applied every worker's pushes up to this step (R * step)
+  // when they answer. (Synchronous: every push of the step was applied before any worker got
+  // its reply.)
+  if (parts_->asynchronous && parts_->workers_group)
+    parts_->workers_group->barrier("the workers meeting before a save");
+  // Every client asks before any waits: a synchronous server answers once all R asked. Client i
+  // belongs to replica i of this process's workers.
+  std::vector<bool> asked;
+  for (auto& c : parts_->clients) asked.push_back(c->request_state());
+  for (size_t i = 0; i < parts_->clients.size(); ++i) {
+    if (!asked[i]) continue;
+    const std::vector<StageState> st = parts_->workers->replica(static_cast<int>(i)).stage_states();
+    if (st.size() != 1 || !st[0].optimizer)
+      throw std::logic_error("a parameter-server worker holds one stage with an optimizer");
+    parts_->clients[i]->receive_state(*st[0].params, *st[0].optimizer);
+  }
+  return parts_->workers->stages_to_save();
+}
+
 std::unique_ptr<ParameterServerTrainer> make_local_parameter_server(
     const std::function<Model()>& make_model, const std::vector<Backend*>& devices,
     const PipelineConfig& config, int replicas, const PsOptions& ps) {
@@ -173,6 +194,8 @@ PsProcess make_process_parameter_server(const std::function<Model()>& make_model
   dp.replicas.push_back(
       make_worker(*dp.models.back(), &device, config, rank, R, *parts->clients.back(), nullptr));
   out.workers = side.get();
+  parts->workers_group = side.get();
+  parts->asynchronous = ps.staleness > 0;
   parts->communicators.push_back(std::move(side));
   parts->workers = std::make_unique<DataParallelTrainer>(std::move(dp));
   out.engine = std::make_unique<ParameterServerTrainer>(std::move(parts));

@@ -33,6 +33,9 @@ class ParameterServerTrainer final : public TrainingEngine {
     std::vector<PsServerStats> stats;        // per in-process server, filled when it ends
     std::vector<std::exception_ptr> errors;  // per in-process server
     int replicas = 1;
+    // Under mpirun: the workers' group (for the barrier before an asynchronous save); else null.
+    Communicator* workers_group = nullptr;
+    bool asynchronous = false;
   };
   explicit ParameterServerTrainer(std::unique_ptr<Parts> parts);
   ~ParameterServerTrainer() override;
@@ -53,7 +56,9 @@ class ParameterServerTrainer final : public TrainingEngine {
   std::vector<StageState> all_stage_copies() override {
     return parts_->workers->all_stage_copies();
   }
-  std::vector<StageState> stages_to_save() override { return parts_->workers->stages_to_save(); }
+  // The servers' parameters and optimizer state, fetched into the workers' (collective: every
+  // worker takes part, at a step boundary), then replica 0's as usual.
+  std::vector<StageState> stages_to_save() override;
 
   DataParallelTrainer& workers() const { return *parts_->workers; }
   // Stops the workers and the in-process servers, rethrows a server's failure and returns what

@@ -364,7 +364,8 @@ StepStats PipelineTrainer::train_step(const Tensor& inputs, const Tensor& target
   for (auto& r : reducers_)
     if (r) r->start_step();
   // A parameter-server worker computes on the servers' parameters (worker 0 sends its own first).
-  if (par.parameter_server) par.parameter_server->before_step(*stages_.at(0).params, step_);
+  if (par.parameter_server)
+    par.parameter_server->before_step(*stages_.at(0).params, *stages_.at(0).optimizer, step_);
   std::vector<std::vector<ExecutedAction>> executed;
   const auto computing = std::chrono::steady_clock::now();
   run_schedule(config_.schedule, run, /*training=*/true,

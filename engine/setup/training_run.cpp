@@ -140,6 +140,8 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
   pc.parallel.slow_factor = opt.slow_factor;
   if (opt.ps > 0) {
     const PsOptions ps{opt.ps, std::max(0, opt.staleness)};
+    // Asynchronous servers take one optimizer step per push: R per training step (checkpoints).
+    if (ps.staleness > 0) s.layout["optimizer_steps_per_step"] = std::to_string(opt.dp);
     if (opt.print)
       fmt::print("parameter server: {} server{}{}, {}\n", ps.servers, ps.servers == 1 ? "" : "s",
                  world ? fmt::format(" (world ranks {}..{})", opt.dp, opt.dp + ps.servers - 1)

@@ -79,19 +79,6 @@ FashionOptions check_fashion_flags(const FashionFlags& f) {
         "--parity-check compares with synchronous single-device training, which --update async "
         "does not compute (its step t uses the weights of step t - 1): drop one of them");
   o.checkpoints = checkpoint_options(f.checkpoints);
-  if (o.parallel.ps > 0 && !o.checkpoints.resume.empty())
-    throw UsageError(
-        "--resume with --ps is not supported: the optimizer state lives on the parameter servers "
-        "and checkpoints do not hold it yet; resume without --ps");
-  // Asynchronous workers hold parameters of different ages and never meet per step; the truth is
-  // on the servers, which do not save yet.
-  if (o.parallel.ps > 0 && o.parallel.staleness > 0 &&
-      (!o.checkpoints.save.empty() || !o.checkpoints.resume.empty() ||
-       !o.checkpoints.save_init.empty()))
-    throw UsageError(fmt::format(
-        "--save/--resume/--save-init with --staleness {} (asynchronous --ps) are not supported: "
-        "use --staleness 0 to checkpoint",
-        o.parallel.staleness));
   o.checkpoints.settings = {{"model", f.model}, {"optim", f.optim}};
   // Before the data is read: a run must not train and then fail to write its results.
   o.checkpoints.check();

@@ -76,13 +76,11 @@ int run(const pt::examples::FashionFlags& f, pt::Communicator* world) {
 
   pt::TrainingRun setup = pt::make_training(par, model, make_model, cfg, f.batch, world);
   if (setup.serve) return setup.serve();  // --ps: this process is a parameter server
-  if (par.ps > 0 && !checkpoints.save.empty())
-    fmt::print(
-        "note: with --ps, checkpoints hold the weights but not the optimizer state (it lives on "
-        "the servers): a run resumed from them restarts momentum / Adam moments\n");
   // The training loop's collectives (stop-signal check every step, checkpoints) are the workers'
   // only; asynchronous workers never meet per step (each stops on its own signal).
   if (setup.workers) fit.world = par.staleness > 0 ? nullptr : setup.workers;
+  // Saves are collective over the workers either way (replica 0 writes the servers' state).
+  if (setup.workers) fit.checkpoint_world = setup.workers;
 #ifdef PIPETRAIN_FAULT_INJECTION
   auto trainer = pt::FaultInjection::wrap(std::move(setup.engine),
                                           world ? world->world_rank(world->rank()) : 0);

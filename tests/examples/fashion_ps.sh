@@ -6,6 +6,10 @@
 #    (-np 4: the servers exchange per-tensor sums of squares for the global norm);
 #  - asynchronous T = 1 with a straggler (--slow-worker 1:2) trains and reports an observed
 #    staleness > 0 and within the bound T*R + R - 1 pushes;
+#  - checkpoints hold the servers' optimizer state: sync PS saved at step 2 and resumed ==
+#    uninterrupted (weights and optimizer state, bit for bit); a PS checkpoint resumed as --dp 2
+#    all-reduce, and an all-reduce one resumed with --ps, equal the uninterrupted runs; async
+#    saves every 2 steps and resumes from the latest;
 #  - bad launches and flags are refused before anything runs, naming the fix;
 #  - a worker killed (-9) mid-run: the server names it (world rank 1) and the job ends within
 #    --timeout; a server killed (-9 from this script): the job ends naming world rank 2. No hang.
@@ -61,6 +65,38 @@ run 4 --dp 2 --ps 2 --steps 4 --clip 0.5 --save "$tmp/ps2_clip"
 [ $rc -eq 0 ] && grep -qF "parameter server 1 (world rank 3) holds" <<<"$out" || fail "-np 4 --ps 2 failed"
 same "$tmp/dp_clip" "$tmp/ps2_clip"
 
+# ---- checkpoints: the servers' optimizer state saved and restored, any layout ----
+same_all() {  # same_all A B: weights and optimizer state bit-identical
+  if python3 "$here/compare_checkpoints.py" "$1" "$2" --quiet; then
+    echo "ok: $1 == $2 bit for bit, optimizer state included"
+  else
+    fail "$1 and $2 differ"
+  fi
+}
+run 3 --dp 2 --ps 1 --steps 2 --save "$tmp/ps_half"
+[ $rc -eq 0 ] || fail "-np 3 --ps 1 --steps 2 --save failed"
+run 3 --dp 2 --ps 1 --steps 4 --resume "$tmp/ps_half" --save "$tmp/ps_resumed"
+[ $rc -eq 0 ] || fail "-np 3 --ps 1 --resume failed"
+same_all "$tmp/ps1" "$tmp/ps_resumed"
+run 0 --dp 2 --devices cpu:0..1 --steps 4 --resume "$tmp/ps_half" --save "$tmp/dp_from_ps"
+[ $rc -eq 0 ] || fail "--dp 2 resumed from a --ps checkpoint failed"
+same_all "$tmp/ps1" "$tmp/dp_from_ps"
+run 0 --dp 2 --devices cpu:0..1 --steps 2 --save "$tmp/dp_half"
+run 3 --dp 2 --ps 1 --steps 4 --resume "$tmp/dp_half" --save "$tmp/ps_from_dp"
+[ $rc -eq 0 ] || fail "-np 3 --ps 1 resumed from a --dp checkpoint failed"
+same_all "$tmp/dp" "$tmp/ps_from_dp"
+# Asynchronous: numbered saves while training (the workers pause for each), resumed, trains on.
+# With a straggler: the workers meet before each save, so step 2's checkpoint holds the servers'
+# state after all 2 x 2 pushes (one optimizer step each).
+run 3 --dp 2 --ps 1 --staleness 1 --slow-worker 1:2 --steps 4 --save "$tmp/async" --save-every 2
+[ $rc -eq 0 ] && grep -qF '"optimizer_steps": "4"' "$tmp/async/step-00000002/manifest.json" &&
+  grep -qF '"optimizer_steps": "8"' "$tmp/async/step-00000004/manifest.json" ||
+  fail "async --save-every 2: rc=$rc, or a checkpoint misses pushes of its step"
+run 3 --dp 2 --ps 1 --staleness 1 --steps 6 --resume "latest:$tmp/async" --save "$tmp/async_on"
+# The servers' optimizer step count went on from the checkpoint's 8 (one per push, 2 per step).
+[ $rc -eq 0 ] && grep -qF '"optimizer_steps": "12"' "$tmp/async_on/manifest.json" ||
+  fail "async resume: rc=$rc, or the servers did not continue from the checkpoint's step count"
+
 # ---- asynchronous, T = 1, one worker 2x slower ----
 run 3 --dp 2 --ps 1 --staleness 1 --slow-worker 1:2 --steps 40
 stale=$(grep -oE "staleness max [0-9]+ pushes" <<<"$out" | grep -oE "[0-9]+")
@@ -76,8 +112,6 @@ expect_fail 60 "--staleness 1 needs --ps K" 0 --staleness 1 --steps 1
 expect_fail 60 "--ps 0 must be >= 1" 0 --ps 0 --steps 1
 expect_fail 60 "--staleness -1 must be >= 0" 0 --ps 1 --staleness -1 --steps 1
 expect_fail 60 "--ps supports one stage per worker so far" 0 --ps 1 --stages 2 --devices cpu:0..1 --steps 1
-expect_fail 60 "--resume with --ps is not supported" 0 --ps 1 --resume "$tmp/dp" --steps 1
-expect_fail 60 "with --staleness 1 (asynchronous --ps) are not supported" 0 --ps 1 --staleness 1 --save "$tmp/x" --steps 1
 expect_fail 60 "--slow-worker 'x' must be REPLICA:FACTOR" 0 --dp 2 --devices cpu:0..1 --slow-worker x --steps 1
 
 # ---- a dead worker: the server names it, within --timeout ----

@@ -5,8 +5,14 @@
 //   and AdamW, clipping on, K = 1 and K = 2 (the norm exchanged between servers), R = 2 and 3;
 // - asynchronous (T = 1) trains (the loss goes down), observed staleness is > 0 (pushes are
 //   applied one by one) and within the bound T * R + R - 1 pushes;
+// - checkpoints (the servers' optimizer state in the usual format): sync PS saved at step k and
+//   resumed == uninterrupted, bit for bit; a PS checkpoint resumed as --dp R all-reduce and an
+//   all-reduce checkpoint resumed with --ps == continuing uninterrupted; asynchronous save
+//   holds the servers' momentum, and resuming from it restores the servers' state and trains on;
 // - bad combinations are refused before any work, naming the flag.
 #include <doctest/doctest.h>
+
+#include <filesystem>
 
 #include <cmath>
 #include <cstring>
@@ -15,8 +21,10 @@
 #include <fmt/format.h>
 
 #include "../engine/synthetic.h"
+#include "engine/checkpoint/run_checkpoints.h"
 #include "engine/core/error.h"
 #include "engine/parallel/ps_trainer.h"
+#include "engine/setup/training_options.h"
 #include "engine/setup/training_run.h"
 #include "layers/zoo.h"
 #include "pipeline_test_util.h"
@@ -177,6 +185,161 @@ TEST_CASE("asynchronous parameter server (T = 1): trains, staleness observed and
   CHECK(s.max_staleness > 0);
   CHECK(s.max_staleness <= T * R + R - 1);
   CHECK(s.mean_staleness() > 0);
+}
+
+namespace {
+
+// `steps` steps of R replicas (K = 0: all-reduce), resumed from `resume` when given, saving to
+// `save` after step `save_at` (0: no save). Returns replica 0's parameters and optimizer state
+// (fetched from the servers under --ps) and the losses.
+struct CkptRun {
+  std::map<std::string, std::vector<float>> params, state;
+  std::vector<double> losses;
+  int64_t optimizer_steps = 0;
+};
+CkptRun train_ckpt(int R, int K, int T, const std::string& optim, int steps,
+                   const std::string& resume, const std::filesystem::path& save, int save_at) {
+  TrainingOptions opt;
+  opt.devices = fmt::format("cpu:0..{}", R - 1);
+  opt.threads = 1;
+  opt.dp = R;
+  opt.ps = K;
+  opt.staleness = K > 0 ? T : -1;
+  opt.force_pipeline = true;
+  opt.print = false;
+  opt.timeout_s = 20;
+  const int64_t batch = 24;
+  Model model = small_mlp();
+  TrainingRun run = make_training(opt, model, small_mlp, trainer_config(optim), batch);
+  CheckpointOptions co;
+  co.resume = resume;
+  co.layout = run.layout;
+  RunCheckpoints ckpts(co, nullptr);
+  if (!resume.empty()) REQUIRE(ckpts.resume(*run.engine).has_value());
+  const Data data(batch);
+  CkptRun out;
+  for (int k = static_cast<int>(run.engine->step()); k < steps; ++k) {
+    out.losses.push_back(run.engine->train_step(data.x, data.y).loss);
+    if (run.engine->step() == save_at) {
+      TrainingState st;
+      st.step = run.engine->step();
+      st.seed = run.engine->seed();
+      st.layout = run.layout;
+      save_checkpoint(save, run.engine->model(), run.engine->stages_to_save(), st);
+    }
+  }
+  const std::vector<StageState> held = run.engine->stages_to_save();  // fetched from the servers
+  out.params = test::params_by_name(held);
+  REQUIRE(held.size() == 1);
+  out.optimizer_steps = held[0].optimizer->steps_taken();
+  for (const StageState& s : held)
+    for (const OptimizerSlot& slot : s.optimizer->slots())
+      for (size_t i = 0; i < s.params->entries().size(); ++i) {
+        const Tensor t = slot.state.view(i);
+        out.state[s.params->entries()[i].name + "." + slot.name].assign(t.f32(),
+                                                                        t.f32() + t.numel());
+      }
+  return out;
+}
+
+bool same(const std::map<std::string, std::vector<float>>& a,
+          const std::map<std::string, std::vector<float>>& b) {
+  if (a.size() != b.size() || a.empty()) return false;
+  for (const auto& [name, v] : a) {
+    auto it = b.find(name);
+    if (it == b.end() || !same_bits(v, it->second)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("parameter-server checkpoints: save at step k + resume == uninterrupted, any layout") {
+  const auto dir = std::filesystem::temp_directory_path() / "pipetrain_ps_ckpt_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const int R = 2, steps = 6, k = 3;
+  for (const std::string optim : {"sgd", "adamw"}) {
+    CAPTURE(optim);
+    const std::string ps_ck = (dir / ("ps_" + optim)).string();
+    const std::string ar_ck = (dir / ("ar_" + optim)).string();
+    const CkptRun ps = train_ckpt(R, 2, 0, optim, steps, "", ps_ck, k);
+    const CkptRun ar = train_ckpt(R, 0, 0, optim, steps, "", ar_ck, k);
+    // The optimizer state moved (momentum / moments are not zeros).
+    bool nonzero = false;
+    for (const auto& [n, v] : ps.state)
+      for (float x : v) nonzero = nonzero || x != 0.f;
+    CHECK(nonzero);
+    CHECK(same(ps.params, ar.params));  // sync PS == all-reduce (as before)
+    CHECK(same(ps.state, ar.state));    // and the servers' state == the all-reduce's
+    {                                   // PS -> PS
+      const CkptRun got = train_ckpt(R, 2, 0, optim, steps, ps_ck, "", 0);
+      CHECK(got.losses.size() == steps - k);
+      CHECK(same(got.params, ps.params));
+      CHECK(same(got.state, ps.state));
+    }
+    {  // PS (K = 2) -> PS (K = 1)
+      const CkptRun got = train_ckpt(R, 1, 0, optim, steps, ps_ck, "", 0);
+      CHECK(same(got.params, ps.params));
+      CHECK(same(got.state, ps.state));
+    }
+    {  // PS -> all-reduce --dp 2
+      const CkptRun got = train_ckpt(R, 0, 0, optim, steps, ps_ck, "", 0);
+      CHECK(same(got.params, ps.params));
+      CHECK(same(got.state, ps.state));
+    }
+    {  // all-reduce -> PS
+      const CkptRun got = train_ckpt(R, 2, 0, optim, steps, ar_ck, "", 0);
+      CHECK(same(got.params, ar.params));
+      CHECK(same(got.state, ar.state));
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("asynchronous parameter-server checkpoints hold the servers' state and resume") {
+  const auto dir = std::filesystem::temp_directory_path() / "pipetrain_ps_async_ckpt_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const int R = 2, steps = 6, k = 3;
+  const std::string ck = (dir / "async").string();
+  const CkptRun async = train_ckpt(R, 1, 1, "sgd", steps, "", ck, k);
+  for (double l : async.losses) REQUIRE(std::isfinite(l));
+  // The checkpoint holds the servers' optimizer steps (one per push: R per step) and momentum.
+  {
+    Model m = small_mlp();
+    TrainingRun run = make_training(
+        [] {
+          TrainingOptions o;
+          o.devices = "cpu:0";
+          o.force_pipeline = true;
+          o.print = false;
+          return o;
+        }(),
+        m, small_mlp, trainer_config("sgd"), 24);
+    const std::vector<StageState> copies = run.engine->all_stage_copies();
+    const TrainingState st = load_checkpoint(ck, run.engine->model(), copies);
+    CHECK(st.step == k);
+    REQUIRE(copies.size() == 1);
+    CHECK(copies[0].optimizer->steps_taken() == R * k);
+    bool nonzero = false;
+    const Tensor mom = copies[0].optimizer->slots().at(0).state.flat();
+    for (int64_t i = 0; i < mom.numel(); ++i) nonzero = nonzero || mom.f32()[i] != 0.f;
+    CHECK(nonzero);
+  }
+  // Resumed asynchronously: the servers continue from the saved step count (R * k + R per step).
+  const CkptRun on = train_ckpt(R, 1, 1, "sgd", steps, ck, "", 0);
+  CHECK(on.losses.size() == steps - k);
+  CHECK(async.optimizer_steps == R * steps);
+  CHECK(on.optimizer_steps == R * steps);
+  for (double l : on.losses) CHECK(std::isfinite(l));
+  // The servers' momentum reached the checkpoint and the servers start from it: resumed with
+  // synchronous --ps it equals all-reduce --dp 2 resumed from it, bit for bit.
+  const CkptRun ps = train_ckpt(R, 1, 0, "sgd", steps, ck, "", 0);
+  const CkptRun ar = train_ckpt(R, 0, 0, "sgd", steps, ck, "", 0);
+  CHECK(same(ps.params, ar.params));
+  CHECK(same(ps.state, ar.state));
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("parameter server options are refused before any work, naming the flag") {
