@@ -2,7 +2,8 @@
 # README command (2), and what CI runs (.ci/run): install dependencies; the static checks
 # (formatting, include rules: seconds, so a slip fails before any build); build with warnings as
 # errors, run every test; then build the tests with ASan+UBSan and run them again (the slow
-# accuracy run is left out of the sanitizer pass: it checks learning, not memory); then every
+# accuracy run is left out of the sanitizer pass: it checks learning, not memory; so are the
+# example tests labelled units-cover-asan, whose code the unit tests run under ASan); then every
 # parser of outside input fuzzed briefly (scripts/fuzz-short.sh); then the pipeline runtime's
 # tests under TSan.
 set -euo pipefail
@@ -27,7 +28,7 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPIPETRAIN_
   -DPIPETRAIN_SANITIZE=address,undefined -DPIPETRAIN_CUDA=OFF -DPIPETRAIN_BUILD_BENCH=OFF
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 1200 -LE 'slow|install'
+  ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 1200 -LE 'slow|install|units-cover-asan'
 
 echo "== Fuzzing: every parser of outside input, a short fixed run each (clang, libFuzzer, ASan+UBSan) =="
 bash scripts/fuzz-short.sh
