@@ -1,5 +1,7 @@
 #include "engine/parallel/gradient_reducer.h"
 
+#include "engine/parallel/all_reduce_gradients.h"
+
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -20,8 +22,7 @@ GradientReducer::GradientReducer(Communicator& group,
     : group_(group) {
   for (const auto& [stage, params] : stages) {
     grads_[stage] = params->grads_flat().numel() ? params->grads_flat().f32() : nullptr;
-    if (!params->backend().host_accessible() && !group.device_memory())
-      staged_[stage] = &params->backend();
+    backends_[stage] = &params->backend();
     for (GradientBucket& b : plan_gradient_buckets(*params, stage, bucket_bytes)) {
       for (int layer : b.layers) bucket_of_[{stage, layer}] = buckets_.size();
       buckets_.push_back(std::move(b));
@@ -113,17 +114,8 @@ void GradientReducer::loop() {
       const std::string what =
           fmt::format("the gradient all-reduce of bucket {} (stage {}, layers {}..{})", b,
                       bucket.stage, bucket.layers.back(), bucket.layers.front());
-      if (auto it = staged_.find(bucket.stage); it != staged_.end()) {
-        // A GPU's gradients with a host communicator (MPI): through host memory. The copies are
-        // queued on the device's stream after the backward work that produced the bucket.
-        const size_t bytes = static_cast<size_t>(bucket.count) * sizeof(float);
-        host_bucket_.resize(static_cast<size_t>(bucket.count));
-        it->second->copy_to_host(host_bucket_.data(), grads, bytes);
-        group_.all_reduce(host_bucket_.data(), bucket.count, ElemType::f32, ReduceOp::sum, what);
-        it->second->copy_from_host(grads, host_bucket_.data(), bytes);
-      } else {
-        group_.all_reduce(grads, bucket.count, ElemType::f32, ReduceOp::sum, what);
-      }
+      all_reduce_gradients(*backends_.at(bucket.stage), group_, grads, bucket.count,
+                           host_bucket_, what);
     } catch (...) {
       failure = std::current_exception();
     }

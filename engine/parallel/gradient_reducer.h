@@ -60,8 +60,8 @@ class GradientReducer {
   Communicator& group_;
   std::vector<GradientBucket> buckets_;
   std::map<int, float*> grads_;     // stage -> its flat gradient arena
-  std::map<int, Backend*> staged_;  // stage -> its GPU, when buckets go through the host
-  std::vector<float> host_bucket_;  // that host copy
+  std::map<int, Backend*> backends_;  // stage -> the backend its gradients live on
+  std::vector<float> host_bucket_;    // a bucket's host copy, when it must go through the host
   std::map<std::pair<int, int>, size_t> bucket_of_;  // (stage, layer) -> bucket
   std::vector<int> remaining_;                       // per bucket: layers not yet final this step
   std::vector<bool> launched_;

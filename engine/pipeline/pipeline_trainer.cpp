@@ -10,7 +10,9 @@
 
 #include "engine/core/error.h"
 #include "engine/data/batching.h"
+#include "engine/parallel/all_reduce_gradients.h"
 #include "engine/parallel/parameter_server.h"
+#include "engine/pipeline/async_update_limits.h"
 #include "engine/pipeline/progress_grid.h"
 #include "engine/step_epilogue.h"
 #include "engine/tied_gradients.h"
@@ -38,16 +40,9 @@ void all_reduce_stage_gradients(StageParameters& params, Communicator& group, in
   const std::string what =
       fmt::format("the gradient all-reduce of stage {} at the UPDATE of step {}", stage, step);
   b.synchronize();  // the backward work that produced the gradient
-  if (!b.host_accessible() && !group.device_memory()) {
-    std::vector<float> host(static_cast<size_t>(n));
-    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
-    b.copy_to_host(host.data(), grads.f32(), bytes);
-    group.all_reduce(host.data(), n, ElemType::f32, ReduceOp::sum, what);
-    b.copy_from_host(grads.f32(), host.data(), bytes);
-    b.synchronize();
-  } else {
-    group.all_reduce(grads.f32(), n, ElemType::f32, ReduceOp::sum, what);
-  }
+  std::vector<float> staging;
+  all_reduce_gradients(b, group, grads.f32(), n, staging, what);
+  b.synchronize();  // the copy back, when staged through the host
 }
 
 std::vector<std::string> action_texts(const std::vector<sched::Action>& actions) {
@@ -171,10 +166,7 @@ void PipelineTrainer::check_async() const {
         "--update async with --stages {} needs --microbatches >= {} (stages - 1) so that at most "
         "two weight versions are live; raise --microbatches",
         S, S - 1));
-  if (config_.trainer.clip_norm > 0)
-    throw UsageError(
-        "--clip needs the global gradient norm, but --update async updates each stage on its "
-        "own: drop --clip or use --update sync");
+  refuse_unsupported_with_async(config_.trainer.clip_norm, false);
   if (config_.parallel.shard_optimizer)
     throw UsageError(
         "--shard-optimizer with --update async: each stage steps its whole optimizer at its own "

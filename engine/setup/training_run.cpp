@@ -10,6 +10,7 @@
 #include "engine/cuda_plugin.h"
 #include "engine/parallel/data_parallel_trainer.h"
 #include "engine/parallel/ps_trainer.h"
+#include "engine/pipeline/async_update_limits.h"
 #include "engine/pipeline/step_trace.h"
 #include "engine/trace/bubble.h"
 #include "engine/trace/chrome_trace.h"
@@ -59,10 +60,7 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
         "the trainer's config says {} micro-batches but the training options say {}: set "
         "TrainingOptions::microbatches only",
         config.microbatches, opt.microbatches));
-  if (opt.async_update && config.clip_norm > 0)
-    throw UsageError(
-        "--clip needs the global gradient norm, but --update async updates each stage on its "
-        "own: drop --clip or use --update sync");
+  if (opt.async_update) refuse_unsupported_with_async(config.clip_norm, false);
   TrainerConfig trainer_config = config;
   trainer_config.microbatches = opt.microbatches;
   const bool pipelined = opt.pipelined() || world;

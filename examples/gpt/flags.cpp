@@ -5,6 +5,7 @@
 #include "engine/core/error.h"
 #include "engine/io/output_path.h"
 #include "engine/option_range.h"
+#include "engine/pipeline/async_update_limits.h"
 #include "examples/common/integer_text.h"
 
 namespace pt::examples {
@@ -143,15 +144,7 @@ GptOptions check_gpt_flags(const GptFlags& f) {
     throw UsageError(
         "pipetrain-gpt does not support --ps yet (its tied embedding and its own training loop); "
         "pipetrain-fashion does");
-  if (par.async_update && f.clip > 0)
-    throw UsageError(fmt::format(
-        "--clip {} needs the global gradient norm, but --update async updates each stage on its "
-        "own: pass --clip 0 or --update sync",
-        f.clip));
-  if (par.async_update && f.parity_check)
-    throw UsageError(
-        "--parity-check compares with synchronous single-device training, which --update async "
-        "does not compute (its step t uses the weights of step t - 1): drop one of them");
+  if (par.async_update) refuse_unsupported_with_async(f.clip, f.parity_check);
   o.checkpoints = checkpoint_options(f.checkpoints);
   o.checkpoints.settings = settings_to_match(f);
   // Before the text is read: a run must not train and then fail to write its results.

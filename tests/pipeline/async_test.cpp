@@ -299,7 +299,7 @@ TEST_CASE("async pipeline: the refusals name the fix") {
   refused(1, 4, none, "--stages >= 2");
   refused(4, 2, none, "--microbatches >= 3");
   refused(
-      2, 4, [](Model&, PipelineConfig& pc) { pc.trainer.clip_norm = 1.f; }, "drop --clip");
+      2, 4, [](Model&, PipelineConfig& pc) { pc.trainer.clip_norm = 1.f; }, "pass --clip 0");
   refused(
       2, 4, [](Model&, PipelineConfig& pc) { pc.async_window = 0; }, "--async-window 0");
   {
