@@ -14,6 +14,7 @@
 #include <limits>
 
 #include "../engine/synthetic.h"
+#include "tests/pipeline/pipeline_test_util.h"
 #include "engine/comm/in_process.h"
 #include "engine/compare.h"
 #include "engine/core/error.h"
@@ -56,14 +57,7 @@ std::vector<float> gather(const std::vector<StageState>& stages) {
   return out;
 }
 
-struct Data {
-  Dataset set;
-  Tensor x, y;
-  Data(int64_t batch, Shape sample) : set(test::synthetic_dataset(batch, sample, 10, 4)) {
-    x = Tensor::borrow(set.inputs.data(), sample.with_batch(batch));
-    y = Tensor::borrow(set.labels.data(), Shape{batch}, DType::i32);
-  }
-};
+using Data = test::SyntheticBatch;
 
 struct Result {
   std::vector<double> losses;

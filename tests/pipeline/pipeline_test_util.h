@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "../engine/synthetic.h"
 #include "engine/data/batching.h"
 #include "engine/pipeline/pipeline_trainer.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -52,5 +53,17 @@ inline std::map<std::string, std::vector<float>> params_by_name(
     }
   return out;
 }
+
+// One synthetic batch (`batch` samples of `sample`, 10 classes, drawn with `seed`) and the
+// inputs x and labels y borrowing it: the data of most parity tests.
+struct SyntheticBatch {
+  Dataset set;
+  Tensor x, y;
+  SyntheticBatch(int64_t batch, Shape sample, uint64_t seed = 4)
+      : set(synthetic_dataset(batch, sample, 10, seed)) {
+    x = Tensor::borrow(set.inputs.data(), sample.with_batch(batch));
+    y = Tensor::borrow(set.labels.data(), Shape{batch}, DType::i32);
+  }
+};
 
 }  // namespace pt::test

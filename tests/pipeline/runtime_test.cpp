@@ -12,6 +12,7 @@
 #include "layers/zoo.h"
 #include "schedule/generators.h"
 #include "schedule/lowering.h"
+#include "tests/pipeline/pipeline_test_util.h"
 
 using namespace pt;
 
@@ -28,13 +29,8 @@ struct Devices {
   }
 };
 
-struct Data {
-  Dataset d;
-  Tensor x, y;
-  explicit Data(int64_t n) : d(test::synthetic_dataset(n, Shape{1, 6, 6}, 10, 4)) {
-    x = Tensor::borrow(d.inputs.data(), d.sample_shape.with_batch(n));
-    y = Tensor::borrow(d.labels.data(), Shape{n}, DType::i32);
-  }
+struct Data : test::SyntheticBatch {
+  explicit Data(int64_t n) : SyntheticBatch(n, Shape{1, 6, 6}) {}
 };
 
 PipelineConfig config(sched::Schedule schedule, int layers) {

@@ -52,14 +52,7 @@ TrainerConfig trainer_config(const std::string& optimizer, int M, float clip) {
   return c;
 }
 
-struct Data {
-  Dataset set;
-  Tensor x, y;
-  Data(int64_t batch, Shape sample) : set(test::synthetic_dataset(batch, sample, 10, 4)) {
-    x = Tensor::borrow(set.inputs.data(), sample.with_batch(batch));
-    y = Tensor::borrow(set.labels.data(), Shape{batch}, DType::i32);
-  }
-};
+using Data = test::SyntheticBatch;
 
 struct Run {
   test::CpuDevices devices;

@@ -62,13 +62,8 @@ TrainerConfig trainer_config(int M) {
   return c;
 }
 
-struct Data {
-  Dataset set;
-  Tensor x, y;
-  explicit Data(int64_t batch) : set(test::synthetic_dataset(batch, Shape{1, 4, 4}, 10, 6)) {
-    x = Tensor::borrow(set.inputs.data(), Shape{batch, 1, 4, 4});
-    y = Tensor::borrow(set.labels.data(), Shape{batch}, DType::i32);
-  }
+struct Data : test::SyntheticBatch {
+  explicit Data(int64_t batch) : SyntheticBatch(batch, Shape{1, 4, 4}, 6) {}
 };
 
 // name -> values, over every stage held.
