@@ -359,9 +359,6 @@ TEST_CASE("parameter server options are refused before any work, naming the flag
   o.staleness = -2;
   refused(o, "--staleness");
   o.staleness = 0;
-  o.stages = 2;
-  refused(o, "--ps supports one stage per worker so far but --stages is 2");
-  o.stages = 1;
   o.dp = 2;
   o.slow_replica = 2;
   refused(o, "--slow-worker 2:1 names replica 2 but --dp is 2");
