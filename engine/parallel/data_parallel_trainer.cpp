@@ -100,7 +100,8 @@ StepStats DataParallelTrainer::train_step(const Tensor& inputs, const Tensor& ta
   if (parts_.local_step_stats && parts_.world) {
     sum_over_world(parts_.local_stats_group, out.loss, out.correct,
                    "the exchange of the step's loss between a replica's stages");
-    const int scale = parts_.local_stats_scale > 0 ? parts_.local_stats_scale : parts_.world->size();
+    const int scale =
+        parts_.local_stats_scale > 0 ? parts_.local_stats_scale : parts_.world->size();
     out.loss *= scale;
     if (out.correct > 0) out.correct *= scale;
     return out;

@@ -234,11 +234,11 @@ class Server {
     SizeTable table;
     Arena params, grads;
     std::unique_ptr<Optimizer> optimizer;
-    int64_t version = 0;                             // pushes applied (of this stage's workers)
-    std::vector<int64_t> on;                         // per replica: the version it pulled last
-    std::vector<bool> computing;                     // per replica: between its pull and push
-    std::vector<std::vector<std::byte>> out;         // per replica: its reply (kept until sent)
-    std::vector<std::vector<std::byte>> state_out;   // per replica: its reply to FETCH
+    int64_t version = 0;                            // pushes applied (of this stage's workers)
+    std::vector<int64_t> on;                        // per replica: the version it pulled last
+    std::vector<bool> computing;                    // per replica: between its pull and push
+    std::vector<std::vector<std::byte>> out;        // per replica: its reply (kept until sent)
+    std::vector<std::vector<std::byte>> state_out;  // per replica: its reply to FETCH
   };
 
   int worker_rank(int r, const Piece& p) const { return r * config_.stages + p.shape.stage; }
@@ -296,10 +296,10 @@ class Server {
 
   std::string what(int r, const Piece& p) const {
     if (config_.stages == 1)
-      return fmt::format("parameter server {} waiting for worker {}'s gradients", stats_.server,
-                         r);
-    return fmt::format("parameter server {} waiting for worker {}'s gradients (replica {}, stage {})",
-                       stats_.server, worker_rank(r, p), r, p.shape.stage);
+      return fmt::format("parameter server {} waiting for worker {}'s gradients", stats_.server, r);
+    return fmt::format(
+        "parameter server {} waiting for worker {}'s gradients (replica {}, stage {})",
+        stats_.server, worker_rank(r, p), r, p.shape.stage);
   }
 
   // The epilogue's norm over every server's tensors, in global order (`only`: that piece's
@@ -371,9 +371,9 @@ class Server {
           }
           count(false);
           if (h.kind != kPush)
-            throw std::runtime_error(fmt::format(
-                "parameter server: unexpected message {} from worker {}", h.kind,
-                worker_rank(r, *p)));
+            throw std::runtime_error(
+                fmt::format("parameter server: unexpected message {} from worker {}", h.kind,
+                            worker_rank(r, *p)));
           if (r == 0)
             std::memcpy(p->grads.flat().f32(), msg.data() + 32, bytes);
           else
@@ -639,8 +639,7 @@ void PsClient::send_init(StageParameters& stage, const Optimizer& optimizer, int
     sent.push_back(ps_.isend(out[k].data(), out[k].size(), server_rank(k), kTagToServer));
   }
   for (size_t k = 0; k < sent.size(); ++k)
-    sent[k]->wait(
-        fmt::format("worker {}: initialising parameter server {}", worker_, servers_[k]));
+    sent[k]->wait(fmt::format("worker {}: initialising parameter server {}", worker_, servers_[k]));
 }
 
 bool PsClient::request_state() {

@@ -19,8 +19,8 @@
 //                          synchronous: every worker asks at the same step boundary and the
 //                          server answers once all R asked; asynchronous: the worker pauses
 //                          (as for PAUSE) and its next step pulls afresh (RESUME)
-//   every worker, step t:  PUSH(grads, version it computed on) -> every server
-//                          <- PARAMS(version, norm, skipped) from every server
+//   every worker, step t:  PUSH(grads, version it computed on) -> every server holding layers
+//                          of its stage <- PARAMS(version, norm, skipped) from each of them
 //   every worker, at end:  STOP -> every server
 //   asynchronous only:     PAUSE before an evaluation (the workers wait for each other there),
 //                          RESUME + PARAMS before the next step
@@ -31,9 +31,9 @@
 //   r = 0..R-1 (((g0 + g1) + g2) ..., the order the all-reduce uses), then runs the epilogue's
 //   maths on its shard: the global norm from per-tensor sums of squares in global tensor order
 //   (exchanged between servers: each slot is non-zero on one server, so the sum is exact), skip
-//   on a non-finite norm, clip, optimizer step. Parameters equal --dp R all-reduce training bit
-//   for bit on the CPU (the optimizer is element-wise and shards start at 64-byte aligned arena
-//   offsets, so vectorisation lines up too).
+//   on a non-finite norm, clip, optimizer step. Parameters equal --dp R [--stages S] all-reduce
+//   training bit for bit on the CPU (the optimizer is element-wise and shards start at 64-byte
+//   aligned arena offsets, so vectorisation lines up too).
 // - T >= 1 (asynchronous): a server applies each push as it arrives (one optimizer step per push,
 //   learning rate of global step version / R). Staleness is counted in global steps, one global
 //   step = R applied pushes: a worker may not start a step (its pull is held back) while some
@@ -45,12 +45,12 @@
 //   once more). With S > 1 all of this is per piece, i.e. per stage: a piece's version counts the
 //   pushes of that stage's R workers, one global step = one push from every replica of that
 //   stage, and the bound compares the workers of the same stage (a replica's stages run in
-//   lockstep anyway: they exchange activations every step). In one process the replicas share the training loop, so they still meet every
-//   step (staleness comes from the order of their pushes); the fast worker runs ahead only with
-//   one process per worker (mpirun).
-//   Clipping needs the norm over all shards of one push; servers see pushes in different orders,
-//   so --clip-norm with --staleness > 0 needs K = 1 and S = 1 (refused otherwise: with S > 1 a
-//   push holds one stage's gradients only).
+//   lockstep anyway: they exchange activations every step). In one process the replicas share the
+//   training loop, so they still meet every step (staleness comes from the order of their pushes);
+//   the fast worker runs ahead only with one process per worker (mpirun). Clipping needs the norm
+//   over all shards of one push; servers see pushes in different orders, so --clip-norm with
+//   --staleness > 0 needs K = 1 and S = 1 (refused otherwise: with S > 1 a push holds one stage's
+//   gradients only).
 //
 // Every wait has the group's timeout: a dead worker ends the server with a TimeoutError naming its
 // world rank; a dead server ends the worker likewise.
@@ -87,9 +87,8 @@ struct PsPiece {
 // one stage (how the cuts are balanced); pieces: the same layers cut at the stage boundaries,
 // in stage order, each in its stage's own arena layout (one piece when S = 1).
 struct PsShard {
-  using Tensor1 = PsTensor;
-  size_t begin = 0, end = 0;  // bytes of the flat arena (begin is a tensor's 64-byte offset)
-  std::vector<PsTensor> tensors;        // tied copies are left out (they are refused anyway)
+  size_t begin = 0, end = 0;      // bytes of the flat arena (begin is a tensor's 64-byte offset)
+  std::vector<PsTensor> tensors;  // tied copies are left out (they are refused anyway)
   int first_layer = 0, last_layer = 0;  // [first, last)
   std::vector<PsPiece> pieces;          // only pieces with bytes
   size_t floats() const { return (end - begin) / sizeof(float); }

@@ -140,9 +140,9 @@ std::unique_ptr<ParameterServerTrainer> make_local_parameter_server(
       clients.push_back(parts->clients.back().get());
     }
     dp.models.push_back(std::make_unique<Model>(make_model()));
-    dp.replicas.push_back(make_worker(
-        *dp.models.back(), {devices.begin() + r * S, devices.begin() + (r + 1) * S}, config, r, R,
-        std::move(clients), nullptr));
+    dp.replicas.push_back(make_worker(*dp.models.back(),
+                                      {devices.begin() + r * S, devices.begin() + (r + 1) * S},
+                                      config, r, R, std::move(clients), nullptr));
   }
   for (auto& c : group) parts->communicators.push_back(std::move(c));
   for (auto& c : servers_group) parts->communicators.push_back(std::move(c));

@@ -418,8 +418,8 @@ StepStats PipelineTrainer::train_step(const Tensor& inputs, const Tensor& target
     if (s.shard) epilogue.shards.push_back(s.shard.get());
   // With a parameter server the servers run the epilogue's maths; this replica pushes and pulls
   // (every held stage pushes before any pulls, as above).
-  const EpilogueResult end = par.uses_parameter_server() ? exchange_with_servers()
-                                                         : finish_step(*model_, held, epilogue);
+  const EpilogueResult end =
+      par.uses_parameter_server() ? exchange_with_servers() : finish_step(*model_, held, epilogue);
   stats.grad_norm = end.grad_norm;
   stats.skipped = end.skipped;
   for (int d : local_devices_)

@@ -25,6 +25,7 @@
 #include "engine/setup/training_run.h"
 #include "layers/zoo.h"
 #include "pipeline_test_util.h"
+#include "ps_test_util.h"
 
 using namespace pt;
 
@@ -32,28 +33,11 @@ namespace {
 
 constexpr int kStages = 2;
 
-Model small_mlp() { return deep_mlp(3, 48, Shape{1, 6, 6}); }
-
-struct Data {
-  Dataset set;
-  Tensor x, y;
-  explicit Data(int64_t batch) : set(test::synthetic_dataset(batch, Shape{1, 6, 6}, 10, 4)) {
-    x = Tensor::borrow(set.inputs.data(), Shape{1, 6, 6}.with_batch(batch));
-    y = Tensor::borrow(set.labels.data(), Shape{batch}, DType::i32);
-  }
-};
+using test::same;
+Model small_mlp() { return test::ps_small_mlp(); }
 
 TrainerConfig trainer_config(const std::string& optim, float clip = 0.5f, bool cosine = true) {
-  TrainerConfig c;
-  c.seed = 7;
-  c.optimizer.kind = optim;
-  c.optimizer.lr = optim == "sgd" ? 0.05f : 0.003f;
-  c.optimizer.momentum = optim == "sgd" ? 0.9f : 0.f;
-  c.optimizer.weight_decay = 0.01f;
-  c.lr = {cosine ? LrSchedule::Kind::cosine : LrSchedule::Kind::constant, c.optimizer.lr, 2, 20,
-          0.f};
-  c.clip_norm = clip;  // active: the global norm over both stages matters
-  return c;
+  return test::ps_trainer_config(optim, cosine, clip);
 }
 
 TrainingOptions options(int R, int K, int T, double slow = 1.0) {
@@ -74,34 +58,7 @@ TrainingOptions options(int R, int K, int T, double slow = 1.0) {
   return opt;
 }
 
-using Named = std::map<std::string, std::vector<float>>;
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size() || a.empty()) return false;
-  for (float v : a)
-    if (!std::isfinite(v)) return false;
-  return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-bool same(const Named& a, const Named& b) {
-  if (a.size() != b.size() || a.empty()) return false;
-  for (const auto& [name, v] : a) {
-    auto it = b.find(name);
-    if (it == b.end() || !same_bits(v, it->second)) return false;
-  }
-  return true;
-}
-
-Named optimizer_state(const std::vector<StageState>& stages) {
-  Named out;
-  for (const StageState& s : stages)
-    for (const OptimizerSlot& slot : s.optimizer->slots())
-      for (size_t i = 0; i < s.params->entries().size(); ++i) {
-        const Tensor t = slot.state.view(i);
-        out[s.params->entries()[i].name + "." + slot.name].assign(t.f32(), t.f32() + t.numel());
-      }
-  return out;
-}
+using Named = test::NamedFloats;
 
 struct Run {
   std::vector<Named> params;  // per replica
@@ -117,27 +74,21 @@ Run train(int R, int K, int T, const std::string& optim, int steps, double slow 
           int save_at = 0, bool cosine = true) {
   const int64_t batch = 24;
   Model model = small_mlp();
-  TrainingRun run =
-      make_training(options(R, K, T, slow), model, small_mlp, trainer_config(optim, clip, cosine), batch);
+  TrainingRun run = make_training(options(R, K, T, slow), model, small_mlp,
+                                  trainer_config(optim, clip, cosine), batch);
   CheckpointOptions co;
   co.resume = resume;
   co.layout = run.layout;
   RunCheckpoints ckpts(co, nullptr);
   if (!resume.empty()) REQUIRE(ckpts.resume(*run.engine).has_value());
-  const Data data(batch);
+  const test::PsData data(batch);
   Run out;
   for (int k = static_cast<int>(run.engine->step()); k < steps; ++k) {
     out.losses.push_back(run.engine->train_step(data.x, data.y).loss);
     if (k == steps / 2) CHECK(std::isfinite(run.engine->evaluate(data.x, data.y).loss));
-    if (run.engine->step() == save_at) {
-      TrainingState st;
-      st.step = run.engine->step();
-      st.seed = run.engine->seed();
-      st.layout = run.layout;
-      save_checkpoint(save, run.engine->model(), run.engine->stages_to_save(), st);
-    }
+    if (run.engine->step() == save_at) test::save_now(run, save);
   }
-  out.state = optimizer_state(run.engine->stages_to_save());
+  out.state = test::optimizer_state(run.engine->stages_to_save());
   if (auto* ps = dynamic_cast<ParameterServerTrainer*>(run.engine.get())) {
     for (int r = 0; r < R; ++r)
       out.params.push_back(test::params_by_name(ps->workers().replica(r).stage_states()));
@@ -187,7 +138,8 @@ TEST_CASE("parameter-server pieces: each server's layers cut at the stage bounda
   }
 }
 
-TEST_CASE("synchronous parameter server with 2 stages == --dp 2 --stages 2 all-reduce, bit for bit") {
+TEST_CASE(
+    "synchronous parameter server with 2 stages == --dp 2 --stages 2 all-reduce, bit for bit") {
   const int R = 2, steps = 4;
   for (const std::string optim : {"sgd", "adamw"}) {
     const Run ref = train(R, 0, 0, optim, steps);
