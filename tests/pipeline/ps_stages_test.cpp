@@ -11,13 +11,11 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <map>
 
 #include <fmt/format.h>
 
-#include "../engine/synthetic.h"
 #include "engine/checkpoint/run_checkpoints.h"
 #include "engine/core/error.h"
 #include "engine/parallel/ps_trainer.h"
@@ -213,6 +211,12 @@ TEST_CASE("parameter server with stages: what cannot work is refused before any 
   // Asynchronous pushes hold one stage's gradients: no global norm for --clip-norm.
   CHECK_THROWS_WITH_AS(make_training(options(2, 1, 1), m, small_mlp, trainer_config("sgd"), 24),
                        doctest::Contains("needs --stages 1"), UsageError);
+  // Several stages on one device (interleaved): a worker is one stage on one device.
+  TrainingOptions interleaved = options(1, 1, 0);
+  interleaved.devices = "cpu:0..1";  // --stages 2: two devices, two chunks each
+  interleaved.schedule = ScheduleChoice::parse("interleaved:2");
+  CHECK_THROWS_WITH_AS(make_training(interleaved, m, small_mlp, trainer_config("sgd"), 24),
+                       doctest::Contains("--ps needs stage s on device s"), UsageError);
   // Tied parameters (GPT's default) are refused with the fix.
   CHECK_THROWS_WITH_AS(shard_by_layer(gpt(16, 4, 8, 2, 2), 1, {}), doctest::Contains("--untied"),
                        UsageError);
