@@ -10,6 +10,7 @@
 // - what cannot work is refused before any work, naming the flag.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -30,11 +31,12 @@ using namespace pt;
 namespace {
 
 constexpr int kStages = 2;
+constexpr float kClip = 0.1f;  // below the gradient norms here: clipping is active
 
 using test::same;
 Model small_mlp() { return test::ps_small_mlp(); }
 
-TrainerConfig trainer_config(const std::string& optim, float clip = 0.5f, bool cosine = true) {
+TrainerConfig trainer_config(const std::string& optim, float clip = kClip, bool cosine = true) {
   return test::ps_trainer_config(optim, cosine, clip);
 }
 
@@ -62,13 +64,14 @@ struct Run {
   std::vector<Named> params;  // per replica
   Named state;                // replica 0's optimizer state (fetched from the servers)
   std::vector<double> losses;
+  double max_norm = 0;  // of the gradient, before clipping
   std::vector<PsServerStats> stats;
 };
 
 // `steps` steps (K = 0: all-reduce), resumed from `resume` when given, saving to `save` after
 // step `save_at` (0: no save).
 Run train(int R, int K, int T, const std::string& optim, int steps, double slow = 1.0,
-          float clip = 0.5f, const std::string& resume = "", const std::string& save = "",
+          float clip = kClip, const std::string& resume = "", const std::string& save = "",
           int save_at = 0, bool cosine = true) {
   const int64_t batch = 24;
   Model model = small_mlp();
@@ -82,7 +85,9 @@ Run train(int R, int K, int T, const std::string& optim, int steps, double slow 
   const test::PsData data(batch);
   Run out;
   for (int k = static_cast<int>(run.engine->step()); k < steps; ++k) {
-    out.losses.push_back(run.engine->train_step(data.x, data.y).loss);
+    const StepStats st = run.engine->train_step(data.x, data.y);
+    out.losses.push_back(st.loss);
+    out.max_norm = std::max(out.max_norm, st.grad_norm);
     if (k == steps / 2) CHECK(std::isfinite(run.engine->evaluate(data.x, data.y).loss));
     if (run.engine->step() == save_at) test::save_now(run, save);
   }
@@ -151,6 +156,8 @@ TEST_CASE(
       REQUIRE(got.losses.size() == ref.losses.size());
       for (size_t k = 0; k < ref.losses.size(); ++k) CHECK(got.losses[k] == ref.losses[k]);
       CHECK(!same(start.params[0], got.params[0]));  // the servers did update
+      CHECK(got.max_norm > kClip);                   // clipping was active
+      CHECK(got.max_norm == ref.max_norm);
       REQUIRE(got.stats.size() == static_cast<size_t>(K));
       int pieces = 0;
       for (const PsServerStats& s : got.stats) {
@@ -193,13 +200,13 @@ TEST_CASE("parameter-server checkpoints with 2 stages: save at step k + resume =
   for (const std::string optim : {"sgd", "adamw"}) {
     CAPTURE(optim);
     const std::string ck = (dir / optim).string();
-    const Run whole = train(R, 2, 0, optim, steps, 1.0, 0.5f, "", ck, k);
-    const Run resumed = train(R, 2, 0, optim, steps, 1.0, 0.5f, ck);
+    const Run whole = train(R, 2, 0, optim, steps, 1.0, kClip, "", ck, k);
+    const Run resumed = train(R, 2, 0, optim, steps, 1.0, kClip, ck);
     CHECK(resumed.losses.size() == steps - k);
     CHECK(same(resumed.params[0], whole.params[0]));
     CHECK(same(resumed.state, whole.state));
     // The saved state is the servers' (all-reduce resumed from it continues the same way).
-    const Run ar = train(R, 0, 0, optim, steps, 1.0, 0.5f, ck);
+    const Run ar = train(R, 0, 0, optim, steps, 1.0, kClip, ck);
     CHECK(same(ar.params[0], whole.params[0]));
     CHECK(same(ar.state, whole.state));
   }
