@@ -98,8 +98,12 @@ StepStats DataParallelTrainer::train_step(const Tensor& inputs, const Tensor& ta
     out.correct = each[i].correct < 0 || out.correct < 0 ? -1 : out.correct + each[i].correct;
   }
   if (parts_.local_step_stats && parts_.world) {
-    out.loss *= parts_.world->size();
-    if (out.correct > 0) out.correct *= parts_.world->size();
+    sum_over_world(parts_.local_stats_group, out.loss, out.correct,
+                   "the exchange of the step's loss between a replica's stages");
+    const int scale =
+        parts_.local_stats_scale > 0 ? parts_.local_stats_scale : parts_.world->size();
+    out.loss *= scale;
+    if (out.correct > 0) out.correct *= scale;
     return out;
   }
   sum_over_world(parts_.world, out.loss, out.correct,

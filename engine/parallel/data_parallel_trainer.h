@@ -28,6 +28,11 @@ class DataParallelTrainer final : public TrainingEngine {
     // Asynchronous parameter-server workers do not meet every step: each reports its own
     // share of the loss scaled by the world's size (an estimate), with no exchange.
     bool local_step_stats = false;
+    // With local_step_stats: the loss is summed over this group first (the stages of this
+    // replica, which meet every step anyway; null: none), then scaled by local_stats_scale
+    // (the replicas; 0: the world's size).
+    Communicator* local_stats_group = nullptr;
+    int local_stats_scale = 0;
   };
   explicit DataParallelTrainer(Parts parts);
   ~DataParallelTrainer() override;

@@ -23,9 +23,10 @@ struct ParallelContext {
   // Gradients are all-reduced in buckets of at least this many bytes (--bucket-mb), launched as
   // soon as backward has finished every layer of a bucket.
   size_t bucket_bytes = size_t{25} << 20;
-  // --ps: this replica is a parameter-server worker; its client replaces the step epilogue (push
-  // the gradients, pull fresh parameters). Null: the epilogue runs here.
-  PsClient* parameter_server = nullptr;
+  // --ps: this replica is a parameter-server worker; per stage (index = stage; null for stages
+  // held elsewhere) the client of that stage's worker replaces the step epilogue (push the
+  // stage's gradients, pull its fresh parameters). Empty: the epilogue runs here.
+  std::vector<PsClient*> parameter_servers;
   // --slow-worker R:F: after each step's schedule replica slow_replica sleeps (F - 1) x the time
   // the schedule took (a straggler for experiments; -1: none).
   int slow_replica = -1;
@@ -34,6 +35,12 @@ struct ParallelContext {
   // tensors (engine/parallel/optimizer_shards.h); gradients are reduce-scattered after backward
   // instead of all-reduced in buckets during it.
   bool shard_optimizer = false;
+
+  bool uses_parameter_server() const { return !parameter_servers.empty(); }
+  PsClient* parameter_server(int stage) const {
+    const auto s = static_cast<size_t>(stage);
+    return s < parameter_servers.size() ? parameter_servers[s] : nullptr;
+  }
 
   Communicator* data_parallel_group(int device) const {
     const auto d = static_cast<size_t>(device);

@@ -43,39 +43,48 @@ struct PullHeader {
 };
 static_assert(sizeof(PushHeader) == 32 && sizeof(PullHeader) == 32);
 
-size_t message_bytes(const PsShard& s) { return 32 + (s.end - s.begin); }
+size_t message_bytes(const PsPiece& p) { return 32 + p.bytes(); }
 // INIT and the reply to FETCH carry the optimizer state too: header, parameters, then each slot.
-size_t state_message_bytes(const PsShard& s, int slots) {
-  return 32 + (s.end - s.begin) * (1 + static_cast<size_t>(slots));
+size_t state_message_bytes(const PsPiece& p, int slots) {
+  return 32 + p.bytes() * (1 + static_cast<size_t>(slots));
 }
+
+// Layers [first, last) laid out as StageParameters lays out a stage: the table, and per layer
+// (relative to `first`, plus one past the end) the index of its first entry.
+struct StageTable {
+  SizeTable table;
+  std::vector<size_t> layer_first_entry;
+  StageTable(const Model& model, int first, int last) {
+    for (int l = first; l < last; ++l) {
+      layer_first_entry.push_back(table.entries().size());
+      for (const auto& spec : model.layer(l).param_specs()) table.add(spec.name, spec.shape);
+    }
+    layer_first_entry.push_back(table.entries().size());
+  }
+  // Byte offset of layer l's first tensor (relative index), or the total past the last one.
+  size_t begin(size_t l) const {
+    const size_t e = layer_first_entry[l];
+    return e < table.entries().size() ? table.entries()[e].offset : table.total_bytes();
+  }
+};
 
 }  // namespace
 
 // ---- sharding ----------------------------------------------------------------------------------
 
-std::vector<PsShard> shard_by_layer(const Model& model, int servers) {
+std::vector<PsShard> shard_by_layer(const Model& model, int servers,
+                                    const std::vector<int>& layers_per_stage) {
   if (servers < 1) throw UsageError(fmt::format("--ps {} must be >= 1", servers));
   if (!model.ties().empty())
     throw UsageError(
-        "--ps does not support tied parameters yet (their gradients are summed across stages "
-        "before the update); train this model with --dp instead");
-  // The stage arena of the whole model, as StageParameters lays it out (S = 1).
-  SizeTable table;
-  std::vector<int> layer_of_entry;
-  std::vector<size_t> layer_first_entry(static_cast<size_t>(model.num_layers()) + 1, 0);
-  for (int l = 0; l < model.num_layers(); ++l) {
-    layer_first_entry[static_cast<size_t>(l)] = table.entries().size();
-    for (const auto& spec : model.layer(l).param_specs()) {
-      table.add(spec.name, spec.shape);
-      layer_of_entry.push_back(l);
-    }
-  }
-  layer_first_entry.back() = table.entries().size();
-  const size_t total = table.total_bytes();
-  const auto layer_begin = [&](int l) {  // byte offset of layer l's first tensor
-    const size_t e = layer_first_entry[static_cast<size_t>(l)];
-    return e < table.entries().size() ? table.entries()[e].offset : total;
-  };
+        "--ps does not support tied parameters (their gradients are summed across layers, and "
+        "across stages, before the update): untie them (pipetrain-gpt: --untied) or train this "
+        "model with --dp instead");
+  // The arena of the whole model as one stage: where the cuts are balanced (the same cuts for
+  // every S, so a server holds the same layers whatever the stages).
+  const StageTable whole(model, 0, model.num_layers());
+  const size_t total = whole.table.total_bytes();
+  const auto layer_begin = [&](int l) { return whole.begin(static_cast<size_t>(l)); };
   // Cut points: layer boundaries nearest to k/K of the bytes, strictly increasing.
   std::vector<int> cut{0};
   for (int k = 1; k < servers; ++k) {
@@ -95,20 +104,49 @@ std::vector<PsShard> shard_by_layer(const Model& model, int servers) {
     cut.push_back(best);
   }
   cut.push_back(model.num_layers());
+  // Stage boundaries (one stage when none are given).
+  std::vector<int> stage_first{0};
+  for (int n : layers_per_stage) stage_first.push_back(stage_first.back() + n);
+  if (layers_per_stage.empty()) stage_first.push_back(model.num_layers());
+  if (stage_first.back() != model.num_layers())
+    throw std::logic_error("shard_by_layer: the stages do not cover the model");
+  std::vector<StageTable> stages;
+  for (size_t s = 0; s + 1 < stage_first.size(); ++s)
+    stages.emplace_back(model, stage_first[s], stage_first[s + 1]);
   std::vector<PsShard> out;
   size_t global = 0;
   for (int k = 0; k < servers; ++k) {
-    PsShard s;
-    s.first_layer = cut[static_cast<size_t>(k)];
-    s.last_layer = cut[static_cast<size_t>(k) + 1];
-    s.begin = layer_begin(s.first_layer);
-    s.end = k + 1 < servers ? layer_begin(s.last_layer) : total;
-    for (size_t e = layer_first_entry[static_cast<size_t>(s.first_layer)];
-         e < layer_first_entry[static_cast<size_t>(s.last_layer)]; ++e, ++global) {
-      const SizeTableEntry& te = table.entries()[e];
-      s.tensors.push_back({te.offset - s.begin, te.shape.numel(), global});
+    PsShard sh;
+    sh.first_layer = cut[static_cast<size_t>(k)];
+    sh.last_layer = cut[static_cast<size_t>(k) + 1];
+    sh.begin = layer_begin(sh.first_layer);
+    sh.end = k + 1 < servers ? layer_begin(sh.last_layer) : total;
+    const size_t first_global = global;
+    for (size_t e = whole.layer_first_entry[static_cast<size_t>(sh.first_layer)];
+         e < whole.layer_first_entry[static_cast<size_t>(sh.last_layer)]; ++e, ++global) {
+      const SizeTableEntry& te = whole.table.entries()[e];
+      sh.tensors.push_back({te.offset - sh.begin, te.shape.numel(), global});
     }
-    out.push_back(std::move(s));
+    // The same layers, cut at the stage boundaries: offsets in each stage's own arena.
+    size_t g = first_global;
+    for (size_t s = 0; s < stages.size(); ++s) {
+      const int f = std::max(sh.first_layer, stage_first[s]);
+      const int l = std::min(sh.last_layer, stage_first[s + 1]);
+      if (f >= l) continue;
+      const StageTable& st = stages[s];
+      const auto rel = [&](int layer) { return static_cast<size_t>(layer - stage_first[s]); };
+      PsPiece p;
+      p.stage = static_cast<int>(s);
+      p.begin = st.begin(rel(f));
+      // The last layer of the stage ends at the stage's (aligned) total, as the last shard does.
+      p.end = l == stage_first[s + 1] ? st.table.total_bytes() : st.begin(rel(l));
+      for (size_t e = st.layer_first_entry[rel(f)]; e < st.layer_first_entry[rel(l)]; ++e, ++g) {
+        const SizeTableEntry& te = st.table.entries()[e];
+        p.tensors.push_back({te.offset - p.begin, te.shape.numel(), g});
+      }
+      if (p.end > p.begin) sh.pieces.push_back(std::move(p));
+    }
+    out.push_back(std::move(sh));
   }
   return out;
 }
@@ -117,11 +155,13 @@ std::string PsServerStats::str(int workers) const {
   return fmt::format(
       "parameter server {}: {} pushes applied in {} updates; staleness max {} pushes ({:.2f} "
       "global steps), mean {:.3f} pushes ({:.3f} global steps); holds {:.2f} MiB; {:.1f} "
-      "pushes/s ({:.2f} global steps/s) while every worker ran",
+      "pushes/s ({:.2f} global steps/s) while every worker ran{}",
       server, pushes, updates, max_staleness, static_cast<double>(max_staleness) / workers,
       mean_staleness(), mean_staleness() / workers,
       static_cast<double>(held_bytes) / (1024.0 * 1024.0), pushes_per_s(),
-      pushes_per_s() / workers);
+      pushes_per_s() / (workers * pieces),
+      pieces > 1 ? fmt::format(" (layers of {} stages: staleness counted per stage)", pieces)
+                 : std::string());
 }
 
 // ---- the server
@@ -133,40 +173,51 @@ class Server {
  public:
   Server(Communicator& ps, Communicator* servers, const PsConfig& config, const PsShard& shard,
          Backend& backend)
-      : ps_(ps), servers_(servers), config_(config), shard_(shard), backend_(backend) {
-    table_.add("shard", Shape{static_cast<int64_t>(shard.floats())});
-    params_ = Arena(backend, table_);
-    grads_ = Arena(backend, table_);
-    optimizer_ = std::make_unique<Optimizer>(config.optimizer, backend, table_);
-    out_.resize(static_cast<size_t>(config.workers));  // before the threads: no insertion later
-    state_out_.resize(static_cast<size_t>(config.workers));
-    stats_.server = ps.rank() - config.workers;
-    stats_.held_bytes =
-        table_.total_bytes() * (2 + static_cast<size_t>(config.optimizer.state_slots()));
+      : ps_(ps), servers_(servers), config_(config), backend_(backend) {
+    const size_t R = static_cast<size_t>(config.workers);
+    for (const PsPiece& shape : shard.pieces) {
+      auto p = std::make_unique<Piece>();
+      p->shape = shape;
+      p->table.add("piece", Shape{static_cast<int64_t>(shape.bytes() / sizeof(float))});
+      p->params = Arena(backend, p->table);
+      p->grads = Arena(backend, p->table);
+      p->optimizer = std::make_unique<Optimizer>(config.optimizer, backend, p->table);
+      p->out.resize(R);  // before the threads: no insertion later
+      p->state_out.resize(R);
+      stats_.held_bytes +=
+          p->table.total_bytes() * (2 + static_cast<size_t>(config.optimizer.state_slots()));
+      pieces_.push_back(std::move(p));
+    }
+    stats_.server = ps.rank() - config.workers * config.stages;
+    stats_.pieces = static_cast<int>(pieces_.size());
   }
 
   PsServerStats run() {
     const int R = config_.workers;
-    // INIT from worker 0: the starting parameters and step.
+    // INIT from replica 0's worker of each stage held: the starting parameters and step.
     // With the optimizer state: a resumed run continues where its checkpoint stopped.
-    std::vector<std::byte> msg(state_message_bytes(shard_, slots()));
-    ps_.recv(msg.data(), msg.size(), 0, kTagToServer,
-             "a parameter server's wait for worker 0's "
-             "initial parameters");
-    PushHeader h;
-    std::memcpy(&h, msg.data(), sizeof h);
-    if (h.kind != kInit) throw std::runtime_error("parameter server: expected INIT from worker 0");
-    const size_t bytes = shard_.end - shard_.begin;
-    std::memcpy(params_.flat().f32(), msg.data() + 32, bytes);
-    for (int i = 0; i < slots(); ++i)
-      std::memcpy(optimizer_->slots()[static_cast<size_t>(i)].state.flat().f32(),
-                  msg.data() + 32 + bytes * (1 + static_cast<size_t>(i)), bytes);
-    optimizer_->set_steps_taken(h.optimizer_steps);
-    step_ = h.step;
-    // Asynchronous: the learning rate follows version_ / R, the global step.
-    version_ = h.step * R;
-    on_.assign(static_cast<size_t>(R), version_);
-    computing_.assign(static_cast<size_t>(R), true);
+    for (auto& p : pieces_) {
+      std::vector<std::byte> msg(state_message_bytes(p->shape, slots()));
+      ps_.recv(msg.data(), msg.size(), worker_rank(0, *p), kTagToServer,
+               fmt::format("parameter server {} waiting for the initial parameters of stage {} "
+                           "from replica 0",
+                           stats_.server, p->shape.stage));
+      PushHeader h;
+      std::memcpy(&h, msg.data(), sizeof h);
+      if (h.kind != kInit)
+        throw std::runtime_error("parameter server: expected INIT from replica 0");
+      const size_t bytes = p->shape.bytes();
+      std::memcpy(p->params.flat().f32(), msg.data() + 32, bytes);
+      for (int i = 0; i < slots(); ++i)
+        std::memcpy(p->optimizer->slots()[static_cast<size_t>(i)].state.flat().f32(),
+                    msg.data() + 32 + bytes * (1 + static_cast<size_t>(i)), bytes);
+      p->optimizer->set_steps_taken(h.optimizer_steps);
+      step_ = h.step;
+      // Asynchronous: the learning rate follows version / R, the global step.
+      p->version = h.step * R;
+      p->on.assign(static_cast<size_t>(R), p->version);
+      p->computing.assign(static_cast<size_t>(R), true);
+    }
     reply_all(false, 0.0);
     if (config_.staleness == 0)
       run_synchronous();
@@ -176,40 +227,59 @@ class Server {
   }
 
  private:
+  // One stage's part of this server's layers: its own arenas and optimizer (asynchronous pushes
+  // update one stage's piece at a time).
+  struct Piece {
+    PsPiece shape;
+    SizeTable table;
+    Arena params, grads;
+    std::unique_ptr<Optimizer> optimizer;
+    int64_t version = 0;                            // pushes applied (of this stage's workers)
+    std::vector<int64_t> on;                        // per replica: the version it pulled last
+    std::vector<bool> computing;                    // per replica: between its pull and push
+    std::vector<std::vector<std::byte>> out;        // per replica: its reply (kept until sent)
+    std::vector<std::vector<std::byte>> state_out;  // per replica: its reply to FETCH
+  };
+
+  int worker_rank(int r, const Piece& p) const { return r * config_.stages + p.shape.stage; }
+
   // Sends the current parameters to every worker at once, then waits for the sends (the
   // buffers are reused).
   void reply_all(bool skipped, double norm) {
     std::vector<std::unique_ptr<CommRequest>> sent;
-    for (int r = 0; r < config_.workers; ++r) {
-      std::vector<std::byte>& out = out_[static_cast<size_t>(r)];
-      out.resize(message_bytes(shard_));
-      PullHeader h{version_, skipped ? 1 : 0, norm, 0};
-      std::memcpy(out.data(), &h, sizeof h);
-      std::memcpy(out.data() + 32, params_.flat().f32(), shard_.end - shard_.begin);
-      sent.push_back(ps_.isend(out.data(), out.size(), r, kTagToWorker));
-    }
-    for (size_t r = 0; r < sent.size(); ++r)
-      sent[r]->wait(
-          fmt::format("parameter server {}: sending parameters to worker {}", stats_.server, r));
+    std::vector<int> to;
+    for (auto& p : pieces_)
+      for (int r = 0; r < config_.workers; ++r) {
+        std::vector<std::byte>& out = p->out[static_cast<size_t>(r)];
+        out.resize(message_bytes(p->shape));
+        PullHeader h{p->version, skipped ? 1 : 0, norm, 0};
+        std::memcpy(out.data(), &h, sizeof h);
+        std::memcpy(out.data() + 32, p->params.flat().f32(), p->shape.bytes());
+        sent.push_back(ps_.isend(out.data(), out.size(), worker_rank(r, *p), kTagToWorker));
+        to.push_back(worker_rank(r, *p));
+      }
+    for (size_t i = 0; i < sent.size(); ++i)
+      sent[i]->wait(fmt::format("parameter server {}: sending parameters to worker {}",
+                                stats_.server, to[i]));
   }
 
-  int slots() const { return static_cast<int>(optimizer_->slots().size()); }
+  int slots() const { return config_.optimizer.state_slots(); }
 
-  // The reply to FETCH: parameters, optimizer state and its step count, to worker r (called
-  // under the lock when asynchronous).
-  void send_state(int r) {
-    std::vector<std::byte>& out = state_out_[static_cast<size_t>(r)];
-    const size_t bytes = shard_.end - shard_.begin;
-    out.resize(state_message_bytes(shard_, slots()));
-    PullHeader h{version_, 0, 0.0, optimizer_->steps_taken()};
+  // The reply to FETCH: parameters, optimizer state and its step count, to replica r's worker
+  // of piece p's stage (called under the lock when asynchronous).
+  void send_state(Piece& p, int r) {
+    std::vector<std::byte>& out = p.state_out[static_cast<size_t>(r)];
+    const size_t bytes = p.shape.bytes();
+    out.resize(state_message_bytes(p.shape, slots()));
+    PullHeader h{p.version, 0, 0.0, p.optimizer->steps_taken()};
     std::memcpy(out.data(), &h, sizeof h);
-    std::memcpy(out.data() + 32, params_.flat().f32(), bytes);
+    std::memcpy(out.data() + 32, p.params.flat().f32(), bytes);
     for (int i = 0; i < slots(); ++i)
       std::memcpy(out.data() + 32 + bytes * (1 + static_cast<size_t>(i)),
-                  optimizer_->slots()[static_cast<size_t>(i)].state.flat().f32(), bytes);
-    ps_.isend(out.data(), out.size(), r, kTagToWorker)
-        ->wait(
-            fmt::format("parameter server {}: sending its state to worker {}", stats_.server, r));
+                  p.optimizer->slots()[static_cast<size_t>(i)].state.flat().f32(), bytes);
+    ps_.isend(out.data(), out.size(), worker_rank(r, p), kTagToWorker)
+        ->wait(fmt::format("parameter server {}: sending its state to worker {}", stats_.server,
+                           worker_rank(r, p)));
   }
 
   // Called under the lock (async) or by the one thread (sync) for every push and STOP.
@@ -224,29 +294,40 @@ class Server {
     stats_.active_s = std::chrono::duration<double>(now - first_push_).count();
   }
 
-  std::string what(int r) const {
-    return fmt::format("parameter server {} waiting for worker {}'s gradients", stats_.server, r);
+  std::string what(int r, const Piece& p) const {
+    if (config_.stages == 1)
+      return fmt::format("parameter server {} waiting for worker {}'s gradients", stats_.server, r);
+    return fmt::format(
+        "parameter server {} waiting for worker {}'s gradients (replica {}, stage {})",
+        stats_.server, worker_rank(r, p), r, p.shape.stage);
   }
 
-  // The epilogue's norm over every server's tensors, in global order (`local`: this shard's
-  // only, for asynchronous pushes, which servers see in different orders).
-  double global_norm(bool local = false) {
-    std::vector<double> squares;
-    const float* g = grads_.flat().f32();
-    if (!servers_ || local) {
+  // The epilogue's norm over every server's tensors, in global order (`only`: that piece's
+  // tensors only, for asynchronous pushes, which servers see in different orders). The pieces
+  // are in stage order, so this server's tensors are in global order too.
+  double global_norm(const Piece* only = nullptr) {
+    if (!servers_ || only) {
       double sum = 0;
-      for (const auto& t : shard_.tensors)
-        if (t.numel) sum += backend_.sum_squares(g + t.offset / sizeof(float), t.numel);
+      for (const auto& p : pieces_) {
+        if (only && p.get() != only) continue;
+        const float* g = p->grads.flat().f32();
+        for (const auto& t : p->shape.tensors)
+          if (t.numel) sum += backend_.sum_squares(g + t.offset / sizeof(float), t.numel);
+      }
       return std::sqrt(sum);
     }
     size_t count = 0;
-    for (const auto& t : shard_.tensors) count = std::max(count, t.global_index + 1);
+    for (const auto& p : pieces_)
+      for (const auto& t : p->shape.tensors) count = std::max(count, t.global_index + 1);
     int64_t n = static_cast<int64_t>(count);
     servers_->all_reduce(&n, 1, ElemType::i64, ReduceOp::sum, "the tensor count of the servers");
-    squares.assign(static_cast<size_t>(n), 0.0);
-    for (const auto& t : shard_.tensors)
-      if (t.numel)
-        squares[t.global_index] = backend_.sum_squares(g + t.offset / sizeof(float), t.numel);
+    std::vector<double> squares(static_cast<size_t>(n), 0.0);
+    for (const auto& p : pieces_) {
+      const float* g = p->grads.flat().f32();
+      for (const auto& t : p->shape.tensors)
+        if (t.numel)
+          squares[t.global_index] = backend_.sum_squares(g + t.offset / sizeof(float), t.numel);
+    }
     // Each slot is non-zero on one server only, so the sum is exact whatever the order.
     servers_->all_reduce(squares.data(), n, ElemType::f64, ReduceOp::sum,
                          "the gradient-norm exchange between parameter servers");
@@ -255,103 +336,113 @@ class Server {
     return std::sqrt(sum);
   }
 
-  // The optimizer step on the gradients in grads_ (clipped by `norm`).
-  void apply(double norm, float lr) {
+  // The optimizer step on piece p's gradients (clipped by `norm`).
+  void apply(Piece& p, double norm, float lr) {
     const float factor = clip_factor(norm, config_.clip_norm);
-    Tensor g = grads_.flat();
+    Tensor g = p.grads.flat();
     if (factor != 1.f && g.numel()) backend_.scale(factor, g.f32(), g.numel());
-    optimizer_->step(params_.flat(), g, lr);
-    ++stats_.updates;
+    p.optimizer->step(p.params.flat(), g, lr);
   }
 
   void run_synchronous() {
     const int R = config_.workers;
-    const size_t bytes = shard_.end - shard_.begin;
-    const auto n = static_cast<int64_t>(bytes / sizeof(float));
-    std::vector<std::byte> msg(message_bytes(shard_));
+    const int contacts = R * static_cast<int>(pieces_.size());
+    size_t largest = 0;
+    for (const auto& p : pieces_) largest = std::max(largest, message_bytes(p->shape));
+    std::vector<std::byte> msg(largest);
     for (;;) {
       int stops = 0, fetches = 0;
-      for (int r = 0; r < R; ++r) {
-        ps_.recv(msg.data(), msg.size(), r, kTagToServer, what(r));
-        PushHeader h;
-        std::memcpy(&h, msg.data(), sizeof h);
-        if (h.kind == kStop) {
-          ++stops;
-          count(true);
-          continue;
+      // ((g0 + g1) + g2) ...: the all-reduce's order, per piece.
+      for (int r = 0; r < R; ++r)
+        for (auto& p : pieces_) {
+          const size_t bytes = p->shape.bytes();
+          ps_.recv(msg.data(), message_bytes(p->shape), worker_rank(r, *p), kTagToServer,
+                   what(r, *p));
+          PushHeader h;
+          std::memcpy(&h, msg.data(), sizeof h);
+          if (h.kind == kStop) {
+            ++stops;
+            count(true);
+            continue;
+          }
+          if (h.kind == kFetch) {  // a save, at a step boundary: every worker asks
+            ++fetches;
+            continue;
+          }
+          count(false);
+          if (h.kind != kPush)
+            throw std::runtime_error(
+                fmt::format("parameter server: unexpected message {} from worker {}", h.kind,
+                            worker_rank(r, *p)));
+          if (r == 0)
+            std::memcpy(p->grads.flat().f32(), msg.data() + 32, bytes);
+          else
+            accumulate(p->grads.flat().f32(), msg.data() + 32,
+                       static_cast<int64_t>(bytes / sizeof(float)), ElemType::f32);
+          ++stats_.pushes;
         }
-        if (h.kind == kFetch) {  // a save, at a step boundary: every worker asks
-          ++fetches;
-          continue;
-        }
-        count(false);
-        if (h.kind != kPush)
-          throw std::runtime_error(
-              fmt::format("parameter server: unexpected message {} from "
-                          "worker {}",
-                          h.kind, r));
-        // ((g0 + g1) + g2) ...: the all-reduce's order.
-        if (r == 0)
-          std::memcpy(grads_.flat().f32(), msg.data() + 32, bytes);
-        else
-          accumulate(grads_.flat().f32(), msg.data() + 32, n, ElemType::f32);
-        ++stats_.pushes;
-      }
-      if (stops == R) return;
-      if (fetches == R) {
-        for (int r = 0; r < R; ++r) send_state(r);
+      if (stops == contacts) return;
+      if (fetches == contacts) {
+        for (auto& p : pieces_)
+          for (int r = 0; r < R; ++r) send_state(*p, r);
         continue;
       }
       if (stops != 0 || fetches != 0)
         throw std::runtime_error(fmt::format(
             "parameter server {}: of {} workers, {} stopped and {} asked for the state (a save) "
             "while the others pushed a step",
-            stats_.server, R, stops, fetches));
+            stats_.server, contacts, stops, fetches));
       const double norm = global_norm();
       const bool skipped = !std::isfinite(norm);
-      if (!skipped) apply(norm, config_.lr.at(step_));
+      if (!skipped) {
+        for (auto& p : pieces_) apply(*p, norm, config_.lr.at(step_));
+        ++stats_.updates;
+      }
       ++step_;
-      version_ += R;
+      for (auto& p : pieces_) p->version += R;
       reply_all(skipped, norm);
     }
   }
 
-  // One thread per worker: receive, apply under the lock, hold the pull back while the bound
-  // says so, reply.
+  // One thread per worker (replica r of a piece's stage): receive, apply under the lock, hold
+  // the pull back while the bound says so, reply.
   void run_asynchronous() {
     const int R = config_.workers;
-    std::vector<std::exception_ptr> errors(static_cast<size_t>(R));
+    std::vector<std::exception_ptr> errors(pieces_.size() * static_cast<size_t>(R));
     std::vector<std::thread> threads;
-    for (int r = 0; r < R; ++r)
-      threads.emplace_back([this, r, &errors] {
-        try {
-          serve_worker(r);
-        } catch (...) {
-          errors[static_cast<size_t>(r)] = std::current_exception();
-          std::lock_guard lock(mutex_);
-          failed_ = true;
-          changed_.notify_all();
-        }
-      });
+    for (size_t i = 0; i < pieces_.size(); ++i)
+      for (int r = 0; r < R; ++r)
+        threads.emplace_back([this, i, r, &errors] {
+          try {
+            serve_worker(*pieces_[i], r);
+          } catch (...) {
+            errors[i * static_cast<size_t>(config_.workers) + static_cast<size_t>(r)] =
+                std::current_exception();
+            std::lock_guard lock(mutex_);
+            failed_ = true;
+            changed_.notify_all();
+          }
+        });
     for (auto& t : threads) t.join();
     for (auto& e : errors)
       if (e) std::rethrow_exception(e);
   }
 
-  void serve_worker(int r) {
+  void serve_worker(Piece& p, int r) {
     const int R = config_.workers;
     const int64_t bound = static_cast<int64_t>(config_.staleness) * R;  // in pushes
-    const size_t bytes = shard_.end - shard_.begin;
-    std::vector<std::byte> msg(message_bytes(shard_));
+    const size_t bytes = p.shape.bytes();
+    const auto ri = static_cast<size_t>(r);
+    std::vector<std::byte> msg(message_bytes(p.shape));
     for (;;) {
-      ps_.recv(msg.data(), msg.size(), r, kTagToServer, what(r));
+      ps_.recv(msg.data(), msg.size(), worker_rank(r, p), kTagToServer, what(r, p));
       PushHeader h;
       std::memcpy(&h, msg.data(), sizeof h);
       std::unique_lock lock(mutex_);
-      computing_[static_cast<size_t>(r)] = false;
+      p.computing[ri] = false;
       if (h.kind == kFetch) {  // a save: the worker pauses (its next message is RESUME)
         changed_.notify_all();
-        send_state(r);
+        send_state(p, r);
         continue;
       }
       if (h.kind == kStop || h.kind == kPause) {
@@ -364,32 +455,34 @@ class Server {
       bool skipped = false;
       if (h.kind == kPush) {
         count(false);
-        const int64_t stale = version_ - h.version;
+        const int64_t stale = p.version - h.version;
         stats_.max_staleness = std::max(stats_.max_staleness, stale);
         stats_.sum_staleness += static_cast<double>(stale);
         ++stats_.pushes;
-        std::memcpy(grads_.flat().f32(), msg.data() + 32, bytes);
-        // This shard's tensors only (--clip needs K = 1 here). With K > 1 a non-finite gradient
-        // skips the update on the servers whose shard holds it.
-        norm = global_norm(/*local=*/true);
+        std::memcpy(p.grads.flat().f32(), msg.data() + 32, bytes);
+        // This piece's tensors only (--clip needs K = 1 and S = 1 here). With K > 1 a
+        // non-finite gradient skips the update on the servers whose piece holds it.
+        norm = global_norm(&p);
         skipped = !std::isfinite(norm);
-        if (!skipped) apply(norm, config_.lr.at(version_ / R));
-        ++version_;
+        if (!skipped) {
+          apply(p, norm, config_.lr.at(p.version / R));
+          ++stats_.updates;
+        }
+        ++p.version;
         changed_.notify_all();
       } else if (h.kind != kResume) {
-        throw std::runtime_error(
-            fmt::format("parameter server: unexpected message {} from "
-                        "worker {}",
-                        h.kind, r));
+        throw std::runtime_error(fmt::format(
+            "parameter server: unexpected message {} from worker {}", h.kind, worker_rank(r, p)));
       }
-      // The pull waits while another worker computes on parameters more than T global steps old.
+      // The pull waits while another worker of this stage computes on parameters more than T
+      // global steps old.
       const auto deadline = deadline_after(ps_.timeout_s());
       int oldest = -1;
       const auto may_start = [&] {
         if (failed_) return true;
         for (int s = 0; s < R; ++s)
-          if (s != r && computing_[static_cast<size_t>(s)] &&
-              version_ - on_[static_cast<size_t>(s)] > bound) {
+          if (s != r && p.computing[static_cast<size_t>(s)] &&
+              p.version - p.on[static_cast<size_t>(s)] > bound) {
             oldest = s;
             return false;
           }
@@ -399,40 +492,32 @@ class Server {
         throw TimeoutError(fmt::format(
             "parameter server {}: worker {} may not start its next step until worker {} (world "
             "rank {}) pushes (staleness bound {} global steps), which it did not within {:g} s",
-            stats_.server, r, oldest, ps_.world_rank(oldest), config_.staleness, ps_.timeout_s()));
+            stats_.server, worker_rank(r, p), worker_rank(oldest, p),
+            ps_.world_rank(worker_rank(oldest, p)), config_.staleness, ps_.timeout_s()));
       if (failed_) return;
-      on_[static_cast<size_t>(r)] = version_;
-      computing_[static_cast<size_t>(r)] = true;
-      out_[static_cast<size_t>(r)].resize(message_bytes(shard_));
-      PullHeader ph{version_, skipped ? 1 : 0, norm, 0};
-      std::memcpy(out_[static_cast<size_t>(r)].data(), &ph, sizeof ph);
-      std::memcpy(out_[static_cast<size_t>(r)].data() + 32, params_.flat().f32(), bytes);
+      p.on[ri] = p.version;
+      p.computing[ri] = true;
+      p.out[ri].resize(message_bytes(p.shape));
+      PullHeader ph{p.version, skipped ? 1 : 0, norm, 0};
+      std::memcpy(p.out[ri].data(), &ph, sizeof ph);
+      std::memcpy(p.out[ri].data() + 32, p.params.flat().f32(), bytes);
       lock.unlock();
-      ps_.isend(out_[static_cast<size_t>(r)].data(), out_[static_cast<size_t>(r)].size(), r,
-                kTagToWorker)
+      ps_.isend(p.out[ri].data(), p.out[ri].size(), worker_rank(r, p), kTagToWorker)
           ->wait(fmt::format("parameter server {}: sending parameters to worker {}", stats_.server,
-                             r));
+                             worker_rank(r, p)));
     }
   }
 
   Communicator& ps_;
   Communicator* servers_;
   PsConfig config_;
-  PsShard shard_;
   Backend& backend_;
-  SizeTable table_;
-  Arena params_, grads_;
-  std::unique_ptr<Optimizer> optimizer_;
-  std::vector<std::vector<std::byte>> out_;        // per worker: its reply (kept until sent)
-  std::vector<std::vector<std::byte>> state_out_;  // per worker: its reply to FETCH
-  int64_t step_ = 0;                               // optimizer steps' global step (sync)
-  int64_t version_ = 0;                            // pushes applied
+  std::vector<std::unique_ptr<Piece>> pieces_;  // in stage order
+  int64_t step_ = 0;                            // optimizer steps' global step (sync)
   PsServerStats stats_;
-  // Asynchronous mode: what each worker computes on.
+  // Asynchronous mode.
   std::mutex mutex_;
   std::condition_variable changed_;
-  std::vector<int64_t> on_;      // per worker: the version it pulled last
-  std::vector<bool> computing_;  // per worker: between its pull and its next push
   bool failed_ = false;
   bool stopped_ = false;  // some worker sent STOP
   std::chrono::steady_clock::time_point first_push_;
@@ -452,23 +537,28 @@ PsServerStats run_parameter_server(Communicator& ps, Communicator* servers, cons
 
 PsClient::PsClient(Communicator& ps, int worker, const PsConfig& config,
                    std::vector<PsShard> shards)
-    : ps_(ps), worker_(worker), config_(config), shards_(std::move(shards)) {
-  for (const PsShard& s : shards_) {
-    out_.emplace_back(message_bytes(s));
-    in_.emplace_back(message_bytes(s));
-  }
+    : ps_(ps), worker_(worker), config_(config) {
+  for (size_t k = 0; k < shards.size(); ++k)
+    if (const PsPiece* p = shards[k].piece(stage())) {
+      servers_.push_back(static_cast<int>(k));
+      pieces_.push_back(*p);
+      out_.emplace_back(message_bytes(*p));
+      in_.emplace_back(message_bytes(*p));
+    }
+}
+
+int PsClient::server_rank(size_t contact) const {
+  return config_.workers * config_.stages + servers_[contact];
 }
 
 PsClient::~PsClient() {
   if (!started_ || stopped_) return;
   try {
-    const int R = config_.workers;
     std::vector<std::unique_ptr<CommRequest>> sent;
-    for (size_t k = 0; k < shards_.size(); ++k) {
+    for (size_t k = 0; k < pieces_.size(); ++k) {
       PushHeader h{kStop, 0, version_, 0};
       std::memcpy(out_[k].data(), &h, sizeof h);
-      sent.push_back(
-          ps_.isend(out_[k].data(), out_[k].size(), R + static_cast<int>(k), kTagToServer));
+      sent.push_back(ps_.isend(out_[k].data(), out_[k].size(), server_rank(k), kTagToServer));
     }
     for (auto& s : sent) s->wait("a worker's STOP to the parameter servers");
   } catch (const std::exception& e) {
@@ -478,36 +568,34 @@ PsClient::~PsClient() {
 }
 
 void PsClient::push(StageParameters& stage, int64_t kind, int64_t step) {
-  const int R = config_.workers;
   const std::byte* src = reinterpret_cast<const std::byte*>(
       kind == kInit ? stage.params_flat().f32() : stage.grads_flat().f32());
   std::vector<std::unique_ptr<CommRequest>> sent;
-  for (size_t k = 0; k < shards_.size(); ++k) {
-    const PsShard& s = shards_[k];
+  for (size_t k = 0; k < pieces_.size(); ++k) {
+    const PsPiece& p = pieces_[k];
     PushHeader h{kind, step, version_, 0};
     std::memcpy(out_[k].data(), &h, sizeof h);
-    std::memcpy(out_[k].data() + 32, src + s.begin, s.end - s.begin);
-    sent.push_back(
-        ps_.isend(out_[k].data(), out_[k].size(), R + static_cast<int>(k), kTagToServer));
+    std::memcpy(out_[k].data() + 32, src + p.begin, p.bytes());
+    sent.push_back(ps_.isend(out_[k].data(), out_[k].size(), server_rank(k), kTagToServer));
   }
   for (size_t k = 0; k < sent.size(); ++k)
-    sent[k]->wait(fmt::format("worker {}: pushing to parameter server {}", worker_, k));
+    sent[k]->wait(fmt::format("worker {}: pushing to parameter server {}", worker_, servers_[k]));
 }
 
-EpilogueResult PsClient::pull(StageParameters& stage) {
-  const int R = config_.workers;
+EpilogueResult PsClient::finish_pull(StageParameters& stage) {
   std::byte* dst = reinterpret_cast<std::byte*>(stage.params_flat().f32());
   EpilogueResult out;
-  for (size_t k = 0; k < shards_.size(); ++k) {
-    const PsShard& s = shards_[k];
+  for (size_t k = 0; k < pieces_.size(); ++k) {
+    const PsPiece& p = pieces_[k];
+    const int server = servers_[k];
     // Two timeouts: a server waits up to one for the other workers (synchronous) or for the
     // staleness bound (asynchronous) before it replies, so when a worker is dead the server,
     // which knows which one, reports first and the job ends naming it.
     for (int attempt = 0;; ++attempt) {
       try {
-        ps_.recv(
-            in_[k].data(), in_[k].size(), R + static_cast<int>(k), kTagToWorker,
-            fmt::format("worker {} waiting for parameters from parameter server {}", worker_, k));
+        ps_.recv(in_[k].data(), in_[k].size(), server_rank(k), kTagToWorker,
+                 fmt::format("worker {} waiting for parameters from parameter server {}", worker_,
+                             server));
         break;
       } catch (const TimeoutError&) {
         if (attempt == 1) throw;
@@ -516,73 +604,72 @@ EpilogueResult PsClient::pull(StageParameters& stage) {
                    "warning: worker {}: parameter server {} (world rank {}) sent no parameters "
                    "within {:g} s; waiting once more (a server waits up to one timeout for the "
                    "other workers)\n",
-                   worker_, k, ps_.world_rank(R + static_cast<int>(k)), ps_.timeout_s());
+                   worker_, server, ps_.world_rank(server_rank(k)), ps_.timeout_s());
       }
     }
     PullHeader h;
     std::memcpy(&h, in_[k].data(), sizeof h);
-    std::memcpy(dst + s.begin, in_[k].data() + 32, s.end - s.begin);
+    std::memcpy(dst + p.begin, in_[k].data() + 32, p.bytes());
     if (k == 0) version_ = h.version;
     out.grad_norm = h.grad_norm;
     out.skipped = out.skipped || h.skipped != 0;
   }
+  started_ = true;
+  paused_ = false;
   return out;
 }
 
 void PsClient::send_init(StageParameters& stage, const Optimizer& optimizer, int64_t step) {
-  const int R = config_.workers;
   const auto* params = reinterpret_cast<const std::byte*>(stage.params_flat().f32());
   const size_t slots = optimizer.slots().size();
-  std::vector<std::vector<std::byte>> out(shards_.size());
+  std::vector<std::vector<std::byte>> out(pieces_.size());
   std::vector<std::unique_ptr<CommRequest>> sent;
-  for (size_t k = 0; k < shards_.size(); ++k) {
-    const PsShard& s = shards_[k];
-    const size_t bytes = s.end - s.begin;
-    out[k].resize(state_message_bytes(s, static_cast<int>(slots)));
+  for (size_t k = 0; k < pieces_.size(); ++k) {
+    const PsPiece& p = pieces_[k];
+    const size_t bytes = p.bytes();
+    out[k].resize(state_message_bytes(p, static_cast<int>(slots)));
     PushHeader h{kInit, step, version_, optimizer.steps_taken()};
     std::memcpy(out[k].data(), &h, sizeof h);
-    std::memcpy(out[k].data() + 32, params + s.begin, bytes);
+    std::memcpy(out[k].data() + 32, params + p.begin, bytes);
     for (size_t i = 0; i < slots; ++i)
       std::memcpy(
           out[k].data() + 32 + bytes * (1 + i),
-          reinterpret_cast<const std::byte*>(optimizer.slots()[i].state.flat().f32()) + s.begin,
+          reinterpret_cast<const std::byte*>(optimizer.slots()[i].state.flat().f32()) + p.begin,
           bytes);
-    sent.push_back(ps_.isend(out[k].data(), out[k].size(), R + static_cast<int>(k), kTagToServer));
+    sent.push_back(ps_.isend(out[k].data(), out[k].size(), server_rank(k), kTagToServer));
   }
   for (size_t k = 0; k < sent.size(); ++k)
-    sent[k]->wait(fmt::format("worker {}: initialising parameter server {}", worker_, k));
+    sent[k]->wait(fmt::format("worker {}: initialising parameter server {}", worker_, servers_[k]));
 }
 
 bool PsClient::request_state() {
   if (!started_ || stopped_) return false;
-  const int R = config_.workers;
   std::vector<std::unique_ptr<CommRequest>> sent;
-  for (size_t k = 0; k < shards_.size(); ++k) {
+  for (size_t k = 0; k < pieces_.size(); ++k) {
     PushHeader h{kFetch, 0, version_, 0};
     std::memcpy(out_[k].data(), &h, sizeof h);
-    sent.push_back(
-        ps_.isend(out_[k].data(), out_[k].size(), R + static_cast<int>(k), kTagToServer));
+    sent.push_back(ps_.isend(out_[k].data(), out_[k].size(), server_rank(k), kTagToServer));
   }
   for (auto& s : sent) s->wait("a worker's request for the parameter servers' state");
   return true;
 }
 
 void PsClient::receive_state(StageParameters& stage, Optimizer& optimizer) {
-  const int R = config_.workers;
   auto* params = reinterpret_cast<std::byte*>(stage.params_flat().f32());
   const size_t slots = optimizer.slots().size();
   std::vector<std::byte> in;
-  for (size_t k = 0; k < shards_.size(); ++k) {
-    const PsShard& s = shards_[k];
-    const size_t bytes = s.end - s.begin;
-    in.resize(state_message_bytes(s, static_cast<int>(slots)));
-    ps_.recv(in.data(), in.size(), R + static_cast<int>(k), kTagToWorker,
-             fmt::format("worker {} waiting for the state of parameter server {}", worker_, k));
+  for (size_t k = 0; k < pieces_.size(); ++k) {
+    const PsPiece& p = pieces_[k];
+    const size_t bytes = p.bytes();
+    in.resize(state_message_bytes(p, static_cast<int>(slots)));
+    ps_.recv(in.data(), in.size(), server_rank(k), kTagToWorker,
+             fmt::format("worker {} waiting for the state of parameter server {}", worker_,
+                         servers_[k]));
     PullHeader h;
     std::memcpy(&h, in.data(), sizeof h);
-    std::memcpy(params + s.begin, in.data() + 32, bytes);
+    std::memcpy(params + p.begin, in.data() + 32, bytes);
     for (size_t i = 0; i < slots; ++i)
-      std::memcpy(reinterpret_cast<std::byte*>(optimizer.slots()[i].state.flat().f32()) + s.begin,
+      std::memcpy(reinterpret_cast<std::byte*>(optimizer.slots()[i].state.flat().f32()) + p.begin,
                   in.data() + 32 + bytes * (1 + i), bytes);
     // Every server steps once per update (synchronous) or push (asynchronous), skips included.
     if (k == 0) optimizer.set_steps_taken(h.optimizer_steps);
@@ -591,35 +678,30 @@ void PsClient::receive_state(StageParameters& stage, Optimizer& optimizer) {
   if (config_.staleness > 0) paused_ = true;
 }
 
-void PsClient::before_step(StageParameters& stage, const Optimizer& optimizer, int64_t step) {
+bool PsClient::begin_step(StageParameters& stage, const Optimizer& optimizer, int64_t step) {
   if (!started_) {
-    if (worker_ == 0) send_init(stage, optimizer, step);
-    pull(stage);
-    started_ = true;
-  } else if (paused_) {
-    push(stage, kResume, step);
-    pull(stage);
+    if (replica() == 0) send_init(stage, optimizer, step);
+    return true;
   }
-  paused_ = false;
+  if (paused_) {
+    push(stage, kResume, step);
+    return true;
+  }
+  return false;
 }
 
 void PsClient::pause() {
   if (!started_ || paused_ || config_.staleness == 0) return;
-  const int R = config_.workers;
   std::vector<std::unique_ptr<CommRequest>> sent;
-  for (size_t k = 0; k < shards_.size(); ++k) {
+  for (size_t k = 0; k < pieces_.size(); ++k) {
     PushHeader h{kPause, 0, version_, 0};
     std::memcpy(out_[k].data(), &h, sizeof h);
-    sent.push_back(
-        ps_.isend(out_[k].data(), out_[k].size(), R + static_cast<int>(k), kTagToServer));
+    sent.push_back(ps_.isend(out_[k].data(), out_[k].size(), server_rank(k), kTagToServer));
   }
   for (auto& s : sent) s->wait("a worker's PAUSE to the parameter servers");
   paused_ = true;
 }
 
-EpilogueResult PsClient::exchange(StageParameters& stage, int64_t step) {
-  push(stage, kPush, step);
-  return pull(stage);
-}
+void PsClient::push_gradients(StageParameters& stage, int64_t step) { push(stage, kPush, step); }
 
 }  // namespace pt

@@ -16,18 +16,30 @@ PsConfig ps_config(const PipelineConfig& config, int replicas, const PsOptions& 
   if (ps.servers < 1) throw UsageError(fmt::format("--ps {} must be >= 1", ps.servers));
   if (ps.staleness < 0)
     throw UsageError(fmt::format("--staleness {} must be >= 0 (0: synchronous)", ps.staleness));
+  const int S = static_cast<int>(config.layers_per_stage.size());
   if (ps.staleness > 0 && ps.servers > 1 && config.trainer.clip_norm > 0.f)
     throw UsageError(fmt::format(
         "--clip-norm with --staleness {} needs --ps 1: each push is clipped by the norm of all "
         "its gradients, and {} servers see pushes in different orders",
         ps.staleness, ps.servers));
-  if (config.schedule.num_devices != 1 || config.layers_per_stage.size() != 1)
-    throw UsageError(
-        fmt::format("--ps supports one stage per worker so far: use --stages 1 (got {} stages)",
-                    config.layers_per_stage.size()));
+  if (ps.staleness > 0 && S > 1 && config.trainer.clip_norm > 0.f)
+    throw UsageError(fmt::format(
+        "--clip-norm with --staleness {} needs --stages 1: a push holds one stage's gradients, "
+        "not all of them; drop --clip-norm or use --staleness 0",
+        ps.staleness));
+  // Worker (r, s) is world rank r * S + s under mpirun, as data-parallel pipelines place them.
+  bool one_per_device = config.schedule.num_devices == S;
+  for (int s = 0; s < S && one_per_device; ++s)
+    one_per_device = config.schedule.stage_device.at(static_cast<size_t>(s)) == s;
+  if (!one_per_device)
+    throw UsageError(fmt::format(
+        "--ps needs stage s on device s (each stage's worker pushes its own layers) but the "
+        "schedule puts {} stages on {} devices: use --schedule 1f1b or gpipe",
+        S, config.schedule.num_devices));
   PsConfig c;
   c.servers = ps.servers;
   c.workers = replicas;
+  c.stages = S;
   c.staleness = ps.staleness;
   c.optimizer = config.trainer.optimizer;
   c.lr = config.trainer.lr;
@@ -35,17 +47,19 @@ PsConfig ps_config(const PipelineConfig& config, int replicas, const PsOptions& 
   return c;
 }
 
-// Replica r of R as a parameter-server worker (no data-parallel group: the client replaces it).
-std::unique_ptr<PipelineTrainer> make_worker(Model& model, Backend* device,
+// Replica r of R as parameter-server workers, one client per stage (no data-parallel group: the
+// clients replace it). `devices` and `clients`: one per stage, null for stages held elsewhere.
+std::unique_ptr<PipelineTrainer> make_worker(Model& model, std::vector<Backend*> devices,
                                              const PipelineConfig& config, int r, int replicas,
-                                             PsClient& client, Communicator* pipeline_group) {
+                                             std::vector<PsClient*> clients,
+                                             Communicator* pipeline_group) {
   PipelineConfig rc = config;
   rc.parallel.replicas = replicas;
   rc.parallel.replica = r;
   rc.parallel.pipeline_group = pipeline_group;
-  rc.parallel.data_parallel_groups.assign(1, nullptr);
-  rc.parallel.parameter_server = &client;
-  return std::make_unique<PipelineTrainer>(model, std::vector<Backend*>{device}, rc);
+  rc.parallel.data_parallel_groups.assign(devices.size(), nullptr);
+  rc.parallel.parameter_servers = std::move(clients);
+  return std::make_unique<PipelineTrainer>(model, std::move(devices), rc);
 }
 
 }  // namespace
@@ -82,16 +96,18 @@ std::vector<StageState> ParameterServerTrainer::stages_to_save() {
   // its reply.)
   if (parts_->asynchronous && parts_->workers_group)
     parts_->workers_group->barrier("the workers meeting before a save");
-  // Every client asks before any waits: a synchronous server answers once all R asked. Client i
-  // belongs to replica i of this process's workers.
+  // Every client asks before any waits: a synchronous server answers once all its workers
+  // asked. Client i belongs to local replica i / clients_per_replica.
   std::vector<bool> asked;
   for (auto& c : parts_->clients) asked.push_back(c->request_state());
   for (size_t i = 0; i < parts_->clients.size(); ++i) {
     if (!asked[i]) continue;
-    const std::vector<StageState> st = parts_->workers->replica(static_cast<int>(i)).stage_states();
-    if (st.size() != 1 || !st[0].optimizer)
-      throw std::logic_error("a parameter-server worker holds one stage with an optimizer");
-    parts_->clients[i]->receive_state(*st[0].params, *st[0].optimizer);
+    PipelineTrainer& replica =
+        parts_->workers->replica(static_cast<int>(i) / parts_->clients_per_replica);
+    const StageState st = replica.stage_state(parts_->clients[i]->stage());
+    if (!st.params || !st.optimizer)
+      throw std::logic_error("a parameter-server worker holds its stage with an optimizer");
+    parts_->clients[i]->receive_state(*st.params, *st.optimizer);
   }
   return parts_->workers->stages_to_save();
 }
@@ -100,25 +116,33 @@ std::unique_ptr<ParameterServerTrainer> make_local_parameter_server(
     const std::function<Model()>& make_model, const std::vector<Backend*>& devices,
     const PipelineConfig& config, int replicas, const PsOptions& ps) {
   const PsConfig pc = ps_config(config, replicas, ps);
-  if (static_cast<int>(devices.size()) != replicas)
-    throw UsageError(fmt::format("--ps with --dp {} needs {} devices (one per worker), got {}",
-                                 replicas, replicas, devices.size()));
+  const int K = ps.servers, R = replicas, S = pc.stages;
+  if (static_cast<int>(devices.size()) != R * S)
+    throw UsageError(
+        fmt::format("--ps with --dp {} x --stages {} needs {} devices (one per worker), got {}", R,
+                    S, R * S, devices.size()));
   auto parts = std::make_unique<ParameterServerTrainer::Parts>();
   parts->replicas = replicas;
-  const int K = ps.servers, R = replicas;
+  parts->clients_per_replica = S;
   Model shape_model = make_model();
-  const std::vector<PsShard> shards = shard_by_layer(shape_model, K);
-  auto group = make_in_process_group(R + K, config.timeout_s, "parameter server");
+  const std::vector<PsShard> shards = shard_by_layer(shape_model, K, config.layers_per_stage);
+  auto group = make_in_process_group(R * S + K, config.timeout_s, "parameter server");
   std::vector<std::unique_ptr<Communicator>> servers_group;
   if (K > 1) servers_group = make_in_process_group(K, config.timeout_s, "parameter servers");
   parts->server_devices = open_devices(fmt::format("cpu:0..{}", K - 1), K, 1);
   DataParallelTrainer::Parts dp;
   for (int r = 0; r < R; ++r) {
-    parts->clients.push_back(
-        std::make_unique<PsClient>(*group[static_cast<size_t>(r)], r, pc, shards));
+    std::vector<PsClient*> clients;
+    for (int s = 0; s < S; ++s) {
+      const int w = r * S + s;
+      parts->clients.push_back(
+          std::make_unique<PsClient>(*group[static_cast<size_t>(w)], w, pc, shards));
+      clients.push_back(parts->clients.back().get());
+    }
     dp.models.push_back(std::make_unique<Model>(make_model()));
-    dp.replicas.push_back(make_worker(*dp.models.back(), devices[static_cast<size_t>(r)], config, r,
-                                      R, *parts->clients.back(), nullptr));
+    dp.replicas.push_back(make_worker(*dp.models.back(),
+                                      {devices.begin() + r * S, devices.begin() + (r + 1) * S},
+                                      config, r, R, std::move(clients), nullptr));
   }
   for (auto& c : group) parts->communicators.push_back(std::move(c));
   for (auto& c : servers_group) parts->communicators.push_back(std::move(c));
@@ -127,9 +151,9 @@ std::unique_ptr<ParameterServerTrainer> make_local_parameter_server(
   parts->stats.resize(static_cast<size_t>(K));
   parts->errors.resize(static_cast<size_t>(K));
   for (int k = 0; k < K; ++k) {
-    Communicator* ps_rank = parts->communicators[static_cast<size_t>(R + k)].get();
+    Communicator* ps_rank = parts->communicators[static_cast<size_t>(R * S + k)].get();
     Communicator* servers =
-        K > 1 ? parts->communicators[static_cast<size_t>(R + K + k)].get() : nullptr;
+        K > 1 ? parts->communicators[static_cast<size_t>(R * S + K + k)].get() : nullptr;
     Backend* backend = parts->server_devices.backends[static_cast<size_t>(k)].get();
     ParameterServerTrainer::Parts* p = parts.get();
     const PsShard shard = shards[static_cast<size_t>(k)];
@@ -149,21 +173,21 @@ PsProcess make_process_parameter_server(const std::function<Model()>& make_model
                                         const PipelineConfig& config, Communicator& world,
                                         int replicas, const PsOptions& ps) {
   const PsConfig pc = ps_config(config, replicas, ps);
-  const int K = ps.servers, R = replicas;
-  if (world.size() != R + K)
+  const int K = ps.servers, R = replicas, S = pc.stages, W = R * S;
+  if (world.size() != W + K)
     throw UsageError(fmt::format(
-        "{} processes were started but --ps {} with --dp {} (x --stages 1) needs {} ({} server(s) "
+        "{} processes were started but --ps {} with --dp {} x --stages {} needs {} ({} server(s) "
         "+ {} worker(s)): start mpirun -np {}",
-        world.size(), K, R, R + K, K, R, R + K));
+        world.size(), K, R, S, W + K, K, W, W + K));
   const int rank = world.rank();
-  const bool server = rank >= R;
+  const bool server = rank >= W;
   // Both splits on every rank, in the same order (collective).
   auto side = world.split(server ? 1 : 0, rank, server ? "parameter servers" : "ps workers");
   Model shape_model = make_model();
-  const std::vector<PsShard> shards = shard_by_layer(shape_model, K);
+  const std::vector<PsShard> shards = shard_by_layer(shape_model, K, config.layers_per_stage);
   PsProcess out;
   if (server) {
-    const int k = rank - R;
+    const int k = rank - W;
     auto owned = std::make_shared<std::vector<std::unique_ptr<Communicator>>>();
     owned->push_back(std::move(side));
     Communicator* servers = K > 1 ? (*owned)[0].get() : nullptr;
@@ -184,15 +208,27 @@ PsProcess make_process_parameter_server(const std::function<Model()>& make_model
     };
     return out;
   }
+  // Worker (r, s) = world rank r * S + s, as make_process_data_parallel places a pipeline's
+  // devices; its replica's stages meet in a pipeline group (collective over the workers only).
+  const int r = rank / S, s = rank % S;
+  std::unique_ptr<Communicator> pipeline;
+  if (S > 1) pipeline = side->split(r, s, fmt::format("pipeline of replica {}", r));
   auto parts = std::make_unique<ParameterServerTrainer::Parts>();
   parts->replicas = R;
   parts->clients.push_back(std::make_unique<PsClient>(world, rank, pc, shards));
   DataParallelTrainer::Parts dp;
   dp.world = side.get();
   dp.local_step_stats = ps.staleness > 0;
+  dp.local_stats_group = pipeline.get();
+  dp.local_stats_scale = R;
   dp.models.push_back(std::make_unique<Model>(make_model()));
-  dp.replicas.push_back(
-      make_worker(*dp.models.back(), &device, config, rank, R, *parts->clients.back(), nullptr));
+  std::vector<Backend*> devices(static_cast<size_t>(S), nullptr);
+  std::vector<PsClient*> clients(static_cast<size_t>(S), nullptr);
+  devices[static_cast<size_t>(s)] = &device;
+  clients[static_cast<size_t>(s)] = parts->clients.back().get();
+  dp.replicas.push_back(make_worker(*dp.models.back(), std::move(devices), config, r, R,
+                                    std::move(clients), pipeline.get()));
+  if (pipeline) dp.communicators.push_back(std::move(pipeline));
   out.workers = side.get();
   parts->workers_group = side.get();
   parts->asynchronous = ps.staleness > 0;

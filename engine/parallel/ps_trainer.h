@@ -1,9 +1,10 @@
 #pragma once
-// Training with a parameter server (--ps K, engine/parallel/parameter_server.h): R workers (one
-// replica each, S = 1) run as a DataParallelTrainer whose replicas push and pull instead of
-// all-reducing; the K servers are threads of this process (make_local_parameter_server) or
-// processes of their own under mpirun (make_process_parameter_server: world ranks [0, R) are the
-// workers, ranks [R, R + K) the servers).
+// Training with a parameter server (--ps K, engine/parallel/parameter_server.h): R replicas of
+// S stages each (R x S workers: one per stage of each replica) run as a DataParallelTrainer whose
+// stages push and pull instead of all-reducing; the K servers are threads of this process
+// (make_local_parameter_server) or processes of their own under mpirun
+// (make_process_parameter_server: world ranks [0, R x S) are the workers, replica r's stage s
+// at r x S + s, ranks [R x S, R x S + K) the servers).
 #include <functional>
 #include <memory>
 #include <thread>
@@ -33,6 +34,7 @@ class ParameterServerTrainer final : public TrainingEngine {
     std::vector<PsServerStats> stats;        // per in-process server, filled when it ends
     std::vector<std::exception_ptr> errors;  // per in-process server
     int replicas = 1;
+    int clients_per_replica = 1;  // S in one process (a client per stage), 1 under mpirun
     // Under mpirun: the workers' group (for the barrier before an asynchronous save); else null.
     Communicator* workers_group = nullptr;
     bool asynchronous = false;
@@ -70,12 +72,13 @@ class ParameterServerTrainer final : public TrainingEngine {
   bool finished_ = false;
 };
 
-// R workers on `devices` (one each) and K server threads, in this process.
+// R x S workers on `devices` (devices[r * S + s]: replica r's stage s) and K server threads, in
+// this process.
 std::unique_ptr<ParameterServerTrainer> make_local_parameter_server(
     const std::function<Model()>& make_model, const std::vector<Backend*>& devices,
     const PipelineConfig& config, int replicas, const PsOptions& ps);
 
-// One process of an mpirun job of R + K processes (collective over `world`). A worker gets an
+// One process of an mpirun job of R x S + K processes (collective over `world`). A worker gets an
 // engine and `workers` (the workers' group: the training loop's world); a server gets `serve`,
 // which runs its loop until the workers stop and returns 0.
 struct PsProcess {

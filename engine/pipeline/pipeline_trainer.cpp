@@ -82,16 +82,17 @@ PipelineTrainer::PipelineTrainer(Model& model, std::vector<Backend*> devices,
   for (int d = 0; d < sc.num_devices; ++d) {
     if (!local(d)) continue;
     local_devices_.push_back(d);
-    if (par.replicas > 1 && !par.data_parallel_group(d) && !par.parameter_server)
+    if (par.replicas > 1 && !par.data_parallel_group(d) && !par.uses_parameter_server())
       throw UsageError(fmt::format("replica {} of {} has no data-parallel group for device {}",
                                    par.replica, par.replicas, d));
   }
   if (local_devices_.empty())
     throw UsageError("none of the schedule's devices is held by this process");
-  if (par.parameter_server && layout_.num_stages() != 1)
+  if (par.uses_parameter_server() && sc.num_devices != layout_.num_stages())
     throw UsageError(fmt::format(
-        "--ps supports one stage per worker so far but the plan has {} stages: use --stages 1",
-        layout_.num_stages()));
+        "--ps needs one stage per device (each stage's worker pushes its own layers) but the "
+        "schedule puts {} stages on {} devices: use --schedule 1f1b or gpipe",
+        layout_.num_stages(), sc.num_devices));
   if (static_cast<int>(local_devices_.size()) != sc.num_devices) {
     if (!par.pipeline_group)
       throw UsageError(
@@ -171,7 +172,7 @@ void PipelineTrainer::check_async() const {
     throw UsageError(
         "--shard-optimizer with --update async: each stage steps its whole optimizer at its own "
         "UPDATE; drop --shard-optimizer or use --update sync");
-  if (config_.parallel.parameter_server)
+  if (config_.parallel.uses_parameter_server())
     throw UsageError(
         "--ps with --update async: the parameter servers apply the updates; drop --ps or use "
         "--update sync");
@@ -355,9 +356,16 @@ StepStats PipelineTrainer::train_step(const Tensor& inputs, const Tensor& target
   for (int d : local_devices_) devices_[at(d)]->reset_peak();
   for (auto& r : reducers_)
     if (r) r->start_step();
-  // A parameter-server worker computes on the servers' parameters (worker 0 sends its own first).
-  if (par.parameter_server)
-    par.parameter_server->before_step(*stages_.at(0).params, *stages_.at(0).optimizer, step_);
+  // A parameter-server worker computes on the servers' parameters (replica 0 sends its own
+  // first). Every held stage sends before any waits: a server may hold layers of several.
+  if (par.uses_parameter_server()) {
+    std::vector<int> pulls;
+    for (int s = 0; s < layout_.num_stages(); ++s)
+      if (PsClient* c = par.parameter_server(s))
+        if (c->begin_step(*stages_.at(at(s)).params, *stages_.at(at(s)).optimizer, step_))
+          pulls.push_back(s);
+    for (int s : pulls) par.parameter_server(s)->finish_pull(*stages_.at(at(s)).params);
+  }
   std::vector<std::vector<ExecutedAction>> executed;
   const auto computing = std::chrono::steady_clock::now();
   run_schedule(config_.schedule, run, /*training=*/true,
@@ -400,16 +408,31 @@ StepStats PipelineTrainer::train_step(const Tensor& inputs, const Tensor& target
   };
   for (StageOwned& s : stages_)
     if (s.shard) epilogue.shards.push_back(s.shard.get());
-  // With a parameter server the servers run the epilogue's maths; this replica pushes and pulls.
-  const EpilogueResult end = par.parameter_server
-                                 ? par.parameter_server->exchange(*stages_.at(0).params, step_)
-                                 : finish_step(*model_, held, epilogue);
+  // With a parameter server the servers run the epilogue's maths; this replica pushes and pulls
+  // (every held stage pushes before any pulls, as above).
+  const EpilogueResult end =
+      par.uses_parameter_server() ? exchange_with_servers() : finish_step(*model_, held, epilogue);
   stats.grad_norm = end.grad_norm;
   stats.skipped = end.skipped;
   for (int d : local_devices_)
     stats.reserved_bytes += devices_[at(d)]->memory_stats().reserved_bytes;
   ++step_;
   return stats;
+}
+
+EpilogueResult PipelineTrainer::exchange_with_servers() {
+  const ParallelContext& par = config_.parallel;
+  for (int s = 0; s < layout_.num_stages(); ++s)
+    if (PsClient* c = par.parameter_server(s)) c->push_gradients(*stages_.at(at(s)).params, step_);
+  EpilogueResult end;
+  for (int s = 0; s < layout_.num_stages(); ++s)
+    if (PsClient* c = par.parameter_server(s)) {
+      // Synchronous: every server sends the same global norm and skip; asynchronous: each its own.
+      const EpilogueResult e = c->finish_pull(*stages_.at(at(s)).params);
+      end.grad_norm = e.grad_norm;
+      end.skipped = end.skipped || e.skipped;
+    }
+  return end;
 }
 
 std::vector<StepStats> PipelineTrainer::train_steps(std::span<const HostBatch> batches) {

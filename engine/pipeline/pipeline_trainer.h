@@ -38,6 +38,7 @@
 #include "engine/pipeline/recompute.h"
 #include "engine/pipeline/transport.h"
 #include "engine/pipeline/weight_versions.h"
+#include "engine/step_epilogue.h"
 #include "engine/trace/flight_recorder.h"
 #include "engine/trainer.h"
 #include "schedule/schedule.h"
@@ -80,6 +81,11 @@ class PipelineTrainer final : public TrainingEngine {
   int64_t step() const override { return step_; }
   void set_step(int64_t step) override;
   std::vector<StageState> stage_states() override;
+  // Stage s's parameters and optimizer (both null when another process holds it).
+  StageState stage_state(int s) {
+    StageOwned& o = stages_.at(static_cast<size_t>(s));
+    return {o.params.get(), o.optimizer.get()};
+  }
 
   int num_stages() const { return layout_.num_stages(); }
   StageParameters& stage_parameters(int s) { return *stages_.at(static_cast<size_t>(s)).params; }
@@ -132,6 +138,9 @@ class PipelineTrainer final : public TrainingEngine {
   };
   bool sharded() const { return config_.parallel.shard_optimizer; }
   void check_async() const;
+  // --ps: every held stage pushes its gradients, then pulls its parameters (the servers run the
+  // epilogue's maths).
+  EpilogueResult exchange_with_servers();
   std::vector<StepStats> train_window(std::span<const HostBatch> batches);
   const sched::Schedule& window_schedule(int steps);
   // Runs `schedule` on every device held here, each on its own thread; with `trace` records

@@ -56,11 +56,6 @@ void TrainingOptions::check(int64_t batch) const {
         "--ps with --update async: the parameter servers apply the updates, so there is no "
         "per-stage UPDATE to make asynchronous; drop --ps (--update async --dp R all-reduces) or "
         "use --ps K --staleness T for asynchronous updates");
-  if (ps > 0 && stages > 1)
-    throw UsageError(fmt::format(
-        "--ps supports one stage per worker so far but --stages is {}: use --stages 1 (each "
-        "stage's worker pushing its own layers is not implemented)",
-        stages));
   if (slow_replica >= 0) {
     if (slow_replica >= dp)
       throw UsageError(

@@ -95,8 +95,8 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
       opt.stages > 1 ? fmt::format(", {} stages, schedule {}, recompute {}", opt.stages,
                                    opt.schedule.str(), opt.recompute.str())
                      : "",
-      opt.ps > 0 ? fmt::format(", {} worker{} and {} parameter server{}", opt.dp,
-                               opt.dp == 1 ? "" : "s", opt.ps, opt.ps == 1 ? "" : "s")
+      opt.ps > 0 ? fmt::format(", {} worker{} and {} parameter server{}", opt.dp * opt.stages,
+                               opt.dp * opt.stages == 1 ? "" : "s", opt.ps, opt.ps == 1 ? "" : "s")
       : opt.dp > 1 && opt.shard_optimizer
           ? fmt::format(", {} data-parallel replicas (sharded optimizer: gradients "
                         "reduce-scattered, parameters all-gathered)",
@@ -141,12 +141,17 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
     // Asynchronous servers take one optimizer step per push: R per training step (checkpoints).
     if (ps.staleness > 0) s.layout["optimizer_steps_per_step"] = std::to_string(opt.dp);
     if (opt.print)
-      fmt::print("parameter server: {} server{}{}, {}\n", ps.servers, ps.servers == 1 ? "" : "s",
-                 world ? fmt::format(" (world ranks {}..{})", opt.dp, opt.dp + ps.servers - 1)
-                       : " (threads of this process)",
-                 ps.staleness == 0
-                     ? std::string("synchronous")
-                     : fmt::format("asynchronous, staleness <= {} global steps", ps.staleness));
+      fmt::print(
+          "parameter server: {} server{}{}, {}\n", ps.servers, ps.servers == 1 ? "" : "s",
+          world ? fmt::format(" (world ranks {}..{}; workers: ranks 0..{}{})", opt.dp * opt.stages,
+                              opt.dp * opt.stages + ps.servers - 1, opt.dp * opt.stages - 1,
+                              opt.stages > 1
+                                  ? fmt::format(", replica r's stage s at r x {} + s", opt.stages)
+                                  : std::string())
+                : " (threads of this process)",
+          ps.staleness == 0
+              ? std::string("synchronous")
+              : fmt::format("asynchronous, staleness <= {} global steps", ps.staleness));
     if (world) {
       PsProcess p =
           make_process_parameter_server(make_model, *s.backends[0], pc, *world, opt.dp, ps);

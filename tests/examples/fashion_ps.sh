@@ -26,33 +26,7 @@ command -v mpirun >/dev/null || { echo "mpirun not found"; exit 77; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
-fail() { echo "FAIL: $*"; echo "$out" | tail -30; fails=$((fails+1)); }
-run() {  # run NP args... (sets out, rc, secs); NP 0: no mpirun
-  local np=$1; shift
-  local t0=$SECONDS
-  if [ "$np" = 0 ]; then
-    out=$(timeout 120 "$exe" --data "$data" --batch 32 --threads 1 "$@" 2>&1); rc=$?
-  else
-    out=$(timeout 120 mpirun ${mpirun_flags:-} -np "$np" --oversubscribe --bind-to none "$exe" --data "$data" --batch 32 --threads 1 "$@" 2>&1); rc=$?
-  fi
-  secs=$((SECONDS - t0))
-}
-same() {  # same A B: the checkpoints' weights are bit-identical
-  if python3 "$here/compare_checkpoints.py" "$1" "$2" --weights-only --quiet; then
-    echo "ok: $1 == $2 bit for bit"
-  else
-    fail "$1 and $2 differ"
-  fi
-}
-expect_fail() {  # expect_fail MAX_SECONDS "must say" NP args...
-  local max=$1 want=$2; shift 2
-  run "$@"
-  if [ $rc -eq 0 ] || [ $secs -gt "$max" ] || ! grep -qF -- "$want" <<<"$out"; then
-    fail "-np $* gave rc=$rc after $secs s (limit $max), expected a failure saying '$want'"
-  else
-    echo "ok ($secs s): -np $* -> rc=$rc, $(grep -F -- "$want" <<<"$out" | head -1)"
-  fi
-}
+source "$here/mpi_runs.sh"  # fail, run, same, same_all, expect_fail
 
 # ---- synchronous == all-reduce ----
 run 0 --dp 2 --devices cpu:0..1 --steps 4 --save "$tmp/dp"
@@ -66,13 +40,6 @@ run 4 --dp 2 --ps 2 --steps 4 --clip 0.5 --save "$tmp/ps2_clip"
 same "$tmp/dp_clip" "$tmp/ps2_clip"
 
 # ---- checkpoints: the servers' optimizer state saved and restored, any layout ----
-same_all() {  # same_all A B: weights and optimizer state bit-identical
-  if python3 "$here/compare_checkpoints.py" "$1" "$2" --quiet; then
-    echo "ok: $1 == $2 bit for bit, optimizer state included"
-  else
-    fail "$1 and $2 differ"
-  fi
-}
 run 3 --dp 2 --ps 1 --steps 2 --save "$tmp/ps_half"
 [ $rc -eq 0 ] || fail "-np 3 --ps 1 --steps 2 --save failed"
 run 3 --dp 2 --ps 1 --steps 4 --resume "$tmp/ps_half" --save "$tmp/ps_resumed"
@@ -111,7 +78,6 @@ expect_fail 60 "start mpirun -np 3" 2 --dp 2 --ps 1 --steps 1
 expect_fail 60 "--staleness 1 needs --ps K" 0 --staleness 1 --steps 1
 expect_fail 60 "--ps 0 must be >= 1" 0 --ps 0 --steps 1
 expect_fail 60 "--staleness -1 must be >= 0" 0 --ps 1 --staleness -1 --steps 1
-expect_fail 60 "--ps supports one stage per worker so far" 0 --ps 1 --stages 2 --devices cpu:0..1 --steps 1
 expect_fail 60 "--slow-worker 'x' must be REPLICA:FACTOR" 0 --dp 2 --devices cpu:0..1 --slow-worker x --steps 1
 
 # ---- a dead worker: the server names it, within --timeout ----

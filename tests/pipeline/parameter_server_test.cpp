@@ -28,33 +28,19 @@
 #include "engine/setup/training_run.h"
 #include "layers/zoo.h"
 #include "pipeline_test_util.h"
+#include "ps_test_util.h"
 
 using namespace pt;
 
 namespace {
 
-Model small_mlp() { return deep_mlp(3, 48, Shape{1, 6, 6}); }
-
-struct Data {
-  Dataset set;
-  Tensor x, y;
-  explicit Data(int64_t batch) : set(test::synthetic_dataset(batch, Shape{1, 6, 6}, 10, 4)) {
-    x = Tensor::borrow(set.inputs.data(), Shape{1, 6, 6}.with_batch(batch));
-    y = Tensor::borrow(set.labels.data(), Shape{batch}, DType::i32);
-  }
-};
+using test::same;
+using test::same_bits;
+Model small_mlp() { return test::ps_small_mlp(); }
+using Data = test::PsData;
 
 TrainerConfig trainer_config(const std::string& optim, bool cosine = true) {
-  TrainerConfig c;
-  c.seed = 5;
-  c.optimizer.kind = optim;
-  c.optimizer.lr = optim == "sgd" ? 0.05f : 0.003f;
-  c.optimizer.momentum = optim == "sgd" ? 0.9f : 0.f;
-  c.optimizer.weight_decay = 0.01f;
-  c.lr = {cosine ? LrSchedule::Kind::cosine : LrSchedule::Kind::constant, c.optimizer.lr, 2, 20,
-          0.f};
-  c.clip_norm = 0.5f;  // active: the norm exchange between servers matters
-  return c;
+  return test::ps_trainer_config(optim, cosine);
 }
 
 // Every replica's parameters after `steps` steps, and the losses.
@@ -104,13 +90,6 @@ Run train(int R, int K, int T, const std::string& optim, int steps, double slow 
     for (int r = 0; r < R; ++r) out.params.push_back(flat(dp.replica(r).stage_states()));
   }
   return out;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size() || a.empty()) return false;
-  for (float v : a)
-    if (!std::isfinite(v)) return false;
-  return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 }  // namespace
@@ -220,36 +199,14 @@ CkptRun train_ckpt(int R, int K, int T, const std::string& optim, int steps,
   CkptRun out;
   for (int k = static_cast<int>(run.engine->step()); k < steps; ++k) {
     out.losses.push_back(run.engine->train_step(data.x, data.y).loss);
-    if (run.engine->step() == save_at) {
-      TrainingState st;
-      st.step = run.engine->step();
-      st.seed = run.engine->seed();
-      st.layout = run.layout;
-      save_checkpoint(save, run.engine->model(), run.engine->stages_to_save(), st);
-    }
+    if (run.engine->step() == save_at) test::save_now(run, save.string());
   }
   const std::vector<StageState> held = run.engine->stages_to_save();  // fetched from the servers
   out.params = test::params_by_name(held);
   REQUIRE(held.size() == 1);
   out.optimizer_steps = held[0].optimizer->steps_taken();
-  for (const StageState& s : held)
-    for (const OptimizerSlot& slot : s.optimizer->slots())
-      for (size_t i = 0; i < s.params->entries().size(); ++i) {
-        const Tensor t = slot.state.view(i);
-        out.state[s.params->entries()[i].name + "." + slot.name].assign(t.f32(),
-                                                                        t.f32() + t.numel());
-      }
+  out.state = test::optimizer_state(held);
   return out;
-}
-
-bool same(const std::map<std::string, std::vector<float>>& a,
-          const std::map<std::string, std::vector<float>>& b) {
-  if (a.size() != b.size() || a.empty()) return false;
-  for (const auto& [name, v] : a) {
-    auto it = b.find(name);
-    if (it == b.end() || !same_bits(v, it->second)) return false;
-  }
-  return true;
 }
 
 }  // namespace
@@ -359,9 +316,6 @@ TEST_CASE("parameter server options are refused before any work, naming the flag
   o.staleness = -2;
   refused(o, "--staleness");
   o.staleness = 0;
-  o.stages = 2;
-  refused(o, "--ps supports one stage per worker so far but --stages is 2");
-  o.stages = 1;
   o.dp = 2;
   o.slow_replica = 2;
   refused(o, "--slow-worker 2:1 names replica 2 but --dp is 2");
