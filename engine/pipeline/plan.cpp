@@ -29,8 +29,9 @@ sched::Schedule compute_schedule(const PlanRequest& r) {
       case ScheduleChoice::Kind::dualpipev: return sched::dualpipev(D, M);
       case ScheduleChoice::Kind::file: break;
     }
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
+  } catch (const std::invalid_argument& e) {  // the generator's devices are --stages
+    throw UsageError(fmt::format("--schedule {} with --stages {} --microbatches {}: {}",
+                                 r.schedule.str(), D, M, e.what()));
   }
   // A hand-written file: compute-only or already lowered (make_plan tells them apart).
   sched::Schedule s;
