@@ -165,6 +165,24 @@ TEST_CASE("interleaved: V == 1 is 1f1b; M % D != 0 is refused with the rule and 
   CHECK(what_of([] { interleaved(2, 4, 0); }).find("at least 1 chunk") != std::string::npos);
 }
 
+TEST_CASE("dualpipev: M < 2D is refused with the rule and what would fit") {
+  for (int D = 1; D <= 6; ++D)
+    for (int M = 1; M < 2 * D; ++M) {
+      CAPTURE(D);
+      CAPTURE(M);
+      const std::string msg = what_of([&] { generate("dualpipev", D, M); });
+      CHECK(msg.find("M >= 2D") != std::string::npos);
+      CHECK(msg.find("micro-batches: " + std::to_string(M)) != std::string::npos);
+      CHECK(msg.find("use " + std::to_string(2 * D) + " or more micro-batches") !=
+            std::string::npos);
+      CHECK((msg.find("at most " + std::to_string(M / 2) + " devices") != std::string::npos) ==
+            (M >= 2));
+    }
+  const std::string fits = what_of([] { dualpipev(3, 5); });
+  CHECK(fits.find("use 6 or more micro-batches, or at most 2 devices") != std::string::npos);
+  CHECK(what_of([] { dualpipev(0, 4); }).find("devices: 0") != std::string::npos);
+}
+
 TEST_CASE("generate: names, and errors that list the valid ones") {
   CHECK(generate("gpipe", 2, 3) == gpipe(2, 3));
   CHECK(generate("1f1b", 3, 4) == one_f_one_b(3, 4));
