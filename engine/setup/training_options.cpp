@@ -61,6 +61,10 @@ void TrainingOptions::check(int64_t batch) const {
         "--ps supports one stage per worker so far but --stages is {}: use --stages 1 (each "
         "stage's worker pushing its own layers is not implemented)",
         stages));
+  if (ps > 0 && schedule.kind == ScheduleChoice::Kind::dualpipev)
+    throw UsageError(
+        "--ps with --schedule dualpipev: a V puts two stages on every worker, and --ps supports "
+        "one stage per worker so far: drop --schedule dualpipev");
   if (slow_replica >= 0) {
     if (slow_replica >= dp)
       throw UsageError(
@@ -96,8 +100,10 @@ void TrainingOptions::check(int64_t batch) const {
 }
 
 bool TrainingOptions::pipelined() const {
+  // dualpipev: a V of two stages on every device, on one device too (where M < 2 is refused).
   return force_pipeline || stages > 1 || schedule.kind == ScheduleChoice::Kind::file ||
-         !trace.empty() || !timeline.empty() || plan_only || dp > 1 || ps > 0 || async_update;
+         schedule.kind == ScheduleChoice::Kind::dualpipev || !trace.empty() || !timeline.empty() ||
+         plan_only || dp > 1 || ps > 0 || async_update;
 }
 
 }  // namespace pt
