@@ -1,5 +1,7 @@
 #include <deque>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "schedule/generator_args.h"
 #include "schedule/generators.h"
