@@ -140,6 +140,10 @@ std::string PipelinePlan::report() const {
   for (double b : simulated.bubble_fraction) out += fmt::format(" {:.1f}%", 100 * b);
   out += "\npeak in-flight micro-batches per stage:";
   for (int p : simulated.peak_inflight) out += fmt::format(" {}", p);
+  if (s.chunks_per_device() > 1) {  // a device holds several stages: what it holds at once
+    out += "; per device:";
+    for (int p : simulated.peak_inflight_device) out += fmt::format(" {}", p);
+  }
   out += "\n";
   return out;
 }

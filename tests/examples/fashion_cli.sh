@@ -102,6 +102,7 @@ out=$("$exe" --stages 2 --microbatches 2 --schedule "file:$sch/good_gpipe.txt" -
   || { echo "FAIL: good schedule file"; echo "$out"; fails=$((fails+1)); }
 out=$("$exe" --stages 2 --microbatches 4 --schedule dualpipev --plan-only 2>&1) \
   && grep -q "schedule dualpipev: 2 devices x 2 chunks, 4 micro-batches" <<<"$out" \
+  && grep -q "per stage: 4 3 2 1; per device: 5 5" <<<"$out" \
   && echo "ok: dualpipev plans 2 chunks per device" \
   || { echo "FAIL: dualpipev plan"; echo "$out"; fails=$((fails+1)); }
 
