@@ -520,7 +520,7 @@ int main(int argc, char** argv) {
   app.add_option("--microbatches", f.microbatches, "micro-batch counts M")
       ->delimiter(',')
       ->capture_default_str();
-  app.add_option("--schedules", f.schedules, "gpipe,1f1b,zb-h1,interleaved:V")
+  app.add_option("--schedules", f.schedules, "gpipe,1f1b,zb-h1,interleaved:V,dualpipev")
       ->delimiter(',')
       ->capture_default_str();
   app.add_option("--costs", f.costs, "layer costs for the partition: estimate | profile")

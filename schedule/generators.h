@@ -38,14 +38,19 @@ Schedule interleaved(int D, int M, int V);
 // and W (weight gradient, deferred into the bubbles); peak in-flight micro-batches as in 1F1B.
 Schedule zb_h1(int D, int M);
 
+// DualPipeV (DeepSeek's DualPipe cut in half): S = 2D stages in a V, stage k on device k for
+// k < D and on device 2D - 1 - k for k >= D; the original's phases, its overlapped F&B pairs as two
+// consecutive actions, W's deferred where it defers them. Needs M >= 2D (see dualpipev.cpp).
+Schedule dualpipev(int D, int M);
+
 // Evaluation: forward only (no backward, no gradients) over stages placed by `stage_device`
 // (stage k on device stage_device[k], as in the training schedule whose layout it mirrors), M
 // micro-batches, every device in (micro-batch, stage) order. Validate it with forward_only set.
 Schedule forward_only(const std::vector<int>& stage_device, int D, int M);
 
-// By name: "gpipe", "1f1b", "interleaved:V", "zb-h1", or "file:PATH" (a compute-only schedule
-// in the text format, which must match D and M and validate). Throws std::invalid_argument
-// naming the valid names for an unknown one, and for D < 1 or M < 1.
+// By name: "gpipe", "1f1b", "interleaved:V", "zb-h1", "dualpipev", or "file:PATH" (a
+// compute-only schedule in the text format, which must match D and M and validate). Throws
+// std::invalid_argument naming the valid names for an unknown one, and for D < 1 or M < 1.
 Schedule generate(std::string_view name, int D, int M);
 
 // The names generate() accepts, for help texts: {"gpipe", "1f1b", "interleaved:V", ...}.

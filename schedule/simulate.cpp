@@ -105,17 +105,25 @@ SimResult simulate(const Schedule& schedule, const SimConfig& config) {
     r.bubble_fraction[d] = r.step_time > 0.0 ? 1.0 - r.busy[d] / r.step_time : 0.0;
 
   r.peak_inflight.assign(static_cast<size_t>(schedule.num_stages), 0);
+  r.peak_inflight_device.assign(D, 0);
   std::vector<int> inflight(static_cast<size_t>(schedule.num_stages), 0);
-  for (const auto& list : schedule.actions)
-    for (const Action& a : list) {
+  for (size_t d = 0; d < D; ++d) {
+    int on_device = 0;
+    for (const Action& a : schedule.actions[d]) {
       int& now = inflight[static_cast<size_t>(a.stage)];
       if (a.type == ActionType::F) {
         ++now;
+        ++on_device;
         r.peak_inflight[static_cast<size_t>(a.stage)] =
             std::max(r.peak_inflight[static_cast<size_t>(a.stage)], now);
+        r.peak_inflight_device[d] = std::max(r.peak_inflight_device[d], on_device);
       }
-      if (a.type == ActionType::W || a.type == ActionType::B) --now;
+      if (a.type == ActionType::W || a.type == ActionType::B) {
+        --now;
+        --on_device;
+      }
     }
+  }
   return r;
 }
 
@@ -123,7 +131,7 @@ double analytic_bubble(std::string_view name, int D, int M, int V) {
   if (D < 1 || M < 1) throw std::invalid_argument("analytic_bubble: needs D >= 1 and M >= 1");
   const double d = D - 1, m = M;
   if (name == "gpipe" || name == "1f1b") return d / (m + d);
-  if (name == "zb-h1") return d / (3.0 * m + d);
+  if (name == "zb-h1" || name == "dualpipev") return d / (3.0 * m + d);
   if (name == "interleaved" || name.starts_with("interleaved:")) {
     if (name.starts_with("interleaved:")) {
       const std::string_view v = name.substr(12);
@@ -136,7 +144,7 @@ double analytic_bubble(std::string_view name, int D, int M, int V) {
     return d / (static_cast<double>(V) * m + d);
   }
   throw std::invalid_argument("analytic_bubble: no formula for '" + std::string(name) +
-                              "' (known: gpipe, 1f1b, interleaved:V, zb-h1)");
+                              "' (known: gpipe, 1f1b, interleaved:V, zb-h1, dualpipev)");
 }
 
 std::string render_timeline(const SimResult& result, double unit) {

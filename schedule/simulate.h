@@ -10,7 +10,8 @@
 //     on the RECV, in a compute-only one on the compute: both give the same times;
 //     REDUCE_GRAD takes no time here.
 // Peak in-flight micro-batches of a stage (activations held): +1 at each F, -1 at each W (or B),
-// counted in list order, which is the device's execution order.
+// counted in list order, which is the device's execution order; of a device: the same count over
+// all of its stages together.
 //
 // Time is seconds: stage and transfer times in, step and busy times out (a unit-time run, F = 1,
 // is a run of 1-second actions). The timeline alone is in microseconds, like every timeline
@@ -44,6 +45,9 @@ struct SimResult {
   std::vector<double> busy;                        // per device: seconds in F/B/I/W
   std::vector<double> bubble_fraction;             // per device: 1 - busy / step_time
   std::vector<int> peak_inflight;                  // per stage
+  std::vector<int> peak_inflight_device;           // per device: its stages' in-flight
+                                                   // micro-batches summed, at its worst moment
+                                                   // (V shapes: one device holds two stages)
   std::vector<std::vector<TimedAction>> timeline;  // per device, in list order; microseconds
 
   double mean_bubble_fraction() const;
@@ -59,6 +63,13 @@ SimResult simulate(const Schedule& schedule, const SimConfig& config = {});
 //                                                         drain shrink by V; stage times are 1/V)
 //   zb-h1              (D - 1) / (3 M + D - 1)           (Qi et al. 2023 with F = I = W: a
 //                                                         bubble of (D - 1)(F + I - W) per device)
+//   dualpipev          (D - 1) / (3 M + D - 1)           (DeepSeek's DualPipe table: (PP/2 - 1)
+//                                                         (F&B + B - 3W) per device, PP = 2D
+//                                                         stages; F&B = F + B as we do not
+//                                                         overlap a pair; F = I = W per stage,
+//                                                         step 2M(F + I + W) + that bubble. Our
+//                                                         pairs, two actions, simulate below it:
+//                                                         (D - 1) / (6 M + D - 1), dualpipev.cpp)
 // `name` is a generate() name; V is taken from "interleaved:V", else from the argument.
 double analytic_bubble(std::string_view name, int D, int M, int V = 1);
 

@@ -26,10 +26,12 @@ sched::Schedule compute_schedule(const PlanRequest& r) {
       case ScheduleChoice::Kind::one_f_one_b: return sched::one_f_one_b(D, M);
       case ScheduleChoice::Kind::interleaved: return sched::interleaved(D, M, r.schedule.chunks);
       case ScheduleChoice::Kind::zb_h1: return sched::zb_h1(D, M);
+      case ScheduleChoice::Kind::dualpipev: return sched::dualpipev(D, M);
       case ScheduleChoice::Kind::file: break;
     }
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
+  } catch (const std::invalid_argument& e) {  // the generator's devices are --stages
+    throw UsageError(fmt::format("--schedule {} with --stages {} --microbatches {}: {}",
+                                 r.schedule.str(), D, M, e.what()));
   }
   // A hand-written file: compute-only or already lowered (make_plan tells them apart).
   sched::Schedule s;
@@ -138,6 +140,10 @@ std::string PipelinePlan::report() const {
   for (double b : simulated.bubble_fraction) out += fmt::format(" {:.1f}%", 100 * b);
   out += "\npeak in-flight micro-batches per stage:";
   for (int p : simulated.peak_inflight) out += fmt::format(" {}", p);
+  if (s.chunks_per_device() > 1) {  // a device holds several stages: what it holds at once
+    out += "; per device:";
+    for (int p : simulated.peak_inflight_device) out += fmt::format(" {}", p);
+  }
   out += "\n";
   return out;
 }

@@ -19,8 +19,8 @@ using namespace pt;
 #define CHECK_USAGE(expr, text) CHECK_THROWS_WITH_AS(expr, doctest::Contains(text), UsageError)
 
 TEST_CASE("ScheduleChoice: every form parses and prints back; others name the valid forms") {
-  for (const char* text :
-       {"gpipe", "1f1b", "interleaved:1", "interleaved:3", "zb-h1", "file:dir/my schedule.txt"})
+  for (const char* text : {"gpipe", "1f1b", "interleaved:1", "interleaved:3", "zb-h1", "dualpipev",
+                           "file:dir/my schedule.txt"})
     CHECK(ScheduleChoice::parse(text).str() == text);
   CHECK(ScheduleChoice::parse("interleaved:2") ==
         ScheduleChoice{ScheduleChoice::Kind::interleaved, 2, {}});
@@ -124,6 +124,34 @@ TEST_CASE(
   three.microbatches = 3;
   CHECK_USAGE(make_training(opt, model, small_mlp, three, 8),
               "the trainer's config says 3 micro-batches");
+}
+
+TEST_CASE("make_training: dualpipev on one device is the V's two stages; M < 2D is refused") {
+  Model model = small_mlp();
+  TrainingOptions opt;
+  opt.devices = "cpu:0";
+  opt.threads = 1;
+  opt.print = false;
+  opt.schedule = ScheduleChoice::parse("dualpipev");
+  opt.microbatches = 2;
+  TrainingRun run = make_training(opt, model, small_mlp, sgd(), 8);
+  REQUIRE(run.plan);
+  CHECK(run.plan->schedule.num_stages == 2);
+  CHECK(run.plan->schedule.stage_device == std::vector<int>{0, 0});
+  CHECK(dynamic_cast<Trainer*>(run.engine.get()) == nullptr);
+  opt.microbatches = 1;
+  CHECK_USAGE(make_training(opt, model, small_mlp, sgd(), 8),
+              "--schedule dualpipev with --stages 1 --microbatches 1: dualpipev schedule needs at "
+              "least 2 micro-batches per device, M >= 2D");
+  opt.devices = "cpu:0,cpu:1";
+  opt.stages = 2;
+  opt.microbatches = 3;
+  CHECK_USAGE(make_training(opt, model, small_mlp, sgd(), 8), "use 4 or more micro-batches");
+  // A parameter server's worker holds one stage so far; the V has two on every device.
+  TrainingOptions ps;
+  ps.ps = 1;
+  ps.schedule = ScheduleChoice::parse("dualpipev");
+  CHECK_USAGE(ps.check(64), "--ps with --schedule dualpipev: a V puts two stages on every worker");
 }
 
 TEST_CASE("TrainingOptions::check: every number in its stated range, before any work") {

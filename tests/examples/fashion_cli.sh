@@ -62,6 +62,8 @@ sch=$(dirname "$0")/schedules
 expect_error "cannot split 10 layers into 12 stages" --stages 12 --plan-only
 expect_error "--microbatches must be >= 1" --stages 2 --microbatches 0 --plan-only
 expect_error "layout" --stages 2 --partition layout:3,3 --plan-only
+expect_error "--schedule dualpipev with --stages 3 --microbatches 4: dualpipev schedule needs at least 2 micro-batches per device, M >= 2D" \
+  --stages 3 --microbatches 4 --schedule dualpipev --plan-only
 expect_error "unknown schedule" --stages 2 --schedule 2f2b --plan-only
 expect_error "unknown --recompute 'sometimes'" --stages 2 --recompute sometimes --plan-only
 expect_error "lists 1 device but --stages 2 x --dp 1 needs 2" --stages 2 --devices cpu:0 --plan-only
@@ -98,6 +100,11 @@ fi
 out=$("$exe" --stages 2 --microbatches 2 --schedule "file:$sch/good_gpipe.txt" --plan-only 2>&1) \
   && grep -q "predicted step time" <<<"$out" && echo "ok: a hand-written schedule plans" \
   || { echo "FAIL: good schedule file"; echo "$out"; fails=$((fails+1)); }
+out=$("$exe" --stages 2 --microbatches 4 --schedule dualpipev --plan-only 2>&1) \
+  && grep -q "schedule dualpipev: 2 devices x 2 chunks, 4 micro-batches" <<<"$out" \
+  && grep -q "per stage: 4 3 2 1; per device: 5 5" <<<"$out" \
+  && echo "ok: dualpipev plans 2 chunks per device" \
+  || { echo "FAIL: dualpipev plan"; echo "$out"; fails=$((fails+1)); }
 
 # Output paths are checked before any work: nothing is renamed over a device, a FIFO or a folder.
 mkdir -p "$work/adir"

@@ -46,6 +46,8 @@ expect_fail() {  # expect_fail MAX_SECONDS "must say" NP args...
 
 expect_ok "all 20 tensors are bit-identical" 2 --dp 2 --steps 3 --parity-check
 expect_ok "all 10 tensors are bit-identical" 2 --stages 2 --microbatches 4 --schedule zb-h1 --steps 3 --parity-check
+# A V across processes: each holds two stages (rank 0 the first and the last).
+expect_ok "all 10 tensors are bit-identical" 2 --stages 2 --microbatches 4 --schedule dualpipev --steps 3 --parity-check
 expect_ok "within the tolerance" 4 --stages 2 --dp 2 --microbatches 2 --bucket-mb 1 --steps 3 --parity-check
 expect_ok "within the tolerance" 4 --dp 4 --microbatches 2 --steps 2 --parity-check
 

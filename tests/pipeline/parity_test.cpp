@@ -6,6 +6,8 @@
 
 #include <cstring>
 #include <functional>
+#include <set>
+#include <string>
 
 #include "../engine/synthetic.h"
 #include "engine/data/batching.h"
@@ -93,17 +95,18 @@ void check_parity(const std::function<Model()>& make, Shape sample, int64_t batc
       Tensor::borrow(const_cast<int32_t*>(data.labels.data()), Shape{batch}, DType::i32);
   const int layers = make().num_layers();
   int runs = 0;
+  std::set<std::string> ran;  // every schedule ran at least once on this model
   for (int M : {1, 2, 3, 4, 8}) {
     const Run ref = reference(make, x, y, M);
-    for (const std::string schedule : {"gpipe", "1f1b", "interleaved:2", "zb-h1"})
+    for (const std::string schedule : {"gpipe", "1f1b", "interleaved:2", "zb-h1", "dualpipev"})
       for (int D : {1, 2, 3, 4}) {
-        const int stages = schedule == "interleaved:2" ? 2 * D : D;
+        const int stages = schedule == "interleaved:2" || schedule == "dualpipev" ? 2 * D : D;
         if (stages > layers) continue;
         try {
           sched::generate(schedule, D, M);
         } catch (const std::invalid_argument&) {
-          continue;  // e.g. interleaved needs M divisible by D: refused with a message, tested
-                     // elsewhere
+          continue;  // e.g. interleaved needs M divisible by D, dualpipev M >= 2D: refused
+                     // with a message, tested elsewhere
         }
         for (const std::string recompute : {"never", "always", "except_last", "every:2"}) {
           CAPTURE(schedule);
@@ -116,10 +119,12 @@ void check_parity(const std::function<Model()>& make, Shape sample, int64_t batc
           CHECK(std::memcmp(got.params.data(), ref.params.data(),
                             ref.params.size() * sizeof(float)) == 0);
           ++runs;
+          ran.insert(schedule);
         }
       }
   }
   CHECK(runs > 100);
+  CHECK(ran.size() == 5);
 }
 
 }  // namespace

@@ -74,7 +74,7 @@ PipelineConfig config(const Model& m, const std::string& schedule, int D, int M)
 
 void check_against_single_device(const std::function<Model()>& make) {
   const Data data(12);
-  for (int M : {1, 3}) {
+  for (int M : {1, 3, 4}) {  // M = 4 for dualpipev only (it needs M >= 2D)
     auto backend = make_cpu_backend(0, 1);
     Model ref_model = make();
     Trainer ref(ref_model, *backend, trainer_config(M));
@@ -91,9 +91,11 @@ void check_against_single_device(const std::function<Model()>& make) {
       CHECK(want.at(name(t.members[0])) != before.at(name(t.members[0])));
     }
 
-    for (const std::string schedule : {"gpipe", "1f1b", "zb-h1", "interleaved:2"})
+    for (const std::string schedule : {"gpipe", "1f1b", "zb-h1", "interleaved:2", "dualpipev"})
       for (int D : {2, 3, 4}) {
         if (schedule == "interleaved:2" && (M % D != 0 || 2 * D > 8)) continue;
+        // In a V the skip and the tie join stages on one device and on two.
+        if ((schedule == "dualpipev") != (M == 4) || (M == 4 && 2 * D > M)) continue;
         CAPTURE(schedule);
         CAPTURE(D);
         CAPTURE(M);

@@ -56,7 +56,8 @@ TEST_CASE("sweep: every generated schedule validates and runs without deadlock")
     CHECK_THROWS_AS(add_grad_reduction(reduced), std::invalid_argument);
     ++count;
   }
-  CHECK(count == 5 * 9 * 3 + 2 * (9 + 4 + 3 + 2 + 1));  // interleaved only where M % D == 0
+  // interleaved only where M % D == 0, dualpipev where M >= 2D
+  CHECK(count == 5 * 9 * 3 + 2 * (9 + 4 + 3 + 2 + 1) + (8 + 6 + 4 + 2));
 }
 
 TEST_CASE("sweep: generators emit compute actions only, with the right shape") {
@@ -65,9 +66,13 @@ TEST_CASE("sweep: generators emit compute actions only, with the right shape") {
     const Schedule& s = g.schedule;
     CHECK(s.num_devices == g.D);
     CHECK(s.microbatches == g.M);
-    const int V = g.name.starts_with("interleaved:") ? std::stoi(g.name.substr(12)) : 1;
+    const bool v_shape = g.name == "dualpipev";  // V placement, B and I/W mixed: its own tests
+    const int V = g.name.starts_with("interleaved:") ? std::stoi(g.name.substr(12))
+                  : v_shape                          ? 2
+                                                     : 1;
     CHECK(s.num_stages == g.D * V);
-    for (int k = 0; k < s.num_stages; ++k) CHECK(s.device_of(k) == k % g.D);
+    if (!v_shape)
+      for (int k = 0; k < s.num_stages; ++k) CHECK(s.device_of(k) == k % g.D);
     for (const auto& list : s.actions)
       for (const Action& a : list) CHECK(is_compute(a.type));
     const bool split = g.name == "zb-h1";
@@ -75,7 +80,7 @@ TEST_CASE("sweep: generators emit compute actions only, with the right shape") {
       for (const Action& a : list) {
         if (split)
           CHECK(a.type != ActionType::B);
-        else
+        else if (!v_shape)
           CHECK((a.type == ActionType::F || a.type == ActionType::B));
       }
   }
@@ -158,6 +163,24 @@ TEST_CASE("interleaved: V == 1 is 1f1b; M % D != 0 is refused with the rule and 
   CHECK(msg.find("6 or 9") != std::string::npos);
   CHECK(what_of([] { interleaved(4, 2, 2); }).find("use 4 micro-batches") != std::string::npos);
   CHECK(what_of([] { interleaved(2, 4, 0); }).find("at least 1 chunk") != std::string::npos);
+}
+
+TEST_CASE("dualpipev: M < 2D is refused with the rule and what would fit") {
+  for (int D = 1; D <= 6; ++D)
+    for (int M = 1; M < 2 * D; ++M) {
+      CAPTURE(D);
+      CAPTURE(M);
+      const std::string msg = what_of([&] { generate("dualpipev", D, M); });
+      CHECK(msg.find("M >= 2D") != std::string::npos);
+      CHECK(msg.find("micro-batches: " + std::to_string(M)) != std::string::npos);
+      CHECK(msg.find("use " + std::to_string(2 * D) + " or more micro-batches") !=
+            std::string::npos);
+      CHECK((msg.find("at most " + std::to_string(M / 2) + " devices") != std::string::npos) ==
+            (M >= 2));
+    }
+  const std::string fits = what_of([] { dualpipev(3, 5); });
+  CHECK(fits.find("use 6 or more micro-batches, or at most 2 devices") != std::string::npos);
+  CHECK(what_of([] { dualpipev(0, 4); }).find("devices: 0") != std::string::npos);
 }
 
 TEST_CASE("generate: names, and errors that list the valid ones") {

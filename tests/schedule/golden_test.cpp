@@ -96,3 +96,4 @@ TEST_CASE("golden: interleaved D=2 M=4 V=2") {
   check_both("interleaved_d2_m4_v2", interleaved(2, 4, 2));
 }
 TEST_CASE("golden: zb-h1 D=3 M=4") { check_both("zb-h1_d3_m4", zb_h1(3, 4)); }
+TEST_CASE("golden: dualpipev D=2 M=4") { check_both("dualpipev_d2_m4", dualpipev(2, 4)); }

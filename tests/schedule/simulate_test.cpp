@@ -72,6 +72,9 @@ TEST_CASE("peak in-flight micro-batches: 1f1b min(D - s, M), gpipe M, zb-h1 at m
       }
       CHECK(*std::max_element(zb.peak_inflight.begin(), zb.peak_inflight.end()) ==
             *std::max_element(one.peak_inflight.begin(), one.peak_inflight.end()));
+      // One stage per device: a device holds what its stage holds.
+      CHECK(one.peak_inflight_device == one.peak_inflight);
+      CHECK(zb.peak_inflight_device == zb.peak_inflight);
     }
 }
 

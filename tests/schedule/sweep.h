@@ -1,6 +1,6 @@
 #pragma once
-// The shapes every schedule test sweeps: each generator for D = 1..5, M = 1..9, and interleaved
-// with V = 2, 3 where Megatron's rule M % D == 0 allows it.
+// The shapes every schedule test sweeps: each generator for D = 1..5, M = 1..9, interleaved
+// with V = 2, 3 where Megatron's rule M % D == 0 allows it, and dualpipev where M >= 2D.
 #include <functional>
 #include <string>
 #include <vector>
@@ -27,6 +27,7 @@ inline std::vector<Generated> sweep_schedules(int max_d = 5, int max_m = 9) {
           const std::string name = "interleaved:" + std::to_string(V);
           out.push_back({name, D, M, generate(name, D, M)});
         }
+      if (M >= 2 * D) out.push_back({"dualpipev", D, M, generate("dualpipev", D, M)});
     }
   return out;
 }
