@@ -56,7 +56,7 @@ TEST_CASE("sweep: every generated schedule validates and runs without deadlock")
     CHECK_THROWS_AS(add_grad_reduction(reduced), std::invalid_argument);
     ++count;
   }
-  CHECK(count == 5 * 9 * 3 + 2 * (9 + 4 + 3 + 2 + 1));  // interleaved only where M % D == 0
+  CHECK(count == 5 * 9 * 6 + 2 * (9 + 4 + 3 + 2 + 1));  // interleaved only where M % D == 0
 }
 
 TEST_CASE("sweep: generators emit compute actions only, with the right shape") {
@@ -65,12 +65,15 @@ TEST_CASE("sweep: generators emit compute actions only, with the right shape") {
     const Schedule& s = g.schedule;
     CHECK(s.num_devices == g.D);
     CHECK(s.microbatches == g.M);
-    const int V = g.name.starts_with("interleaved:") ? std::stoi(g.name.substr(12)) : 1;
+    const int V = g.name.starts_with("interleaved:") ? std::stoi(g.name.substr(12))
+                  : test::is_v_shape(g.name)       ? 2
+                                                   : 1;
     CHECK(s.num_stages == g.D * V);
-    for (int k = 0; k < s.num_stages; ++k) CHECK(s.device_of(k) == k % g.D);
+    for (int k = 0; k < s.num_stages; ++k)
+      CHECK(s.device_of(k) == (test::is_v_shape(g.name) && k >= g.D ? 2 * g.D - 1 - k : k % g.D));
     for (const auto& list : s.actions)
       for (const Action& a : list) CHECK(is_compute(a.type));
-    const bool split = g.name == "zb-h1";
+    const bool split = g.name == "zb-h1" || test::is_v_shape(g.name);
     for (const auto& list : s.actions)
       for (const Action& a : list) {
         if (split)
