@@ -96,7 +96,11 @@ void TrainingOptions::check(int64_t batch) const {
 }
 
 bool TrainingOptions::pipelined() const {
-  return force_pipeline || stages > 1 || schedule.kind == ScheduleChoice::Kind::file ||
+  // The V shapes place two stages on each device: pipelined even on one device.
+  const bool v_shape = schedule.kind == ScheduleChoice::Kind::zbv ||
+                       schedule.kind == ScheduleChoice::Kind::v_half ||
+                       schedule.kind == ScheduleChoice::Kind::v_min;
+  return force_pipeline || stages > 1 || schedule.kind == ScheduleChoice::Kind::file || v_shape ||
          !trace.empty() || !timeline.empty() || plan_only || dp > 1 || ps > 0 || async_update;
 }
 
