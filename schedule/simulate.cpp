@@ -125,9 +125,9 @@ SimResult simulate(const Schedule& schedule, const SimConfig& config) {
 std::vector<long long> peak_device_activation_bytes(const Schedule& schedule,
                                                     const std::vector<long long>& stage_bytes) {
   if (stage_bytes.size() != static_cast<size_t>(schedule.num_stages))
-    throw std::invalid_argument("peak_device_activation_bytes: " +
-                                std::to_string(stage_bytes.size()) + " stage sizes for " +
-                                std::to_string(schedule.num_stages) + " stages");
+    throw std::invalid_argument(
+        "peak_device_activation_bytes: " + std::to_string(stage_bytes.size()) +
+        " stage sizes for " + std::to_string(schedule.num_stages) + " stages");
   std::vector<long long> peak;
   for (const auto& list : schedule.actions) {
     long long now = 0, high = 0;

@@ -74,7 +74,9 @@ void check_device_memory(const PipelinePlan& plan, int64_t cap) {
   const auto& peak = plan.device_peak_memory_bytes;
   const auto worst = std::max_element(peak.begin(), peak.end());
   if (*worst <= cap) return;
-  const auto mib = [](int64_t b) { return fmt::format("{:.2f} MiB", static_cast<double>(b) / (1 << 20)); };
+  const auto mib = [](int64_t b) {
+    return fmt::format("{:.2f} MiB", static_cast<double>(b) / (1 << 20));
+  };
   throw UsageError(fmt::format(
       "schedule '{}' makes device {} hold {} at its peak (its stages' parameters, gradients, "
       "optimizer state and the activations it holds at once), over --mem-cap {}: raise --mem-cap "
@@ -140,8 +142,8 @@ PipelinePlan make_plan(const Model& model, const PlanRequest& r, Backend* profil
   pr.inflight_per_stage = unit.peak_inflight;
   pr.optimizer_slots = r.optimizer_slots;
   plan.partition = partition(model, costs, pr);
-  plan.device_peak_memory_bytes = device_peak_memory(plan.schedule, plan.partition, costs,
-                                                     r.optimizer_slots);
+  plan.device_peak_memory_bytes =
+      device_peak_memory(plan.schedule, plan.partition, costs, r.optimizer_slots);
   check_device_memory(plan, r.mem_cap_bytes);
 
   // Simulate again with each stage's costs and the transfer of each boundary activation.

@@ -47,8 +47,8 @@ struct PipelinePlan {
 };
 
 // Throws UsageError (bad flags: S > layers, M < 1, unknown schedule, a layout that does not sum
-// to the layer count, a memory cap nothing fits, a device over the cap) or the validator's error (a schedule file with
-// a missing or extra action, or a deadlock), each with what would fix it.
+// to the layer count, a memory cap nothing fits, a device over the cap) or the validator's error (a
+// schedule file with a missing or extra action, or a deadlock), each with what would fix it.
 // `profile_on` is needed for CostSource::Kind::profile.
 PipelinePlan make_plan(const Model& model, const PlanRequest& request,
                        Backend* profile_on = nullptr);

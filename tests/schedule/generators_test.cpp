@@ -66,8 +66,8 @@ TEST_CASE("sweep: generators emit compute actions only, with the right shape") {
     CHECK(s.num_devices == g.D);
     CHECK(s.microbatches == g.M);
     const int V = g.name.starts_with("interleaved:") ? std::stoi(g.name.substr(12))
-                  : test::is_v_shape(g.name)       ? 2
-                                                   : 1;
+                  : test::is_v_shape(g.name)         ? 2
+                                                     : 1;
     CHECK(s.num_stages == g.D * V);
     for (int k = 0; k < s.num_stages; ++k)
       CHECK(s.device_of(k) == (test::is_v_shape(g.name) && k >= g.D ? 2 * g.D - 1 - k : k % g.D));

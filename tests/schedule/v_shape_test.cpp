@@ -23,7 +23,7 @@ const SimConfig kUnit{{StageTimes{1.0, -1.0, 1.0, 1.0}}, {}};  // F = I = W = 1,
 // full stage, i.e. 2D chunk activations.
 int memory_limit(const std::string& name, int D) {
   if (name == "zbv") return 2 * D;
-  if (name == "v-half") return std::min(2 * D, 2 * ((D + 2) / 2) + 1);
+  if (name == "v-half") return std::min(2 * D, D + 2);
   return std::min(2 * D, 2 * ((D + 4) / 3) + 1);  // v-min
 }
 
@@ -59,7 +59,8 @@ TEST_CASE("v shapes: every D = 1..6, M = 1..16 validates, compute-only and lower
         for (const auto& list : s.actions)
           for (const Action& a : list) {
             CHECK(a.type != ActionType::B);
-            if (a.type == ActionType::W) CHECK(a.microbatch == next[static_cast<size_t>(a.stage)]++);
+            if (a.type == ActionType::W)
+              CHECK(a.microbatch == next[static_cast<size_t>(a.stage)]++);
           }
         // The limit the scheduler kept.
         const SimResult r = simulate(s, kUnit);
@@ -85,8 +86,8 @@ TEST_CASE("zbv: step 6M + D - 1 (zero bubble beyond the fill) for M >= 2D, at 1F
     }
 }
 
-TEST_CASE("v-half and v-min: 1/2 and 1/3 of 1F1B's activations (+1 chunk), bubble as the paper") {
-  for (int D = 3; D <= 6; ++D) {
+TEST_CASE("v-half and v-min: about 1/2 and 1/3 of 1F1B's activations, bubble as the paper") {
+  for (int D = 3; D <= 8; ++D) {
     const int M = 8 * D;
     CAPTURE(D);
     const SimResult base = simulate(one_f_one_b(D, M));
@@ -94,13 +95,14 @@ TEST_CASE("v-half and v-min: 1/2 and 1/3 of 1F1B's activations (+1 chunk), bubbl
     const SimResult zero = simulate(zbv(D, M), kUnit);
     const SimResult half = simulate(v_half(D, M), kUnit);
     const SimResult min = simulate(v_min(D, M), kUnit);
-    // Memory: the paper's (D+2)//2 and (D+4)//3 micro-batches of a full stage, + 1 chunk.
-    CHECK(max_of(half.peak_inflight_device) == 2 * ((D + 2) / 2) + 1);
+    // Memory: the paper's (D+2)/2 and (D+4)//3 micro-batches of a full stage (the latter + 1
+    // chunk).
+    CHECK(max_of(half.peak_inflight_device) == D + 2);
     CHECK(max_of(min.peak_inflight_device) == std::min(2 * D, 2 * ((D + 4) / 3) + 1));
     CHECK(max_of(half.peak_inflight_device) < one_f_one_b_chunks);
     CHECK(max_of(min.peak_inflight_device) <= max_of(half.peak_inflight_device));
     // Bubble: the paper's ~D/2M and ~2D/3M; the less memory, the larger the bubble.
-    CHECK(half.mean_bubble_fraction() <= 1.05 * analytic_bubble("v-half", D, M));
+    CHECK(half.mean_bubble_fraction() <= 1.25 * analytic_bubble("v-half", D, M));
     CHECK(min.mean_bubble_fraction() <= 1.4 * analytic_bubble("v-min", D, M));
     CHECK(half.mean_bubble_fraction() > zero.mean_bubble_fraction());
     CHECK(min.mean_bubble_fraction() >= half.mean_bubble_fraction());
