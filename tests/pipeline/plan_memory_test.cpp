@@ -9,6 +9,7 @@
 #include "engine/core/error.h"
 #include "engine/partition/stage_cost.h"
 #include "engine/pipeline/plan.h"
+#include "layers/builder.h"
 #include "layers/zoo.h"
 
 using namespace pt;
@@ -40,6 +41,28 @@ TEST_CASE("plan memory: one stage per device is the partitioner's stage peak") {
     for (size_t d = 0; d < 3; ++d)
       CHECK(p.device_peak_memory_bytes[d] == p.partition.stages[d].peak_memory_bytes);
   }
+}
+
+TEST_CASE("plan memory: a V device, by hand") {
+  // (3) -> linear(2) -> relu -> linear(2), micro-batch 5 (tests/partition/memory_test.cpp):
+  // stage 0 = layers [0, 2): 32 B params, saves 100 B; stage 1 = [2, 3): 24 B, saves 40 B. SGD
+  // momentum: 3 x params = 96 + 72 = 168 B. zbv(1, 2) runs on its one device
+  //   0F0 1F0 1I0 0I0 1W0 0F1 0W0 1F1 1I1 0I1 1W1 0W1
+  // holding 100, 140, 140, 140, 100, 200 (0F1 before 0W0), ...: 200 B at most, 368 B in all.
+  // The stages alone peak at 2 x 100 and 1 x 40: their sum (408 B) would overstate it by 40.
+  const Model m = ModelBuilder({3}).linear(2).relu().linear(2).cross_entropy().build();
+  PlanRequest r = request("zbv", 1, 2);
+  r.batch = 10;
+  const PipelinePlan p = make_plan(m, r);
+  REQUIRE(p.partition.layout() == std::vector<int>{2, 1});
+  CHECK(p.simulated.peak_inflight == std::vector<int>{2, 1});
+  CHECK(p.partition.stages[0].peak_memory_bytes == 296);
+  CHECK(p.partition.stages[1].peak_memory_bytes == 112);
+  CHECK(p.device_peak_memory_bytes == std::vector<int64_t>{368});
+  r.mem_cap_bytes = 368;
+  CHECK(make_plan(m, r).device_peak_memory_bytes == std::vector<int64_t>{368});
+  r.mem_cap_bytes = 367;  // every stage fits (296, 112), the device does not
+  CHECK_THROWS_WITH_AS(make_plan(m, r), doctest::Contains("makes device 0"), UsageError);
 }
 
 TEST_CASE("plan memory: a V device holds two stages, at most the sum of their peaks") {
