@@ -8,7 +8,8 @@
 // the parity tests compare gradients bit for bit.
 //
 // Without interleaving, stage s is on device s (S = D). With V chunks per device, stage
-// k = c * D + d is chunk c of device d (S = D * V).
+// k = c * D + d is chunk c of device d (S = D * V). The V-shaped schedules place their two chunks
+// differently (see zbv below): Schedule::stage_device says where each stage is.
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +39,15 @@ Schedule interleaved(int D, int M, int V);
 // and W (weight gradient, deferred into the bubbles); peak in-flight micro-batches as in 1F1B.
 Schedule zb_h1(int D, int M);
 
+// V-shaped schedules (schedule/v_shape.cpp): 2 chunks per device, stage k on device k for k < D
+// and on device 2D - 1 - k for k >= D (S = 2D), F/I/W split, built by a greedy list scheduler
+// under a per-device activation limit. zbv: zero bubble (beyond the fill) for M >= 2D at 1F1B's
+// activation memory (ZB-V, Qi et al. 2023). v-half, v-min: about 1/2 and 1/3 of 1F1B's
+// activation memory for a larger bubble (Qi et al. 2024, "Pipeline Parallelism with Controllable
+// Memory"). Any D, M >= 1; the layer count must be at least 2D (checked by the plan).
+Schedule zbv(int D, int M);
+Schedule v_half(int D, int M);
+Schedule v_min(int D, int M);
 // DualPipeV (DeepSeek's DualPipe cut in half): S = 2D stages in a V, stage k on device k for
 // k < D and on device 2D - 1 - k for k >= D; the original's phases, its overlapped F&B pairs as two
 // consecutive actions, W's deferred where it defers them. Needs M >= 2D (see dualpipev.cpp).
@@ -48,7 +58,8 @@ Schedule dualpipev(int D, int M);
 // micro-batches, every device in (micro-batch, stage) order. Validate it with forward_only set.
 Schedule forward_only(const std::vector<int>& stage_device, int D, int M);
 
-// By name: "gpipe", "1f1b", "interleaved:V", "zb-h1", "dualpipev", or "file:PATH" (a
+// By name: "gpipe", "1f1b", "interleaved:V", "zb-h1", "zbv", "v-half", "v-min", "dualpipev", or
+// "file:PATH" (a
 // compute-only schedule in the text format, which must match D and M and validate). Throws
 // std::invalid_argument naming the valid names for an unknown one, and for D < 1 or M < 1.
 Schedule generate(std::string_view name, int D, int M);

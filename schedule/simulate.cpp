@@ -105,26 +105,41 @@ SimResult simulate(const Schedule& schedule, const SimConfig& config) {
     r.bubble_fraction[d] = r.step_time > 0.0 ? 1.0 - r.busy[d] / r.step_time : 0.0;
 
   r.peak_inflight.assign(static_cast<size_t>(schedule.num_stages), 0);
-  r.peak_inflight_device.assign(D, 0);
   std::vector<int> inflight(static_cast<size_t>(schedule.num_stages), 0);
-  for (size_t d = 0; d < D; ++d) {
-    int on_device = 0;
-    for (const Action& a : schedule.actions[d]) {
+  for (const auto& list : schedule.actions)
+    for (const Action& a : list) {
       int& now = inflight[static_cast<size_t>(a.stage)];
       if (a.type == ActionType::F) {
         ++now;
-        ++on_device;
         r.peak_inflight[static_cast<size_t>(a.stage)] =
             std::max(r.peak_inflight[static_cast<size_t>(a.stage)], now);
-        r.peak_inflight_device[d] = std::max(r.peak_inflight_device[d], on_device);
       }
-      if (a.type == ActionType::W || a.type == ActionType::B) {
-        --now;
-        --on_device;
-      }
+      if (a.type == ActionType::W || a.type == ActionType::B) --now;
     }
-  }
+  for (long long p : peak_device_activation_bytes(
+           schedule, std::vector<long long>(static_cast<size_t>(schedule.num_stages), 1)))
+    r.peak_inflight_device.push_back(static_cast<int>(p));
   return r;
+}
+
+std::vector<long long> peak_device_activation_bytes(const Schedule& schedule,
+                                                    const std::vector<long long>& stage_bytes) {
+  if (stage_bytes.size() != static_cast<size_t>(schedule.num_stages))
+    throw std::invalid_argument(
+        "peak_device_activation_bytes: " + std::to_string(stage_bytes.size()) +
+        " stage sizes for " + std::to_string(schedule.num_stages) + " stages");
+  std::vector<long long> peak;
+  for (const auto& list : schedule.actions) {
+    long long now = 0, high = 0;
+    for (const Action& a : list) {
+      if (a.stage < 0 || a.stage >= schedule.num_stages) continue;  // the validator reports it
+      const long long bytes = stage_bytes[static_cast<size_t>(a.stage)];
+      if (a.type == ActionType::F) high = std::max(high, now += bytes);
+      if (a.type == ActionType::W || a.type == ActionType::B) now -= bytes;
+    }
+    peak.push_back(high);
+  }
+  return peak;
 }
 
 double analytic_bubble(std::string_view name, int D, int M, int V) {
@@ -132,6 +147,9 @@ double analytic_bubble(std::string_view name, int D, int M, int V) {
   const double d = D - 1, m = M;
   if (name == "gpipe" || name == "1f1b") return d / (m + d);
   if (name == "zb-h1" || name == "dualpipev") return d / (3.0 * m + d);
+  if (name == "zbv") return d / (6.0 * m + d);
+  if (name == "v-half") return D / (2.0 * m);
+  if (name == "v-min") return 2.0 * D / (3.0 * m);
   if (name == "interleaved" || name.starts_with("interleaved:")) {
     if (name.starts_with("interleaved:")) {
       const std::string_view v = name.substr(12);
@@ -144,7 +162,8 @@ double analytic_bubble(std::string_view name, int D, int M, int V) {
     return d / (static_cast<double>(V) * m + d);
   }
   throw std::invalid_argument("analytic_bubble: no formula for '" + std::string(name) +
-                              "' (known: gpipe, 1f1b, interleaved:V, zb-h1, dualpipev)");
+                              "' (known: gpipe, 1f1b, interleaved:V, zb-h1, zbv, v-half, v-min, "
+                              "dualpipev)");
 }
 
 std::string render_timeline(const SimResult& result, double unit) {

@@ -10,8 +10,9 @@
 //     on the RECV, in a compute-only one on the compute: both give the same times;
 //     REDUCE_GRAD takes no time here.
 // Peak in-flight micro-batches of a stage (activations held): +1 at each F, -1 at each W (or B),
-// counted in list order, which is the device's execution order; of a device: the same count over
-// all of its stages together.
+// counted in list order, which is the device's execution order. A device holding several stages
+// (interleaved, V shapes) peaks at the largest sum over its stages at one point of its list, which
+// is at most the sum of their separate peaks: peak_inflight_device.
 //
 // Time is seconds: stage and transfer times in, step and busy times out (a unit-time run, F = 1,
 // is a run of 1-second actions). The timeline alone is in microseconds, like every timeline
@@ -45,9 +46,7 @@ struct SimResult {
   std::vector<double> busy;                        // per device: seconds in F/B/I/W
   std::vector<double> bubble_fraction;             // per device: 1 - busy / step_time
   std::vector<int> peak_inflight;                  // per stage
-  std::vector<int> peak_inflight_device;           // per device: its stages' in-flight
-                                                   // micro-batches summed, at its worst moment
-                                                   // (V shapes: one device holds two stages)
+  std::vector<int> peak_inflight_device;           // per device: its stages' in-flight sum, peak
   std::vector<std::vector<TimedAction>> timeline;  // per device, in list order; microseconds
 
   double mean_bubble_fraction() const;
@@ -56,6 +55,13 @@ struct SimResult {
 // Validates `schedule` first (either form) and throws std::invalid_argument with the validator's
 // report if it is not valid (a deadlock included); likewise for a SimConfig of the wrong size.
 SimResult simulate(const Schedule& schedule, const SimConfig& config = {});
+
+// Per device: the peak over its list of sum_s inflight_s * stage_bytes[s] over the stages s it
+// holds (the activation memory the schedule makes it hold at once, when stage s saves
+// stage_bytes[s] per micro-batch). stage_bytes has one entry per stage. Throws
+// std::invalid_argument for a wrong size.
+std::vector<long long> peak_device_activation_bytes(const Schedule& schedule,
+                                                    const std::vector<long long>& stage_bytes);
 
 // The bubble fraction the literature gives, with equal per-stage times and free communication:
 //   gpipe, 1f1b        (D - 1) / (M + D - 1)             (Huang et al. 2019; Narayanan et al. 2021)
@@ -70,6 +76,11 @@ SimResult simulate(const Schedule& schedule, const SimConfig& config = {});
 //                                                         step 2M(F + I + W) + that bubble. Our
 //                                                         pairs, two actions, simulate below it:
 //                                                         (D - 1) / (6 M + D - 1), dualpipev.cpp)
+//   zbv                (D - 1) / (6 M + D - 1)           (Qi et al. 2023, ZB-V with F = I = W per
+//                                                         chunk: (D-1)(F+B-2W) = 0, plus the fill
+//                                                         of D - 1 chunk forwards no V avoids)
+//   v-half             D / (2 M)                         (Qi et al. 2024, "~p/2m")
+//   v-min              2 D / (3 M)                       (Qi et al. 2024, "~2p/3m")
 // `name` is a generate() name; V is taken from "interleaved:V", else from the argument.
 double analytic_bubble(std::string_view name, int D, int M, int V = 1);
 

@@ -14,11 +14,16 @@ int64_t stage_param_bytes(const std::vector<LayerProfile>& layers, int first, in
   return b;
 }
 
+int64_t stage_activation_bytes(const std::vector<LayerProfile>& layers, int first, int last) {
+  int64_t b = 0;
+  for (int l = first; l < last; ++l) b += layers[static_cast<size_t>(l)].activation_bytes;
+  return b;
+}
+
 int64_t stage_memory_bytes(const std::vector<LayerProfile>& layers, int first, int last,
                            int inflight, int optimizer_slots) {
-  int64_t activations = 0;
-  for (int l = first; l < last; ++l) activations += layers[static_cast<size_t>(l)].activation_bytes;
-  return (2 + optimizer_slots) * stage_param_bytes(layers, first, last) + inflight * activations;
+  return (2 + optimizer_slots) * stage_param_bytes(layers, first, last) +
+         inflight * stage_activation_bytes(layers, first, last);
 }
 
 }  // namespace pt

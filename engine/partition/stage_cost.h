@@ -14,6 +14,9 @@ double stage_time_s(const std::vector<LayerProfile>& layers, int first, int last
 // Parameter bytes of layers [first, last).
 int64_t stage_param_bytes(const std::vector<LayerProfile>& layers, int first, int last);
 
+// Activation bytes layers [first, last) save per micro-batch (held from its F to its W or B).
+int64_t stage_activation_bytes(const std::vector<LayerProfile>& layers, int first, int last);
+
 // Peak memory of a stage holding layers [first, last):
 //   params + grads + optimizer_slots x params            (all f32, all resident)
 //   + activation bytes x inflight                         (saved tensors of the micro-batches

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.h"
+#include "engine/partition/stage_cost.h"
 #include "schedule/generators.h"
 #include "schedule/lowering.h"
 #include "schedule/text_format.h"
@@ -26,6 +27,9 @@ sched::Schedule compute_schedule(const PlanRequest& r) {
       case ScheduleChoice::Kind::one_f_one_b: return sched::one_f_one_b(D, M);
       case ScheduleChoice::Kind::interleaved: return sched::interleaved(D, M, r.schedule.chunks);
       case ScheduleChoice::Kind::zb_h1: return sched::zb_h1(D, M);
+      case ScheduleChoice::Kind::zbv: return sched::zbv(D, M);
+      case ScheduleChoice::Kind::v_half: return sched::v_half(D, M);
+      case ScheduleChoice::Kind::v_min: return sched::v_min(D, M);
       case ScheduleChoice::Kind::dualpipev: return sched::dualpipev(D, M);
       case ScheduleChoice::Kind::file: break;
     }
@@ -46,6 +50,41 @@ sched::Schedule compute_schedule(const PlanRequest& r) {
                     "--stages {} --microbatches {}: make them agree",
                     r.schedule.path, s.num_devices, s.microbatches, D, M));
   return s;
+}
+
+// See PipelinePlan::device_peak_memory_bytes.
+std::vector<int64_t> device_peak_memory(const sched::Schedule& schedule, const Partition& partition,
+                                        const std::vector<LayerProfile>& costs,
+                                        int optimizer_slots) {
+  std::vector<long long> activations;
+  std::vector<int64_t> out(static_cast<size_t>(schedule.num_devices), 0);
+  for (size_t k = 0; k < partition.stages.size(); ++k) {
+    const StagePlan& st = partition.stages[k];
+    activations.push_back(stage_activation_bytes(costs, st.first_layer, st.last_layer));
+    out[static_cast<size_t>(schedule.device_of(static_cast<int>(k)))] +=
+        stage_memory_bytes(costs, st.first_layer, st.last_layer, 0, optimizer_slots);
+  }
+  const auto held = sched::peak_device_activation_bytes(schedule, activations);
+  for (size_t d = 0; d < out.size(); ++d) out[d] += held[d];
+  return out;
+}
+
+// The cap is per device (--mem-cap): the partitioner checked each stage alone; a device holding
+// several stages is checked here with what its schedule holds at once.
+void check_device_memory(const PipelinePlan& plan, int64_t cap) {
+  if (cap <= 0) return;
+  const auto& peak = plan.device_peak_memory_bytes;
+  const auto worst = std::max_element(peak.begin(), peak.end());
+  if (*worst <= cap) return;
+  const auto mib = [](int64_t b) {
+    return fmt::format("{:.2f} MiB", static_cast<double>(b) / (1 << 20));
+  };
+  throw UsageError(fmt::format(
+      "schedule '{}' makes device {} hold {} at its peak (its stages' parameters, gradients, "
+      "optimizer state and the activations it holds at once), over --mem-cap {}: raise --mem-cap "
+      "to at least {}, or use a schedule that holds fewer activations (v-half, v-min) or more "
+      "--stages",
+      plan.schedule_name, worst - peak.begin(), mib(*worst), mib(cap), mib(*worst)));
 }
 
 }  // namespace
@@ -105,6 +144,9 @@ PipelinePlan make_plan(const Model& model, const PlanRequest& r, Backend* profil
   pr.inflight_per_stage = unit.peak_inflight;
   pr.optimizer_slots = r.optimizer_slots;
   plan.partition = partition(model, costs, pr);
+  plan.device_peak_memory_bytes =
+      device_peak_memory(plan.schedule, plan.partition, costs, r.optimizer_slots);
+  check_device_memory(plan, r.mem_cap_bytes);
 
   // Simulate again with each stage's costs and the transfer of each boundary activation.
   sched::SimConfig sim;
@@ -144,6 +186,9 @@ std::string PipelinePlan::report() const {
     out += "; per device:";
     for (int p : simulated.peak_inflight_device) out += fmt::format(" {}", p);
   }
+  out += "\npredicted peak memory per device:";
+  for (int64_t b : device_peak_memory_bytes)
+    out += fmt::format(" {:.2f} MiB", static_cast<double>(b) / (1 << 20));
   out += "\n";
   return out;
 }

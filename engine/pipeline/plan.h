@@ -6,6 +6,7 @@
 // activations per stage). `--plan-only` prints this and exits.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/partition/cost_source.h"
 #include "engine/partition/partitioner.h"
@@ -34,6 +35,10 @@ struct PipelinePlan {
   sched::SimResult simulated;  // with the partition's per-stage costs (seconds)
   std::string schedule_name;   // ScheduleChoice::str()
   std::string costs;           // "estimated" | "profiled on cpu:0"
+  // Per device: the parameters, gradients and optimizer state of every stage placed on it, plus
+  // the most activation bytes its list holds at once (sched::peak_device_activation_bytes): with
+  // several stages per device (interleaved, V shapes) less than the sum of the stages' peaks.
+  std::vector<int64_t> device_peak_memory_bytes;
 
   double predicted_step_s() const { return simulated.step_time; }
   // The partition table, the schedule, predicted step time, bubble and memory: what
@@ -42,8 +47,8 @@ struct PipelinePlan {
 };
 
 // Throws UsageError (bad flags: S > layers, M < 1, unknown schedule, a layout that does not sum
-// to the layer count, a memory cap nothing fits) or the validator's error (a schedule file with
-// a missing or extra action, or a deadlock), each with what would fix it.
+// to the layer count, a memory cap nothing fits, a device over the cap) or the validator's error (a
+// schedule file with a missing or extra action, or a deadlock), each with what would fix it.
 // `profile_on` is needed for CostSource::Kind::profile.
 PipelinePlan make_plan(const Model& model, const PlanRequest& request,
                        Backend* profile_on = nullptr);

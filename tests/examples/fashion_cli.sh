@@ -65,6 +65,8 @@ expect_error "layout" --stages 2 --partition layout:3,3 --plan-only
 expect_error "--schedule dualpipev with --stages 3 --microbatches 4: dualpipev schedule needs at least 2 micro-batches per device, M >= 2D" \
   --stages 3 --microbatches 4 --schedule dualpipev --plan-only
 expect_error "unknown schedule" --stages 2 --schedule 2f2b --plan-only
+expect_error "cannot split 10 layers into 12 stages (6 devices x 2 chunks): use --stages <= 5" --stages 6 --schedule zbv --plan-only
+expect_error "over --mem-cap 20.00 MiB: raise --mem-cap to at least" --stages 2 --microbatches 8 --schedule zbv --mem-cap 20 --plan-only
 expect_error "unknown --recompute 'sometimes'" --stages 2 --recompute sometimes --plan-only
 expect_error "lists 1 device but --stages 2 x --dp 1 needs 2" --stages 2 --devices cpu:0 --plan-only
 expect_error "lists 3 devices but --stages 2 x --dp 2 needs 4" --stages 2 --dp 2 --devices cpu:0..2 --plan-only
@@ -105,6 +107,11 @@ out=$("$exe" --stages 2 --microbatches 4 --schedule dualpipev --plan-only 2>&1) 
   && grep -q "per stage: 4 3 2 1; per device: 5 5" <<<"$out" \
   && echo "ok: dualpipev plans 2 chunks per device" \
   || { echo "FAIL: dualpipev plan"; echo "$out"; fails=$((fails+1)); }
+# A V schedule (two stages per device) trains bit-identically to one device.
+out=$("$exe" --stages 2 --microbatches 4 --schedule v-min --steps 2 --parity-check 2>&1) \
+  && grep -q "bit-identical to the single-device reference" <<<"$out" \
+  && echo "ok: v-min is bit-identical to one device" \
+  || { echo "FAIL: v-min parity"; echo "$out"; fails=$((fails+1)); }
 
 # Output paths are checked before any work: nothing is renamed over a device, a FIFO or a folder.
 mkdir -p "$work/adir"

@@ -14,7 +14,6 @@
 #include <limits>
 
 #include "../engine/synthetic.h"
-#include "tests/pipeline/pipeline_test_util.h"
 #include "engine/comm/in_process.h"
 #include "engine/compare.h"
 #include "engine/core/error.h"
@@ -27,6 +26,7 @@
 #include "schedule/generators.h"
 #include "schedule/lowering.h"
 #include "schedule/validate.h"
+#include "tests/pipeline/pipeline_test_util.h"
 
 using namespace pt;
 

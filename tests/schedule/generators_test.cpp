@@ -57,7 +57,7 @@ TEST_CASE("sweep: every generated schedule validates and runs without deadlock")
     ++count;
   }
   // interleaved only where M % D == 0, dualpipev where M >= 2D
-  CHECK(count == 5 * 9 * 3 + 2 * (9 + 4 + 3 + 2 + 1) + (8 + 6 + 4 + 2));
+  CHECK(count == 5 * 9 * 6 + 2 * (9 + 4 + 3 + 2 + 1) + (8 + 6 + 4 + 2));
 }
 
 TEST_CASE("sweep: generators emit compute actions only, with the right shape") {
@@ -66,21 +66,22 @@ TEST_CASE("sweep: generators emit compute actions only, with the right shape") {
     const Schedule& s = g.schedule;
     CHECK(s.num_devices == g.D);
     CHECK(s.microbatches == g.M);
-    const bool v_shape = g.name == "dualpipev";  // V placement, B and I/W mixed: its own tests
+    const bool dualpipev = g.name == "dualpipev";  // B and I/W mixed: its own tests
+    const bool v_placed = dualpipev || test::is_v_shape(g.name);
     const int V = g.name.starts_with("interleaved:") ? std::stoi(g.name.substr(12))
-                  : v_shape                          ? 2
+                  : v_placed                         ? 2
                                                      : 1;
     CHECK(s.num_stages == g.D * V);
-    if (!v_shape)
-      for (int k = 0; k < s.num_stages; ++k) CHECK(s.device_of(k) == k % g.D);
+    for (int k = 0; k < s.num_stages; ++k)
+      CHECK(s.device_of(k) == (v_placed && k >= g.D ? 2 * g.D - 1 - k : k % g.D));
     for (const auto& list : s.actions)
       for (const Action& a : list) CHECK(is_compute(a.type));
-    const bool split = g.name == "zb-h1";
+    const bool split = g.name == "zb-h1" || test::is_v_shape(g.name);
     for (const auto& list : s.actions)
       for (const Action& a : list) {
         if (split)
           CHECK(a.type != ActionType::B);
-        else if (!v_shape)
+        else if (!dualpipev)
           CHECK((a.type == ActionType::F || a.type == ActionType::B));
       }
   }

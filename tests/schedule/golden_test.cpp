@@ -97,3 +97,6 @@ TEST_CASE("golden: interleaved D=2 M=4 V=2") {
 }
 TEST_CASE("golden: zb-h1 D=3 M=4") { check_both("zb-h1_d3_m4", zb_h1(3, 4)); }
 TEST_CASE("golden: dualpipev D=2 M=4") { check_both("dualpipev_d2_m4", dualpipev(2, 4)); }
+TEST_CASE("golden: zbv D=2 M=4") { check_both("zbv_d2_m4", zbv(2, 4)); }
+TEST_CASE("golden: v-half D=3 M=6") { check_both("v-half_d3_m6", v_half(3, 6)); }
+TEST_CASE("golden: v-min D=4 M=4") { check_both("v-min_d4_m4", v_min(4, 4)); }

@@ -1,6 +1,8 @@
 #pragma once
 // The shapes every schedule test sweeps: each generator for D = 1..5, M = 1..9, interleaved
 // with V = 2, 3 where Megatron's rule M % D == 0 allows it, and dualpipev where M >= 2D.
+// kVShapes are the V-placed ones built by the list scheduler (dualpipev has its own tests).
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -16,12 +18,19 @@ struct Generated {
   std::string label() const { return name + " D=" + std::to_string(D) + " M=" + std::to_string(M); }
 };
 
+inline const std::vector<std::string> kVShapes{"zbv", "v-half", "v-min"};
+
+inline bool is_v_shape(const std::string& name) {
+  return std::find(kVShapes.begin(), kVShapes.end(), name) != kVShapes.end();
+}
+
 inline std::vector<Generated> sweep_schedules(int max_d = 5, int max_m = 9) {
   std::vector<Generated> out;
   for (int D = 1; D <= max_d; ++D)
     for (int M = 1; M <= max_m; ++M) {
       for (const char* name : {"gpipe", "1f1b", "zb-h1"})
         out.push_back({name, D, M, generate(name, D, M)});
+      for (const std::string& name : kVShapes) out.push_back({name, D, M, generate(name, D, M)});
       for (int V : {2, 3})
         if (M % D == 0) {
           const std::string name = "interleaved:" + std::to_string(V);
