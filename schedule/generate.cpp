@@ -37,7 +37,7 @@ Schedule from_file(std::string_view path, int D, int M) {
 }  // namespace
 
 std::vector<std::string> schedule_names() {
-  return {"gpipe", "1f1b", "interleaved:V", "zb-h1", "file:PATH"};
+  return {"gpipe", "1f1b", "interleaved:V", "zb-h1", "zb-h2", "file:PATH"};
 }
 
 Schedule generate(std::string_view name, int D, int M) {
@@ -45,6 +45,7 @@ Schedule generate(std::string_view name, int D, int M) {
   if (name == "gpipe") return gpipe(D, M);
   if (name == "1f1b") return one_f_one_b(D, M);
   if (name == "zb-h1") return zb_h1(D, M);
+  if (name == "zb-h2") return zb_h2(D, M);
   if (name.starts_with("interleaved:")) {
     const std::string_view v_text = name.substr(std::string_view("interleaved:").size());
     int V = 0;

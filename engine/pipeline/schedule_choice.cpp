@@ -13,6 +13,7 @@ ScheduleChoice ScheduleChoice::parse(std::string_view text) {
   if (text == "gpipe") return {K::gpipe, 1, {}};
   if (text == "1f1b") return {K::one_f_one_b, 1, {}};
   if (text == "zb-h1") return {K::zb_h1, 1, {}};
+  if (text == "zb-h2") return {K::zb_h2, 1, {}};
   if (text.starts_with("interleaved:")) {
     const std::string_view v_text = text.substr(std::string_view("interleaved:").size());
     int V = 0;
@@ -30,8 +31,8 @@ ScheduleChoice ScheduleChoice::parse(std::string_view text) {
     return {K::file, 1, std::string(text.substr(5))};
   }
   throw UsageError(fmt::format(
-      "unknown schedule '{}': use gpipe, 1f1b, interleaved:V (V chunks per device), zb-h1 "
-      "or file:PATH (a schedule written by hand)",
+      "unknown schedule '{}': use gpipe, 1f1b, interleaved:V (V chunks per device), zb-h1, "
+      "zb-h2 or file:PATH (a schedule written by hand)",
       text));
 }
 
@@ -41,6 +42,7 @@ std::string ScheduleChoice::str() const {
     case Kind::one_f_one_b: return "1f1b";
     case Kind::interleaved: return fmt::format("interleaved:{}", chunks);
     case Kind::zb_h1: return "zb-h1";
+    case Kind::zb_h2: return "zb-h2";
     case Kind::file: return "file:" + path;
   }
   return "?";

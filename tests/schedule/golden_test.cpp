@@ -96,3 +96,7 @@ TEST_CASE("golden: interleaved D=2 M=4 V=2") {
   check_both("interleaved_d2_m4_v2", interleaved(2, 4, 2));
 }
 TEST_CASE("golden: zb-h1 D=3 M=4") { check_both("zb-h1_d3_m4", zb_h1(3, 4)); }
+TEST_CASE("golden: zb-h2 D=3 M=5 (M = 2D - 1)") { check_both("zb-h2_d3_m5", zb_h2(3, 5)); }
+TEST_CASE("golden: interleaved D=2 M=5 V=2 (M not a multiple of D)") {
+  check_both("interleaved_d2_m5_v2", interleaved(2, 5, 2));
+}
