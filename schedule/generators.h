@@ -49,8 +49,8 @@ Schedule zb_h2(int D, int M);
 // micro-batches, every device in (micro-batch, stage) order. Validate it with forward_only set.
 Schedule forward_only(const std::vector<int>& stage_device, int D, int M);
 
-// By name: "gpipe", "1f1b", "interleaved:V", "zb-h1", "zb-h2", or "file:PATH" (a compute-only schedule
-// in the text format, which must match D and M and validate). Throws std::invalid_argument
+// By name: "gpipe", "1f1b", "interleaved:V", "zb-h1", "zb-h2", or "file:PATH" (a compute-only
+// schedule in the text format, which must match D and M and validate). Throws std::invalid_argument
 // naming the valid names for an unknown one, and for D < 1 or M < 1.
 Schedule generate(std::string_view name, int D, int M);
 

@@ -57,8 +57,8 @@ Schedule zb_h2(int D, int M) {
       auto& list = s.actions[dd];
       const bool i_ready = i[dd] < f[dd] && done_by(f_end[dd][i[dd]], t) &&
                            (d == D - 1 || done_by(i_end[dd + 1][i[dd]], t));
-      const bool f_ready = f[dd] < M && f[dd] - w[dd] < cap &&
-                           (d == 0 || done_by(f_end[dd - 1][f[dd]], t));
+      const bool f_ready =
+          f[dd] < M && f[dd] - w[dd] < cap && (d == 0 || done_by(f_end[dd - 1][f[dd]], t));
       const bool w_ready = w[dd] < i[dd] && done_by(i_end[dd][w[dd]], t);
       if (i_ready) {
         list.push_back({d, ActionType::I, i[dd]});

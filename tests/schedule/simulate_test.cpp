@@ -114,9 +114,9 @@ TEST_CASE("interleaved: device 0 holds (V - 1) G + 2(D - 1) + 1 chunk activation
     return peak;
   };
   CHECK(held(interleaved(4, 8, 2)) == 4 + 6 + 1);
-  CHECK(held(interleaved(4, 9, 2)) == 5 + 6 + 1);   // groups of 5 and 4
+  CHECK(held(interleaved(4, 9, 2)) == 5 + 6 + 1);       // groups of 5 and 4
   CHECK(held(interleaved(4, 11, 3)) == 2 * 6 + 6 + 1);  // groups of 6 and 5
-  CHECK(held(interleaved(3, 2, 2)) == 2 * 2);       // M < D: everything, M V
+  CHECK(held(interleaved(3, 2, 2)) == 2 * 2);           // M < D: everything, M V
 }
 
 TEST_CASE("zb-h2: every device busy through its span iff M >= 2D - 1; step as zb-h1 when I = W") {
