@@ -91,6 +91,10 @@ TEST_CASE("interleaved: smaller bubble than 1f1b, as the formula, when each chun
         const double expected =
             M >= D ? d / (v * M + d) : (v * (D - M) + M - 1.0) / (v * D + M - 1.0);
         for (double b : inter.bubble_fraction) CHECK(b == doctest::Approx(expected));
+        // Megatron's form, bubble time over ideal time: (D - 1) / (V M) for M >= D.
+        const double over_ideal = M >= D ? d / (v * M) : (v * (D - M) + M - 1.0) / (v * M);
+        for (double busy : inter.busy)
+          CHECK((inter.step_time - busy) / busy == doctest::Approx(over_ideal));
         CHECK(analytic_bubble("interleaved", D, M, V) == doctest::Approx(expected));
         CHECK(analytic_bubble("interleaved:" + std::to_string(V), D, M) ==
               analytic_bubble("interleaved", D, M, V));
