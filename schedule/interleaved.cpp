@@ -14,8 +14,9 @@ namespace {
 // starts. Megatron-LM's microbatch_group_size_per_vp_stage, D by default: a group of D keeps
 // device 0 busy exactly until the group's first micro-batch comes back around from device D - 1
 // for the next chunk. For M >= D with a remainder r = M % D, Megatron ends with a short group of
-// r, whose chunk changes wait D - r for the wrap-around (and which deadlocks here with the
-// warm-up below unless that grows too: D = 5, M = 7, V = 2). We spread the remainder instead:
+// r, whose chunk changes wait D - r for the wrap-around, and which deadlocks here with the
+// warm-up below unless that grows too (D = 5, M = 7, V = 2, a whole stage's F = B = 1: a step
+// of 20.5 once it runs, against the formula's 18 and 1F1B's 22). We spread the remainder instead:
 // n = M / D groups of D + r / n, the first r % n of them one larger. A group larger than D never
 // waits at a chunk change (its first micro-batch is back before the group is through), so the
 // bubble stays the formula's; the price is (V - 1) ceil(r / n) more forwards in the warm-up.
