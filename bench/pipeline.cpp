@@ -8,7 +8,7 @@
 //   {"bench":"pipeline", "schedule", "microbatches":M, ...}   one line per (schedule, M):
 //       speedup            = baseline step (1 device, 1 core, same M) / pipeline step
 //       ideal (analytic)   = S·M / (M + S − 1)                            gpipe, 1f1b
-//       ideal (simulated)  = Σ_s M·(F_s + I_s + W_s) / T_sim               zb-h1, interleaved:V
+//       ideal (simulated)  = Σ_s M·(F_s + I_s + W_s) / T_sim        zb-h1, zb-h2, interleaved:V
 //                            (profiled per-stage times, free transfers: the schedule's own limit)
 //       speedup_over_ideal = speedup / ideal; "ideal_kind" says which ideal was used
 //       bubble_err_pp_d    = 100·(measured bubble of device d − analytic_bubble(schedule, D, M))
@@ -520,7 +520,8 @@ int main(int argc, char** argv) {
   app.add_option("--microbatches", f.microbatches, "micro-batch counts M")
       ->delimiter(',')
       ->capture_default_str();
-  app.add_option("--schedules", f.schedules, "gpipe,1f1b,zb-h1,interleaved:V,dualpipev")
+  app.add_option("--schedules", f.schedules,
+                 "gpipe,1f1b,zb-h1,zb-h2,interleaved:V,zbv,v-half,v-min,dualpipev")
       ->delimiter(',')
       ->capture_default_str();
   app.add_option("--costs", f.costs, "layer costs for the partition: estimate | profile")

@@ -37,8 +37,8 @@ Schedule from_file(std::string_view path, int D, int M) {
 }  // namespace
 
 std::vector<std::string> schedule_names() {
-  return {"gpipe",  "1f1b",  "interleaved:V", "zb-h1",    "zbv",
-          "v-half", "v-min", "dualpipev",     "file:PATH"};
+  return {"gpipe", "1f1b",   "interleaved:V", "zb-h1",     "zb-h2",
+          "zbv",   "v-half", "v-min",         "dualpipev", "file:PATH"};
 }
 
 Schedule generate(std::string_view name, int D, int M) {
@@ -46,6 +46,7 @@ Schedule generate(std::string_view name, int D, int M) {
   if (name == "gpipe") return gpipe(D, M);
   if (name == "1f1b") return one_f_one_b(D, M);
   if (name == "zb-h1") return zb_h1(D, M);
+  if (name == "zb-h2") return zb_h2(D, M);
   if (name == "zbv") return zbv(D, M);
   if (name == "v-half") return v_half(D, M);
   if (name == "v-min") return v_min(D, M);

@@ -31,14 +31,19 @@ Schedule one_f_one_b(int D, int M);
 // first forward of step k + 2 and at most two weight versions are live per stage.
 Schedule one_f_one_b_async(int D, int M, int K);
 
-// Megatron's interleaved 1F1B: V model chunks per device, bubble shrunk by V. Needs M % D == 0
-// when V > 1 (see interleaved.cpp); V == 1 is one_f_one_b.
+// Megatron's interleaved 1F1B: V model chunks per device, bubble shrunk by V. Any M >= 1: the
+// micro-batches go in groups of D per chunk, a remainder spread over the groups (see
+// interleaved.cpp); V == 1 is one_f_one_b.
 Schedule interleaved(int D, int M, int V);
 
 // Zero-bubble ZB-H1 (Qi et al. 2023): backward split into I (input gradient, on the critical path)
 // and W (weight gradient, deferred into the bubbles); peak in-flight micro-batches as in 1F1B.
 Schedule zb_h1(int D, int M);
 
+// Zero-bubble ZB-H2 (Qi et al. 2023): as ZB-H1, but up to min(2S - 1, M) micro-batches in flight,
+// so device 0's warm-up runs 2S - 1 forwards and the W's fill the drain: with F = I = W and
+// M >= 2S - 1 every device is busy from its first action to its last (see zb_h2.cpp). Any M >= 1.
+Schedule zb_h2(int D, int M);
 // V-shaped schedules (schedule/v_shape.cpp): 2 chunks per device, stage k on device k for k < D
 // and on device 2D - 1 - k for k >= D (S = 2D), F/I/W split, built by a greedy list scheduler
 // under a per-device activation limit. zbv: zero bubble (beyond the fill) for M >= 2D at 1F1B's
@@ -58,10 +63,10 @@ Schedule dualpipev(int D, int M);
 // micro-batches, every device in (micro-batch, stage) order. Validate it with forward_only set.
 Schedule forward_only(const std::vector<int>& stage_device, int D, int M);
 
-// By name: "gpipe", "1f1b", "interleaved:V", "zb-h1", "zbv", "v-half", "v-min", "dualpipev", or
-// "file:PATH" (a
-// compute-only schedule in the text format, which must match D and M and validate). Throws
-// std::invalid_argument naming the valid names for an unknown one, and for D < 1 or M < 1.
+// By name: "gpipe", "1f1b", "interleaved:V", "zb-h1", "zb-h2", "zbv", "v-half", "v-min",
+// "dualpipev", or "file:PATH" (a compute-only schedule in the text format, which must match D
+// and M and validate). Throws std::invalid_argument naming the valid names for an unknown one,
+// and for D < 1 or M < 1.
 Schedule generate(std::string_view name, int D, int M);
 
 // The names generate() accepts, for help texts: {"gpipe", "1f1b", "interleaved:V", ...}.

@@ -146,7 +146,7 @@ double analytic_bubble(std::string_view name, int D, int M, int V) {
   if (D < 1 || M < 1) throw std::invalid_argument("analytic_bubble: needs D >= 1 and M >= 1");
   const double d = D - 1, m = M;
   if (name == "gpipe" || name == "1f1b") return d / (m + d);
-  if (name == "zb-h1" || name == "dualpipev") return d / (3.0 * m + d);
+  if (name == "zb-h1" || name == "zb-h2" || name == "dualpipev") return d / (3.0 * m + d);
   if (name == "zbv") return d / (6.0 * m + d);
   if (name == "v-half") return D / (2.0 * m);
   if (name == "v-min") return 2.0 * D / (3.0 * m);
@@ -159,11 +159,13 @@ double analytic_bubble(std::string_view name, int D, int M, int V) {
                                     "'");
     }
     if (V < 1) throw std::invalid_argument("analytic_bubble: needs V >= 1");
-    return d / (static_cast<double>(V) * m + d);
+    const double v = V;
+    if (M < D) return (v * (D - m) + m - 1.0) / (v * D + m - 1.0);  // one group, waits per chunk
+    return d / (v * m + d);
   }
   throw std::invalid_argument("analytic_bubble: no formula for '" + std::string(name) +
-                              "' (known: gpipe, 1f1b, interleaved:V, zb-h1, zbv, v-half, v-min, "
-                              "dualpipev)");
+                              "' (known: gpipe, 1f1b, interleaved:V, zb-h1, zb-h2, zbv, v-half, "
+                              "v-min, dualpipev)");
 }
 
 std::string render_timeline(const SimResult& result, double unit) {

@@ -67,8 +67,14 @@ std::vector<long long> peak_device_activation_bytes(const Schedule& schedule,
 //   gpipe, 1f1b        (D - 1) / (M + D - 1)             (Huang et al. 2019; Narayanan et al. 2021)
 //   interleaved[:V]    (D - 1) / (V M + D - 1)           (Narayanan et al. 2021: the fill and
 //                                                         drain shrink by V; stage times are 1/V)
+//                      for M >= D; for M < D the single micro-batch group waits at each chunk
+//                      change: (V (D - M) + M - 1) / (V D + M - 1) (interleaved.cpp)
 //   zb-h1              (D - 1) / (3 M + D - 1)           (Qi et al. 2023 with F = I = W: a
 //                                                         bubble of (D - 1)(F + I - W) per device)
+//   zb-h2              (D - 1) / (3 M + D - 1)           the synchronous step's: the paper's 0
+//                      counts each device's own span (busy throughout for M >= 2D - 1) and starts
+//                      the next step without a flush; ours ends in one, so the (D - 1) F of the
+//                      fill remain, as ZB-H1's (D - 1)(F + I - W) when I = W (zb_h2.cpp)
 //   dualpipev          (D - 1) / (3 M + D - 1)           (DeepSeek's DualPipe table: (PP/2 - 1)
 //                                                         (F&B + B - 3W) per device, PP = 2D
 //                                                         stages; F&B = F + B as we do not

@@ -27,6 +27,7 @@ sched::Schedule compute_schedule(const PlanRequest& r) {
       case ScheduleChoice::Kind::one_f_one_b: return sched::one_f_one_b(D, M);
       case ScheduleChoice::Kind::interleaved: return sched::interleaved(D, M, r.schedule.chunks);
       case ScheduleChoice::Kind::zb_h1: return sched::zb_h1(D, M);
+      case ScheduleChoice::Kind::zb_h2: return sched::zb_h2(D, M);
       case ScheduleChoice::Kind::zbv: return sched::zbv(D, M);
       case ScheduleChoice::Kind::v_half: return sched::v_half(D, M);
       case ScheduleChoice::Kind::v_min: return sched::v_min(D, M);

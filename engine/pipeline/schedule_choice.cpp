@@ -13,6 +13,7 @@ ScheduleChoice ScheduleChoice::parse(std::string_view text) {
   if (text == "gpipe") return {K::gpipe, 1, {}};
   if (text == "1f1b") return {K::one_f_one_b, 1, {}};
   if (text == "zb-h1") return {K::zb_h1, 1, {}};
+  if (text == "zb-h2") return {K::zb_h2, 1, {}};
   if (text == "zbv") return {K::zbv, 1, {}};
   if (text == "v-half") return {K::v_half, 1, {}};
   if (text == "v-min") return {K::v_min, 1, {}};
@@ -35,8 +36,8 @@ ScheduleChoice ScheduleChoice::parse(std::string_view text) {
   }
   throw UsageError(fmt::format(
       "unknown schedule '{}': use gpipe, 1f1b, interleaved:V (V chunks per device), zb-h1, "
-      "zbv, v-half, v-min (2 chunks per device in a V), dualpipev or file:PATH (a schedule "
-      "written by hand)",
+      "zb-h2, zbv, v-half, v-min (2 chunks per device in a V), dualpipev or file:PATH (a "
+      "schedule written by hand)",
       text));
 }
 
@@ -46,6 +47,7 @@ std::string ScheduleChoice::str() const {
     case Kind::one_f_one_b: return "1f1b";
     case Kind::interleaved: return fmt::format("interleaved:{}", chunks);
     case Kind::zb_h1: return "zb-h1";
+    case Kind::zb_h2: return "zb-h2";
     case Kind::zbv: return "zbv";
     case Kind::v_half: return "v-half";
     case Kind::v_min: return "v-min";

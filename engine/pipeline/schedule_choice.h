@@ -1,6 +1,6 @@
 #pragma once
 // Which schedule a pipeline run uses, parsed once from its text form:
-//   gpipe | 1f1b | interleaved:V | zb-h1 | zbv | v-half | v-min | dualpipev | file:PATH
+//   gpipe | 1f1b | interleaved:V | zb-h1 | zb-h2 | zbv | v-half | v-min | dualpipev | file:PATH
 // The plan (plan.h) turns it into action lists: a generator of schedule/generators.h, or the
 // hand-written file.
 #include <string>
@@ -9,7 +9,18 @@
 namespace pt {
 
 struct ScheduleChoice {
-  enum class Kind { gpipe, one_f_one_b, interleaved, zb_h1, zbv, v_half, v_min, dualpipev, file };
+  enum class Kind {
+    gpipe,
+    one_f_one_b,
+    interleaved,
+    zb_h1,
+    zb_h2,
+    zbv,
+    v_half,
+    v_min,
+    dualpipev,
+    file
+  };
   Kind kind = Kind::one_f_one_b;
   int chunks = 1;    // V model chunks per device, for Kind::interleaved (>= 1)
   std::string path;  // for Kind::file

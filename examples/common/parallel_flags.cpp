@@ -31,9 +31,9 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
                  "split each replica's batch into M micro-batches")
       ->capture_default_str()
       ->check(kIntText);
-  app.add_option(
-         "--schedule", f.schedule,
-         "gpipe | 1f1b | interleaved:V | zb-h1 | zbv | v-half | v-min | dualpipev | file:PATH")
+  app.add_option("--schedule", f.schedule,
+                 "gpipe | 1f1b | interleaved:V | zb-h1 | zb-h2 | zbv | v-half | v-min | dualpipev "
+                 "| file:PATH")
       ->capture_default_str();
   app.add_option("--partition", f.partition, "uniform | params | time | memory | layout:a,b,...")
       ->capture_default_str();

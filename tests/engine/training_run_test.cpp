@@ -19,8 +19,8 @@ using namespace pt;
 #define CHECK_USAGE(expr, text) CHECK_THROWS_WITH_AS(expr, doctest::Contains(text), UsageError)
 
 TEST_CASE("ScheduleChoice: every form parses and prints back; others name the valid forms") {
-  for (const char* text : {"gpipe", "1f1b", "interleaved:1", "interleaved:3", "zb-h1", "zbv",
-                           "v-half", "v-min", "dualpipev", "file:dir/my schedule.txt"})
+  for (const char* text : {"gpipe", "1f1b", "interleaved:1", "interleaved:3", "zb-h1", "zb-h2",
+                           "zbv", "v-half", "v-min", "dualpipev", "file:dir/my schedule.txt"})
     CHECK(ScheduleChoice::parse(text).str() == text);
   CHECK_USAGE(ScheduleChoice::parse("v-third"), "zbv, v-half, v-min");
   CHECK(ScheduleChoice::parse("interleaved:2") ==

@@ -29,7 +29,7 @@ std::string what_of(const std::function<void()>& f) {
 
 TEST_CASE("sweep: every generated schedule validates and runs without deadlock") {
   int count = 0;
-  for (const auto& g : test::sweep_schedules()) {
+  for (const auto& g : test::sweep_schedules(6, 16)) {
     CAPTURE(g.label());
     const Validation compute = validate(g.schedule, {Form::ComputeOnly, true});
     CHECK_MESSAGE(compute.ok(), compute.report);
@@ -56,8 +56,8 @@ TEST_CASE("sweep: every generated schedule validates and runs without deadlock")
     CHECK_THROWS_AS(add_grad_reduction(reduced), std::invalid_argument);
     ++count;
   }
-  // interleaved only where M % D == 0, dualpipev where M >= 2D
-  CHECK(count == 5 * 9 * 6 + 2 * (9 + 4 + 3 + 2 + 1) + (8 + 6 + 4 + 2));
+  // per shape: 4 generators, 3 V shapes, interleaved:2 and :3; dualpipev where M >= 2D
+  CHECK(count == 6 * 16 * (4 + 3 + 2) + (15 + 13 + 11 + 9 + 7 + 5));
 }
 
 TEST_CASE("sweep: generators emit compute actions only, with the right shape") {
@@ -76,7 +76,7 @@ TEST_CASE("sweep: generators emit compute actions only, with the right shape") {
       CHECK(s.device_of(k) == (v_placed && k >= g.D ? 2 * g.D - 1 - k : k % g.D));
     for (const auto& list : s.actions)
       for (const Action& a : list) CHECK(is_compute(a.type));
-    const bool split = g.name == "zb-h1" || test::is_v_shape(g.name);
+    const bool split = g.name == "zb-h1" || g.name == "zb-h2" || test::is_v_shape(g.name);
     for (const auto& list : s.actions)
       for (const Action& a : list) {
         if (split)
@@ -156,14 +156,54 @@ TEST_CASE("zb-h1: device d defers d weight gradients past its steady state") {
   }
 }
 
-TEST_CASE("interleaved: V == 1 is 1f1b; M % D != 0 is refused with the rule and the fix") {
+TEST_CASE("zb-h2: device d warms up with min(2(D - d) - 1, M) forwards, then I first") {
+  for (int D = 1; D <= 6; ++D)
+    for (int M = 1; M <= 16; ++M) {
+      const Schedule s = zb_h2(D, M);
+      for (int d = 0; d < D; ++d) {
+        const auto& list = s.actions[static_cast<size_t>(d)];
+        const auto first_i = std::find_if(list.begin(), list.end(),
+                                          [](const Action& a) { return a.type == ActionType::I; });
+        CAPTURE(D);
+        CAPTURE(M);
+        CAPTURE(d);
+        REQUIRE(first_i != list.end());
+        CHECK(first_i->microbatch == 0);
+        CHECK(static_cast<int>(first_i - list.begin()) == std::min(2 * (D - d) - 1, M));
+        CHECK(std::all_of(list.begin(), first_i,
+                          [](const Action& a) { return a.type == ActionType::F; }));
+      }
+    }
+  // S = 1: F I W per micro-batch (no one to wait for, one in flight).
+  CHECK(to_text(zb_h2(1, 2)).find("device 0: 0F0 0I0 0W0 0F1 0I1 0W1") != std::string::npos);
+}
+
+TEST_CASE("interleaved: V == 1 is 1f1b; any M, in groups of D per chunk, a remainder spread") {
   CHECK(interleaved(3, 5, 1) == one_f_one_b(3, 5));
-  const std::string msg = what_of([] { interleaved(3, 7, 2); });
-  CHECK(msg.find("M % D == 0") != std::string::npos);
-  CHECK(msg.find("micro-batches: 7") != std::string::npos);
-  CHECK(msg.find("6 or 9") != std::string::npos);
-  CHECK(what_of([] { interleaved(4, 2, 2); }).find("use 4 micro-batches") != std::string::npos);
   CHECK(what_of([] { interleaved(2, 4, 0); }).find("at least 1 chunk") != std::string::npos);
+  // The order of device 0's forwards: (micro-batch, chunk) groups through chunk 0, then chunk 1.
+  auto forwards = [](const Schedule& s) {
+    std::string out;
+    for (const Action& a : s.actions[0])
+      if (a.type == ActionType::F) out += a.str() + " ";
+    return out;
+  };
+  // M % D == 0: Megatron's groups of D.
+  CHECK(forwards(interleaved(2, 4, 2)) == "0F0 0F1 2F0 2F1 0F2 0F3 2F2 2F3 ");
+  // M = 5, D = 2: groups of 3 and 2 (Megatron: 2, 2 and a short 1).
+  CHECK(forwards(interleaved(2, 5, 2)) == "0F0 0F1 0F2 2F0 2F1 2F2 0F3 0F4 2F3 2F4 ");
+  // M = 11, D = 3: 3 groups, remainder 2 spread: 4, 4, 3.
+  CHECK(forwards(interleaved(3, 11, 2)) ==
+        "0F0 0F1 0F2 0F3 3F0 3F1 3F2 3F3 0F4 0F5 0F6 0F7 3F4 3F5 3F6 3F7 0F8 0F9 0F10 3F8 3F9 "
+        "3F10 ");
+  // M < D: one group of M.
+  CHECK(forwards(interleaved(4, 3, 3)) == "0F0 0F1 0F2 4F0 4F1 4F2 8F0 8F1 8F2 ");
+  // Warm-up of device 0: 2(D - 1) + (V - 1) G forwards, G the largest group (4 for D = 3, M = 11).
+  const Schedule s = interleaved(3, 11, 2);
+  const auto& dev0 = s.actions[0];
+  const auto first_b = std::find_if(dev0.begin(), dev0.end(),
+                                    [](const Action& a) { return a.type == ActionType::B; });
+  CHECK(static_cast<int>(first_b - dev0.begin()) == 2 * 2 + 4 + 1);  // + the steady phase's F
 }
 
 TEST_CASE("dualpipev: M < 2D is refused with the rule and what would fit") {
@@ -188,6 +228,7 @@ TEST_CASE("generate: names, and errors that list the valid ones") {
   CHECK(generate("gpipe", 2, 3) == gpipe(2, 3));
   CHECK(generate("1f1b", 3, 4) == one_f_one_b(3, 4));
   CHECK(generate("zb-h1", 3, 4) == zb_h1(3, 4));
+  CHECK(generate("zb-h2", 3, 4) == zb_h2(3, 4));
   CHECK(generate("interleaved:2", 2, 4) == interleaved(2, 4, 2));
   CHECK(generate("interleaved:3", 2, 4).num_stages == 6);
 
@@ -200,6 +241,7 @@ TEST_CASE("generate: names, and errors that list the valid ones") {
   CHECK(what_of([] { generate("1f1b", 0, 2); }).find("devices: 0") != std::string::npos);
   CHECK(what_of([] { generate("gpipe", 2, 0); }).find("micro-batches: 0") != std::string::npos);
   CHECK(what_of([] { zb_h1(-1, 2); }) != "(no exception)");
+  CHECK(what_of([] { zb_h2(2, 0); }).find("micro-batches: 0") != std::string::npos);
 }
 
 TEST_CASE(

@@ -100,3 +100,7 @@ TEST_CASE("golden: dualpipev D=2 M=4") { check_both("dualpipev_d2_m4", dualpipev
 TEST_CASE("golden: zbv D=2 M=4") { check_both("zbv_d2_m4", zbv(2, 4)); }
 TEST_CASE("golden: v-half D=3 M=6") { check_both("v-half_d3_m6", v_half(3, 6)); }
 TEST_CASE("golden: v-min D=4 M=4") { check_both("v-min_d4_m4", v_min(4, 4)); }
+TEST_CASE("golden: zb-h2 D=3 M=5 (M = 2D - 1)") { check_both("zb-h2_d3_m5", zb_h2(3, 5)); }
+TEST_CASE("golden: interleaved D=2 M=5 V=2 (M not a multiple of D)") {
+  check_both("interleaved_d2_m5_v2", interleaved(2, 5, 2));
+}

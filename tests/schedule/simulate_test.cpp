@@ -79,21 +79,94 @@ TEST_CASE("peak in-flight micro-batches: 1f1b min(D - s, M), gpipe M, zb-h1 at m
 }
 
 TEST_CASE("interleaved: smaller bubble than 1f1b, as the formula, when each chunk takes 1/V") {
-  for (int D = 2; D <= 5; ++D)
-    for (int M = D; M <= 9; M += D)
+  // Megatron's (D - 1) / (V M + D - 1) for every M >= D, multiple of D or not (the remainder is
+  // spread over the groups); for M < D the one group waits D - M at each chunk change:
+  // (V (D - M) + M - 1) / (V D + M - 1), still below 1F1B's (D - 1) / (M + D - 1) for M >= 2.
+  for (int D = 2; D <= 6; ++D)
+    for (int M = 1; M <= 16; ++M)
       for (int V : {2, 3}) {
         CAPTURE(D);
         CAPTURE(M);
         CAPTURE(V);
         const SimResult inter = simulate(interleaved(D, M, V), times(1.0 / V, 1.0 / V));
         const SimResult base = simulate(one_f_one_b(D, M), times(1.0, 1.0));
-        CHECK(inter.mean_bubble_fraction() < base.mean_bubble_fraction());
-        CHECK(inter.step_time < base.step_time);
-        CHECK(inter.mean_bubble_fraction() ==
-              doctest::Approx(analytic_bubble("interleaved", D, M, V)));
+        const double d = D - 1.0, v = V;
+        const double expected =
+            M >= D ? d / (v * M + d) : (v * (D - M) + M - 1.0) / (v * D + M - 1.0);
+        for (double b : inter.bubble_fraction) CHECK(b == doctest::Approx(expected));
+        // Megatron's form, bubble time over ideal time: (D - 1) / (V M) for M >= D.
+        const double over_ideal = M >= D ? d / (v * M) : (v * (D - M) + M - 1.0) / (v * M);
+        for (double busy : inter.busy)
+          CHECK((inter.step_time - busy) / busy == doctest::Approx(over_ideal));
+        CHECK(analytic_bubble("interleaved", D, M, V) == doctest::Approx(expected));
         CHECK(analytic_bubble("interleaved:" + std::to_string(V), D, M) ==
               analytic_bubble("interleaved", D, M, V));
+        if (M >= 2) {
+          CHECK(inter.mean_bubble_fraction() < base.mean_bubble_fraction());
+          CHECK(inter.step_time < base.step_time);
+        } else {
+          CHECK(inter.step_time == doctest::Approx(base.step_time));  // one micro-batch: a chain
+        }
       }
+}
+
+TEST_CASE("interleaved: device 0 holds (V - 1) G + 2(D - 1) + 1 chunk activations") {
+  // G the largest micro-batch group: D when M % D == 0 (Megatron), D + ceil(r / n) otherwise.
+  auto held = [](const Schedule& s) {  // the most chunk activations device 0 holds at once
+    int now = 0, peak = 0;
+    for (const Action& a : s.actions[0]) {
+      now += a.type == ActionType::F ? 1 : -1;
+      peak = std::max(peak, now);
+    }
+    return peak;
+  };
+  CHECK(held(interleaved(4, 8, 2)) == 4 + 6 + 1);
+  CHECK(held(interleaved(4, 9, 2)) == 5 + 6 + 1);       // groups of 5 and 4
+  CHECK(held(interleaved(4, 11, 3)) == 2 * 6 + 6 + 1);  // groups of 6 and 5
+  CHECK(held(interleaved(3, 2, 2)) == 2 * 2);           // M < D: everything, M V
+}
+
+TEST_CASE("zb-h2: every device busy through its span iff M >= 2D - 1; step as zb-h1 when I = W") {
+  const SimConfig equal = times(1.0, -1.0, 1.0, 1.0);  // F = I = W = 1, B = I + W
+  for (int D = 1; D <= 6; ++D)
+    for (int M = 1; M <= 16; ++M) {
+      CAPTURE(D);
+      CAPTURE(M);
+      const SimResult zb = simulate(zb_h2(D, M), equal);
+      for (int d = 0; d < D; ++d) {
+        CAPTURE(d);
+        const auto& t = zb.timeline[static_cast<size_t>(d)];
+        const double span = (t.back().end_us - t.front().start_us) / kMicrosecondsPerSecond;
+        const double idle_in_span = span - zb.busy[static_cast<size_t>(d)];
+        // The paper's bubble: 0 from the first action to the last once the warm-up's
+        // 2(D - d) - 1 forwards exist; below that, device d waits for its first I.
+        CHECK(idle_in_span == doctest::Approx(std::max(0, 2 * (D - d) - 1 - M)));
+      }
+      // Peak in flight: 2D - 1 on the first stage (the warm-up), never more anywhere.
+      CHECK(zb.peak_inflight[0] == std::min(2 * D - 1, M));
+      for (int p : zb.peak_inflight) CHECK(p <= std::min(2 * D - 1, M));
+      // With a synchronous step the parallelogram's offset stays: zb-h1's step time.
+      const SimResult h1 = simulate(zb_h1(D, M), equal);
+      CHECK(zb.step_time == doctest::Approx(h1.step_time));
+      if (M >= D) {
+        CHECK(zb.step_time == doctest::Approx(3.0 * M + D - 1));
+        CHECK(zb.mean_bubble_fraction() == doctest::Approx(analytic_bubble("zb-h2", D, M)));
+      }
+    }
+}
+
+TEST_CASE("zb-h2 beats zb-h1 when I > W: its fill costs (D - 1) F, not (D - 1)(F + I - W)") {
+  const SimConfig slow_i = times(1.0, -1.0, 1.5, 0.5);
+  for (int D = 2; D <= 6; ++D)
+    for (int M = 2 * D - 1; M <= 2 * D + 4; ++M) {
+      CAPTURE(D);
+      CAPTURE(M);
+      const double h2 = simulate(zb_h2(D, M), slow_i).step_time;
+      const double h1 = simulate(zb_h1(D, M), slow_i).step_time;
+      CHECK(h1 == doctest::Approx(3.0 * M + (D - 1) * 2.0));  // ZB-H1's formula
+      CHECK(h2 < h1);
+      CHECK(h2 >= 3.0 * M + (D - 1) * 1.0);  // no schedule beats the last device's fill + work
+    }
 }
 
 TEST_CASE("lowered and compute-only schedules take the same time, transfers included") {
