@@ -91,6 +91,24 @@ void TrainingOptions::check(int64_t batch) const {
           "would need a third weight version: raise --microbatches",
           stages, stages - 1));
   }
+  if (plan_auto) {
+    // The planner chooses these; a value given beside it would be silently overridden.
+    const auto chosen_by_planner = [](const char* flag) {
+      return UsageError(fmt::format(
+          "--plan auto chooses {} itself: drop {}, or drop --plan auto to use your own", flag,
+          flag));
+    };
+    if (stages != 1) throw chosen_by_planner("--stages");
+    if (dp != 1) throw chosen_by_planner("--dp");
+    if (microbatches != 1) throw chosen_by_planner("--microbatches");
+    if (schedule != ScheduleChoice{}) throw chosen_by_planner("--schedule");
+    if (recompute.kind != RecomputePolicy::Kind::never) throw chosen_by_planner("--recompute");
+    if (async_update || ps > 0)
+      throw UsageError(
+          "--plan auto plans synchronous all-reduce training: drop --update async and --ps, or "
+          "drop --plan auto");
+    check_integer("--plan-top", plan_top_k, 1, 1000);
+  }
   check_output_path(trace, "--trace");
   check_output_path(timeline, "--timeline");
 }
