@@ -58,12 +58,11 @@ sched::Schedule lower_schedule(const sched::Schedule& compute, bool data_paralle
                            [](const sched::Action& a) { return sched::is_communication(a.type); });
       });
   sched::Schedule out = lowered ? compute : sched::add_communication(compute);
-  const bool has_reduce =
-      std::any_of(out.actions.begin(), out.actions.end(), [](const auto& list) {
-        return std::any_of(list.begin(), list.end(), [](const sched::Action& a) {
-          return a.type == sched::ActionType::REDUCE_GRAD;
-        });
-      });
+  const bool has_reduce = std::any_of(out.actions.begin(), out.actions.end(), [](const auto& list) {
+    return std::any_of(list.begin(), list.end(), [](const sched::Action& a) {
+      return a.type == sched::ActionType::REDUCE_GRAD;
+    });
+  });
   if (data_parallel && !has_reduce) out = sched::add_grad_reduction(out);
   const sched::Validation v = sched::validate(out);
   if (!v.ok()) throw UsageError(fmt::format("the schedule '{}' is not valid:\n{}", name, v.report));

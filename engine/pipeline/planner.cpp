@@ -71,7 +71,8 @@ std::vector<std::string> planner_schedule_names() {
 }
 
 PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
-  if (r.devices < 1) throw UsageError(fmt::format("--plan auto needs >= 1 device, not {}", r.devices));
+  if (r.devices < 1)
+    throw UsageError(fmt::format("--plan auto needs >= 1 device, not {}", r.devices));
   if (r.batch < 1) throw UsageError(fmt::format("--batch {} must be >= 1", r.batch));
   const std::vector<std::string> schedules =
       r.schedules.empty() ? planner_schedule_names() : r.schedules;
@@ -90,9 +91,9 @@ PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
     const int S = r.devices / R;
     const std::string shape = fmt::format("S x R = {} x {}", S, R);
     if (r.batch % R != 0) {
-      rejected.add("(any)", "batch not divisible by R",
-                   fmt::format("{}: --batch {} does not split into {} equal replicas", shape,
-                               r.batch, R));
+      rejected.add(
+          "(any)", "batch not divisible by R",
+          fmt::format("{}: --batch {} does not split into {} equal replicas", shape, r.batch, R));
       continue;
     }
     const int64_t replica_batch = r.batch / R;
@@ -157,8 +158,7 @@ PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
             PipelinePlan plan = plan_with_costs(lowered, costs, pr, name, "");
             auto [peak, grads] = device_memory(plan);
             const auto over = [&](const std::vector<int64_t>& p) {
-              return r.mem_cap_bytes > 0 &&
-                     *std::max_element(p.begin(), p.end()) > r.mem_cap_bytes;
+              return r.mem_cap_bytes > 0 && *std::max_element(p.begin(), p.end()) > r.mem_cap_bytes;
             };
             // Without recomputation and one chunk per device, the partitioner's own memory
             // model is this one: let it search for a split under the cap.
@@ -243,7 +243,8 @@ std::string PlannerResult::report(int k) const {
   for (size_t i = 0; i < ranked.size() && i < static_cast<size_t>(k); ++i) {
     const PlanCandidate& c = ranked[i];
     std::string peaks;
-    for (int64_t p : c.peak_bytes) peaks += fmt::format("{}{:.1f}", peaks.empty() ? "" : " ", mib(p));
+    for (int64_t p : c.peak_bytes)
+      peaks += fmt::format("{}{:.1f}", peaks.empty() ? "" : " ", mib(p));
     out += fmt::format("{:>4}  {:>10.2f}  {:>6.1f}%  {:<22} {:>7} {:>4}  {:<14} {}\n", i + 1,
                        c.step_s * 1e3, 100 * c.bubble, peaks,
                        fmt::format("{} x {}", c.stages, c.replicas), c.microbatches, c.schedule,

@@ -22,11 +22,11 @@
 namespace pt {
 
 struct PlannerRequest {
-  int devices = 1;            // D: every candidate uses all of them (S x R = D)
-  int64_t batch = 1;          // global batch B (R replicas of B / R; M micro-batches each)
-  int64_t mem_cap_bytes = 0;  // per device; 0: no cap
-  int optimizer_slots = 1;    // SGD momentum 1, AdamW 2
-  std::vector<std::string> schedules;       // empty: planner_schedule_names()
+  int devices = 1;                     // D: every candidate uses all of them (S x R = D)
+  int64_t batch = 1;                   // global batch B (R replicas of B / R; M micro-batches each)
+  int64_t mem_cap_bytes = 0;           // per device; 0: no cap
+  int optimizer_slots = 1;             // SGD momentum 1, AdamW 2
+  std::vector<std::string> schedules;  // empty: planner_schedule_names()
   std::vector<RecomputePolicy> recompute;   // empty: never, except_last, always
   int max_microbatches = 32;                // M among the divisors of B / R up to this
   double transfer_bytes_per_second = 30e9;  // stage boundaries (as PlanRequest)

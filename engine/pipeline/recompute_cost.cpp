@@ -26,8 +26,7 @@ int64_t stage_memory_bytes(const std::vector<LayerProfile>& layers, int first, i
       continue;
     }
     // The model's input is the data batch, held by the caller whatever the policy.
-    if (seg.first_layer > 0)
-      held += layers[static_cast<size_t>(seg.first_layer - 1)].output_bytes;
+    if (seg.first_layer > 0) held += layers[static_cast<size_t>(seg.first_layer - 1)].output_bytes;
     rebuilt = std::max(rebuilt, activations(layers, seg.first_layer, seg.last_layer));
   }
   return stage_memory_bytes(layers, first, last, 0, optimizer_slots) + inflight * held + rebuilt;

@@ -69,9 +69,10 @@ AutoPlan plan_automatically(const TrainingOptions& opt, const Model& model, int 
             : std::string("estimated from FLOPs and bytes"),
         request.devices, request.devices == 1 ? "" : "s", batch,
         request.allreduce_bytes_per_second / 1e9, request.allreduce_latency_s * 1e6);
-    fmt::print("plan auto chose (predicted {:.2f} ms per step); to run it again without the "
-               "search:\n  {}\n",
-               a.chosen.step_s * 1e3, a.flags);
+    fmt::print(
+        "plan auto chose (predicted {:.2f} ms per step); to run it again without the "
+        "search:\n  {}\n",
+        a.chosen.step_s * 1e3, a.flags);
   }
   return a;
 }

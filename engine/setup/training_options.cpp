@@ -22,9 +22,9 @@ void TrainingOptions::check(int64_t batch) const {
   if (plan_auto) {
     // The planner chooses these; a value given beside it would be silently overridden.
     const auto chosen_by_planner = [](const char* flag) {
-      return UsageError(fmt::format(
-          "--plan auto chooses {} itself: drop {}, or drop --plan auto to use your own", flag,
-          flag));
+      return UsageError(
+          fmt::format("--plan auto chooses {} itself: drop {}, or drop --plan auto to use your own",
+                      flag, flag));
     };
     if (stages != 1) throw chosen_by_planner("--stages");
     if (dp != 1) throw chosen_by_planner("--dp");

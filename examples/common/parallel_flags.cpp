@@ -58,8 +58,8 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
       ->capture_default_str()
       ->check(kIntText);
   // Which of the flags the planner chooses were given (CLI11 calls each() once per value).
-  for (const char* name : {"--stages", "--dp", "--microbatches", "--schedule", "--recompute",
-                           "--partition"})
+  for (const char* name :
+       {"--stages", "--dp", "--microbatches", "--schedule", "--recompute", "--partition"})
     app.get_option(name)->each([&f, name](const std::string&) { f.given.emplace_back(name); });
   app.add_option("--trace", f.trace, "write a Chrome/Perfetto trace of the last step");
   app.add_option("--timeline", f.timeline, "write an SVG timeline of the last step");
@@ -112,9 +112,9 @@ TrainingOptions training_options(const ParallelFlags& f) {
           "plan's flags",
           f.plan));
     if (!f.given.empty())
-      throw UsageError(fmt::format(
-          "--plan auto chooses {} itself: drop {}, or drop --plan auto to use your own",
-          f.given.front(), f.given.front()));
+      throw UsageError(
+          fmt::format("--plan auto chooses {} itself: drop {}, or drop --plan auto to use your own",
+                      f.given.front(), f.given.front()));
     o.plan_auto = true;
     o.plan_top_k = f.plan_top;
   }

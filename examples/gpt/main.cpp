@@ -123,8 +123,9 @@ int run(const pt::examples::GptFlags& f, pt::Communicator* world) {
       "pipetrain-gpt: gpt(context {}, d_model {}, {} layers, {} heads; {} parameters) on {}, "
       "batch {} x {} bytes in {} micro-batch{}, {}, lr {} ({}{}), {} steps\n",
       f.context, f.d_model, f.layers, f.heads, model.param_count(), setup.description, f.batch,
-      f.context, setup.options.microbatches, setup.options.microbatches == 1 ? "" : "es", opt.str(), f.lr,
-      f.lr_schedule, f.warmup > 0 ? fmt::format(", {} warm-up steps", f.warmup) : "", f.steps);
+      f.context, setup.options.microbatches, setup.options.microbatches == 1 ? "" : "es", opt.str(),
+      f.lr, f.lr_schedule, f.warmup > 0 ? fmt::format(", {} warm-up steps", f.warmup) : "",
+      f.steps);
 
   // ---- resume ----
   int64_t resumed_at = -1;

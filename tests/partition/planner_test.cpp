@@ -62,10 +62,9 @@ TEST_CASE("planner: one huge layer cannot be pipelined, so data parallelism wins
   PlannerRequest r;
   r.devices = 2;
   r.batch = 64;
-  const PlannerResult res =
-      search_plans(linear_costs({{1e-3, 4096, 256}, {1e-5, 4096, 256}, {1e-5, 4096, 256},
-                                 {1e-5, 4096, 256}}),
-                   r);
+  const PlannerResult res = search_plans(
+      linear_costs({{1e-3, 4096, 256}, {1e-5, 4096, 256}, {1e-5, 4096, 256}, {1e-5, 4096, 256}}),
+      r);
   REQUIRE(!res.ranked.empty());
   const PlanCandidate& best = res.ranked.front();
   CHECK(finite_and_positive(best));
@@ -170,7 +169,8 @@ TEST_CASE("planner: a generator that refuses (D, M) is recorded with its reason"
   r.devices = 2;
   r.batch = 3;  // M in {1, 3}: interleaved needs M % D == 0
   r.schedules = {"1f1b", "interleaved:2"};
-  const PlannerResult res = search_plans(linear_costs(std::vector<SyntheticLayer>(4, {1e-4, 64, 64})), r);
+  const PlannerResult res =
+      search_plans(linear_costs(std::vector<SyntheticLayer>(4, {1e-4, 64, 64})), r);
   const auto it = std::find_if(res.rejected.begin(), res.rejected.end(), [](auto& j) {
     return j.schedule == "interleaved:2" && j.why == "generator refused";
   });
@@ -178,18 +178,16 @@ TEST_CASE("planner: a generator that refuses (D, M) is recorded with its reason"
   CHECK(it->count >= 2);  // M = 1 and M = 3, each for every recompute policy tried
   CHECK(it->example.find("M % D") != std::string::npos);
   // An odd batch cannot be split between two replicas.
-  const bool batch = std::any_of(res.rejected.begin(), res.rejected.end(), [](auto& j) {
-    return j.why == "batch not divisible by R";
-  });
+  const bool batch = std::any_of(res.rejected.begin(), res.rejected.end(),
+                                 [](auto& j) { return j.why == "batch not divisible by R"; });
   CHECK(batch);
   // Too many stages for the layers.
   r.schedules = {"interleaved:3"};
   r.batch = 4;
-  const PlannerResult few = search_plans(
-      linear_costs(std::vector<SyntheticLayer>(4, {1e-4, 64, 64})), r);
-  const bool layers = std::any_of(few.rejected.begin(), few.rejected.end(), [](auto& j) {
-    return j.why == "more stages than layers";
-  });
+  const PlannerResult few =
+      search_plans(linear_costs(std::vector<SyntheticLayer>(4, {1e-4, 64, 64})), r);
+  const bool layers = std::any_of(few.rejected.begin(), few.rejected.end(),
+                                  [](auto& j) { return j.why == "more stages than layers"; });
   CHECK(layers);
 }
 
