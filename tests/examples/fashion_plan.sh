@@ -3,6 +3,7 @@
 #  - --plan-only prints the ranked table, the rejected classes, the chosen plan as flags and
 #    that plan's partition, and trains nothing;
 #  - the chosen flags, typed by hand, plan the same prediction as --plan auto did;
+#  - a --mem-cap keeps every listed plan under it; --costs profile times the layers;
 #  - --plan auto --steps 3 trains and prints the chosen plan's predicted vs measured step time;
 #  - the flags it chooses itself, --plan other than auto, "auto" devices and a cap nothing fits
 #    are refused before anything runs, naming the flag and the fix.
@@ -51,6 +52,26 @@ else
   echo "ok: the chosen flags by hand: $predicted_auto"
 fi
 
+
+# A cap below the data-parallel plans' peak (about 46-50 MiB): every listed plan fits under it,
+# the ones over it are listed as rejected, and the chosen flags carry the cap.
+out=$("$exe" "${plan[@]}" --plan-only --plan-top 20 --mem-cap 30 2>&1); rc=$?
+over=$(grep -E '^ +[0-9]+ +[0-9.]+ +[0-9.]+% ' <<<"$out" | awk '{for (i = 4; i <= NF && $i ~ /^[0-9.]+$/; ++i) if ($i > 30) print}')
+if [ $rc -ne 0 ] || [ -n "$over" ] || ! grep -q 'over the memory cap' <<<"$out" ||
+   ! grep -A1 'plan auto chose' <<<"$out" | grep -q -- '--stages 2 .*--mem-cap 30'; then
+  echo "FAIL: --plan auto --mem-cap 30 (rc=$rc, over: '$over'):"; echo "$out"; fails=$((fails+1))
+else
+  echo "ok: --plan auto --mem-cap 30: $(grep -A1 'plan auto chose' <<<"$out" | tail -1)"
+fi
+
+# Profiled costs: timed on the first device, one table per micro-batch size.
+out=$("$exe" "${plan[@]}" --plan-only --plan-top 3 --costs profile --batch 32 2>&1); rc=$?
+if [ $rc -ne 0 ] || ! grep -q 'plan auto: costs profiled on cpu:0' <<<"$out" ||
+   ! grep -A1 'plan auto chose' <<<"$out" | grep -q -- '--costs profile'; then
+  echo "FAIL: --plan auto --costs profile (rc=$rc):"; echo "$out"; fails=$((fails+1))
+else
+  echo "ok: --plan auto --costs profile: $(grep -A1 'plan auto chose' <<<"$out" | tail -1)"
+fi
 
 if [ -f "$data/train-images-idx3-ubyte.gz" ] || [ -f "$data/train-images-idx3-ubyte" ]; then
   out=$("$exe" "${plan[@]}" --data "$data" --steps 3 --batch 64 --plan-top 3 2>&1); rc=$?
