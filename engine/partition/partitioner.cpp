@@ -209,7 +209,12 @@ std::string Partition::table() const {
 
 Partition partition(const Model& model, const std::vector<LayerProfile>& costs,
                     const PartitionRequest& request) {
-  const int L = model.num_layers(), S = request.stages;
+  check_request(model.num_layers(), costs.size(), request);
+  return partition(costs, request);
+}
+
+Partition partition(const std::vector<LayerProfile>& costs, const PartitionRequest& request) {
+  const int L = static_cast<int>(costs.size()), S = request.stages;
   check_request(L, costs.size(), request);
   std::vector<int> inflight = request.inflight_per_stage;
   if (inflight.empty()) inflight.assign(static_cast<size_t>(S), 1);

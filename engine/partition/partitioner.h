@@ -55,5 +55,7 @@ struct Partition {
 // a cap that no split fits (naming the smallest cap that would).
 Partition partition(const Model& model, const std::vector<LayerProfile>& costs,
                     const PartitionRequest& request);
+// The same for a model known only by its cost table (one entry per layer): the planner's input.
+Partition partition(const std::vector<LayerProfile>& costs, const PartitionRequest& request);
 
 }  // namespace pt

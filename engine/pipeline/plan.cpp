@@ -7,6 +7,7 @@
 
 #include "engine/core/error.h"
 #include "engine/partition/stage_cost.h"
+#include "engine/pipeline/recompute_cost.h"
 #include "schedule/generators.h"
 #include "schedule/lowering.h"
 #include "schedule/text_format.h"
@@ -90,9 +91,72 @@ void check_device_memory(const PipelinePlan& plan, int64_t cap) {
 
 }  // namespace
 
-PipelinePlan make_plan(const Model& model, const PlanRequest& r, Backend* profile_on) {
+sched::Schedule lower_schedule(const sched::Schedule& compute, bool data_parallel,
+                               const std::string& name) {
+  // A file may hold a compute-only or an already lowered schedule; lower only the former.
+  const bool lowered =
+      std::any_of(compute.actions.begin(), compute.actions.end(), [](const auto& list) {
+        return std::any_of(list.begin(), list.end(),
+                           [](const sched::Action& a) { return sched::is_communication(a.type); });
+      });
+  sched::Schedule out = lowered ? compute : sched::add_communication(compute);
+  const bool has_reduce = std::any_of(out.actions.begin(), out.actions.end(), [](const auto& list) {
+    return std::any_of(list.begin(), list.end(), [](const sched::Action& a) {
+      return a.type == sched::ActionType::REDUCE_GRAD;
+    });
+  });
+  if (data_parallel && !has_reduce) out = sched::add_grad_reduction(out);
+  const sched::Validation v = sched::validate(out);
+  if (!v.ok()) throw UsageError(fmt::format("the schedule '{}' is not valid:\n{}", name, v.report));
+  return out;
+}
+
+PipelinePlan plan_with_costs(sched::Schedule lowered, const std::vector<LayerProfile>& costs,
+                             const PlanRequest& r, std::string schedule_name,
+                             std::string costs_description) {
   PipelinePlan plan;
-  plan.schedule_name = r.schedule.str();
+  plan.schedule = std::move(lowered);
+  plan.schedule_name = std::move(schedule_name);
+  plan.costs = std::move(costs_description);
+  // Memory depends on how many micro-batches each stage holds at once: simulate with unit times.
+  const sched::SimResult unit = sched::simulate(plan.schedule);
+  PartitionRequest pr;
+  pr.method = r.partition;
+  pr.stages = plan.schedule.num_stages;
+  pr.mem_cap_bytes = r.mem_cap_bytes;
+  pr.inflight_per_stage = unit.peak_inflight;
+  pr.optimizer_slots = r.optimizer_slots;
+  plan.partition = partition(costs, pr);
+  plan.device_peak_memory_bytes =
+      device_peak_memory(plan.schedule, plan.partition, costs, r.optimizer_slots);
+  check_device_memory(plan, r.mem_cap_bytes);
+
+  // Simulate again with each stage's costs (recomputed forward before its backward) and the
+  // transfer of each boundary activation.
+  sched::SimConfig sim;
+  const int S = static_cast<int>(plan.partition.stages.size());
+  for (int k = 0; k < S; ++k) {
+    const StagePlan& st = plan.partition.stages[static_cast<size_t>(k)];
+    sched::StageTimes t;
+    t.f = t.i = t.w = 0;
+    for (int l = st.first_layer; l < st.last_layer; ++l) {
+      t.f += costs[static_cast<size_t>(l)].forward_s;
+      t.i += costs[static_cast<size_t>(l)].backward_input_s;
+      t.w += costs[static_cast<size_t>(l)].backward_weight_s;
+    }
+    t.i += recompute_time_s(costs, st.first_layer, st.last_layer, r.recompute, k == S - 1);
+    sim.stages.push_back(t);
+    sim.transfer.push_back(
+        static_cast<double>(costs[static_cast<size_t>(st.last_layer - 1)].output_bytes) /
+        r.transfer_bytes_per_second);
+  }
+  sim.transfer.pop_back();  // S - 1 boundaries
+  plan.simulated = sched::simulate(plan.schedule, sim);
+  return plan;
+}
+
+PipelinePlan make_plan(const Model& model, const PlanRequest& r, Backend* profile_on) {
+  const std::string name = r.schedule.str();
   sched::Schedule compute = compute_schedule(r);
   if (compute.num_stages > model.num_layers())
     throw UsageError(fmt::format("cannot split {} layers into {} stages{}: use --stages <= {}",
@@ -102,71 +166,24 @@ PipelinePlan make_plan(const Model& model, const PlanRequest& r, Backend* profil
                                                    compute.chunks_per_device())
                                      : "",
                                  model.num_layers() / compute.chunks_per_device()));
-  // A file may hold a compute-only or an already lowered schedule; lower only the former.
-  const bool lowered =
-      std::any_of(compute.actions.begin(), compute.actions.end(), [](const auto& list) {
-        return std::any_of(list.begin(), list.end(),
-                           [](const sched::Action& a) { return sched::is_communication(a.type); });
-      });
-  plan.schedule = lowered ? compute : sched::add_communication(compute);
-  const bool has_reduce =
-      std::any_of(plan.schedule.actions.begin(), plan.schedule.actions.end(), [](const auto& list) {
-        return std::any_of(list.begin(), list.end(), [](const sched::Action& a) {
-          return a.type == sched::ActionType::REDUCE_GRAD;
-        });
-      });
-  if (r.data_parallel && !has_reduce) plan.schedule = sched::add_grad_reduction(plan.schedule);
-  const sched::Validation v = sched::validate(plan.schedule);
-  if (!v.ok())
-    throw UsageError(
-        fmt::format("the schedule '{}' is not valid:\n{}", plan.schedule_name, v.report));
+  sched::Schedule lowered = lower_schedule(compute, r.data_parallel, name);
 
   // Costs of one micro-batch (the largest, when M does not divide B).
   const int64_t mb = (r.batch + r.microbatches - 1) / r.microbatches;
   std::vector<LayerProfile> costs;
+  std::string described;
   switch (r.costs.kind) {
     case CostSource::Kind::profile:
       if (!profile_on) throw UsageError("--costs profile needs a device to profile on");
       costs = profile_costs(model, *profile_on, mb);
-      plan.costs = fmt::format("profiled on {}", profile_on->device().str());
+      described = fmt::format("profiled on {}", profile_on->device().str());
       break;
     case CostSource::Kind::estimate:
       costs = estimate_costs(model, mb);
-      plan.costs = "estimated from FLOPs and bytes";
+      described = "estimated from FLOPs and bytes";
       break;
   }
-
-  // Memory depends on how many micro-batches each stage holds at once: simulate with unit times.
-  const sched::SimResult unit = sched::simulate(plan.schedule);
-  PartitionRequest pr;
-  pr.method = r.partition;
-  pr.stages = plan.schedule.num_stages;
-  pr.mem_cap_bytes = r.mem_cap_bytes;
-  pr.inflight_per_stage = unit.peak_inflight;
-  pr.optimizer_slots = r.optimizer_slots;
-  plan.partition = partition(model, costs, pr);
-  plan.device_peak_memory_bytes =
-      device_peak_memory(plan.schedule, plan.partition, costs, r.optimizer_slots);
-  check_device_memory(plan, r.mem_cap_bytes);
-
-  // Simulate again with each stage's costs and the transfer of each boundary activation.
-  sched::SimConfig sim;
-  for (const StagePlan& st : plan.partition.stages) {
-    sched::StageTimes t;
-    t.f = t.i = t.w = 0;
-    for (int l = st.first_layer; l < st.last_layer; ++l) {
-      t.f += costs[static_cast<size_t>(l)].forward_s;
-      t.i += costs[static_cast<size_t>(l)].backward_input_s;
-      t.w += costs[static_cast<size_t>(l)].backward_weight_s;
-    }
-    sim.stages.push_back(t);
-    sim.transfer.push_back(
-        static_cast<double>(costs[static_cast<size_t>(st.last_layer - 1)].output_bytes) /
-        r.transfer_bytes_per_second);
-  }
-  sim.transfer.pop_back();  // S - 1 boundaries
-  plan.simulated = sched::simulate(plan.schedule, sim);
-  return plan;
+  return plan_with_costs(std::move(lowered), costs, r, name, described);
 }
 
 std::string PipelinePlan::report() const {

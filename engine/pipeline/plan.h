@@ -10,6 +10,7 @@
 
 #include "engine/partition/cost_source.h"
 #include "engine/partition/partitioner.h"
+#include "engine/pipeline/recompute.h"
 #include "engine/pipeline/schedule_choice.h"
 #include "schedule/schedule.h"
 #include "schedule/simulate.h"
@@ -27,6 +28,7 @@ struct PlanRequest {
   int optimizer_slots = 1;                  // SGD momentum 1, AdamW 2
   double transfer_bytes_per_second = 30e9;  // for the simulated SEND/RECV times
   bool data_parallel = false;  // --dp > 1: add REDUCE_GRAD after each stage's last backward
+  RecomputePolicy recompute;   // its extra forward is in the simulated backward (recompute_cost.h)
 };
 
 struct PipelinePlan {
@@ -52,5 +54,18 @@ struct PipelinePlan {
 // `profile_on` is needed for CostSource::Kind::profile.
 PipelinePlan make_plan(const Model& model, const PlanRequest& request,
                        Backend* profile_on = nullptr);
+
+// The two halves of make_plan, for the planner (planner.h), which generates many schedules and
+// reuses one cost table for all of them:
+// a compute-only (or already lowered) schedule -> lowered (SEND/RECV, REDUCE_GRAD when
+// data_parallel) and validated; throws UsageError with the validator's report.
+sched::Schedule lower_schedule(const sched::Schedule& compute, bool data_parallel,
+                               const std::string& name);
+// A lowered schedule + the costs of one micro-batch per layer -> partitioned (request.partition,
+// mem_cap_bytes, optimizer_slots) and simulated (transfer_bytes_per_second, recompute). Throws
+// UsageError from the partitioner (more stages than layers, a cap nothing fits).
+PipelinePlan plan_with_costs(sched::Schedule lowered, const std::vector<LayerProfile>& costs,
+                             const PlanRequest& request, std::string schedule_name,
+                             std::string costs_description);
 
 }  // namespace pt

@@ -19,6 +19,24 @@ void TrainingOptions::check(int64_t batch) const {
         "--shard-optimizer needs --dp R >= 2: it splits the optimizer state between data-parallel "
         "replicas and this run has --dp {}; add --dp 2 (or more) or drop --shard-optimizer",
         dp));
+  if (plan_auto) {
+    // The planner chooses these; a value given beside it would be silently overridden.
+    const auto chosen_by_planner = [](const char* flag) {
+      return UsageError(
+          fmt::format("--plan auto chooses {} itself: drop {}, or drop --plan auto to use your own",
+                      flag, flag));
+    };
+    if (stages != 1) throw chosen_by_planner("--stages");
+    if (dp != 1) throw chosen_by_planner("--dp");
+    if (microbatches != 1) throw chosen_by_planner("--microbatches");
+    if (schedule != ScheduleChoice{}) throw chosen_by_planner("--schedule");
+    if (recompute.kind != RecomputePolicy::Kind::never) throw chosen_by_planner("--recompute");
+    if (async_update || ps > 0)
+      throw UsageError(
+          "--plan auto plans synchronous all-reduce training: drop --update async and --ps, or "
+          "drop --plan auto");
+    check_integer("--plan-top", plan_top_k, 1, 1000);
+  }
   // More threads per device than the machine has hardware threads only oversubscribe (ARCHITECTURE
   // notes halved throughput); up to 4x is allowed for experiments, more is surely a typo.
   const int cores = available_cores();

@@ -49,6 +49,11 @@ struct TrainingOptions {
   int slow_replica = -1;
   double slow_factor = 1.0;
   bool plan_only = false;  // make_training plans and prints, and builds no engine
+  // --plan auto: make_training searches stages x dp, schedule, microbatches and recompute for
+  // the devices listed (engine/setup/auto_plan.h) and runs the fastest; those four options must
+  // be left at their defaults. plan_top_k: rows of the ranked table it prints.
+  bool plan_auto = false;
+  int plan_top_k = 10;
   // --update async: PipeDream-2BW (engine/pipeline/weight_versions.h), --async-window steps per
   // schedule run. Only with 1f1b, --stages >= 2, --dp 1, --microbatches >= stages - 1, no --clip.
   bool async_update = false;

@@ -12,6 +12,7 @@
 #include "engine/parallel/ps_trainer.h"
 #include "engine/pipeline/async_update_limits.h"
 #include "engine/pipeline/step_trace.h"
+#include "engine/setup/auto_plan.h"
 #include "engine/trace/bubble.h"
 #include "engine/trace/chrome_trace.h"
 #include "engine/trace/timeline_svg.h"
@@ -55,6 +56,16 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
                           const std::function<Model()>& make_model, const TrainerConfig& config,
                           int64_t batch, Communicator* world) {
   opt.check(batch);
+  if (opt.plan_auto) {
+    if (world)
+      throw UsageError(
+          "--plan auto plans the devices of one process; under mpirun give --stages, --dp, "
+          "--microbatches and --schedule (a single-process --plan auto --plan-only prints them)");
+    AutoPlan a = plan_automatically(opt, model, config.optimizer.state_slots(), batch);
+    TrainingRun run = make_training(a.options, model, make_model, config, batch, world);
+    run.auto_plan = a.chosen;
+    return run;
+  }
   if (config.microbatches != 1 && config.microbatches != opt.microbatches)
     throw UsageError(fmt::format(
         "the trainer's config says {} micro-batches but the training options say {}: set "
@@ -74,8 +85,10 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
   request.costs = opt.costs;
   request.optimizer_slots = config.optimizer.state_slots();
   request.data_parallel = opt.dp > 1;
+  request.recompute = opt.recompute;
 
   TrainingRun s;
+  s.options = opt;
   // In one process: one device per stage and replica. Under mpirun: one device per process.
   const int wanted = world ? 1 : opt.stages * opt.dp;
   s.devices = open_devices(process_devices(opt.devices, world), wanted,
@@ -245,6 +258,17 @@ void report_pipeline(const TrainingOptions& opt, const TrainingRun& s, Communica
     fmt::print(" {:.1f}% / {:.1f}%", 100 * bubble.bubble_fraction[d],
                100 * s.plan->simulated.bubble_fraction[d]);
   fmt::print("\n");
+  if (s.auto_plan) {
+    const PlanCandidate& c = *s.auto_plan;
+    const double measured = bubble.step_span_us / 1e6;
+    fmt::print(
+        "plan auto: the chosen plan ({} x {}, M = {}, {}, recompute {}) predicted {:.2f} ms per "
+        "step ({:.2f} pipeline + {:.2f} all-reduce), measured {:.2f} ms in the last full step "
+        "({:+.0f}%)\n",
+        c.stages, c.replicas, c.microbatches, c.schedule, c.recompute.str(), c.step_s * 1e3,
+        c.pipeline_s * 1e3, c.allreduce_s * 1e3, measured * 1e3,
+        100 * (measured - c.step_s) / c.step_s);
+  }
   if (!opt.trace.empty()) {
     write_chrome_trace(opt.trace, trace);
     fmt::print("wrote the trace of the last full step to {} (open in https://ui.perfetto.dev)\n",

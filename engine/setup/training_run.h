@@ -21,6 +21,7 @@
 #include "engine/parallel/parameter_server.h"
 #include "engine/pipeline/pipeline_trainer.h"
 #include "engine/pipeline/plan.h"
+#include "engine/pipeline/planner.h"
 #include "engine/setup/training_options.h"
 #include "engine/trainer.h"
 #include "engine/training_engine.h"
@@ -28,6 +29,8 @@
 namespace pt {
 
 struct TrainingRun {
+  TrainingOptions options;                 // what ran: the given ones, or --plan auto's choice
+  std::optional<PlanCandidate> auto_plan;  // --plan auto: the plan chosen, with its prediction
   DeviceSet devices;                       // opened here (one per process under mpirun)
   std::vector<Backend*> backends;          // replica 0's S devices first
   std::optional<PipelinePlan> plan;        // when pipelined
@@ -54,7 +57,8 @@ struct TrainingRun {
 // global batch B of every step. `world`: all processes of an mpirun job (one device each), or
 // null for one process. Checks opt (TrainingOptions::check), opens the devices, plans (printing
 // the device note and the plan unless !opt.print) and builds the engine; with opt.plan_only
-// returns without one. Throws UsageError naming the fix.
+// returns without one. With opt.plan_auto, searches first (auto_plan.h) and builds the chosen
+// plan (run.options). Throws UsageError naming the fix.
 TrainingRun make_training(const TrainingOptions& opt, Model& model,
                           const std::function<Model()>& make_model, const TrainerConfig& config,
                           int64_t batch, Communicator* world = nullptr);

@@ -52,6 +52,17 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
                "gradients are reduce-scattered, parameters all-gathered");
   app.add_flag("--plan-only", f.plan_only,
                "print partition, schedule and predicted step time, then exit");
+  app.add_option("--plan", f.plan,
+                 "auto: search stages x replicas, schedule, micro-batches and recomputation for "
+                 "the listed --devices, --batch and --mem-cap, print the ranked plans and run the "
+                 "fastest (with --plan-only: print and exit)");
+  app.add_option("--plan-top", f.plan_top, "--plan auto: rows of the ranked table")
+      ->capture_default_str()
+      ->check(kIntText);
+  // Which of the flags the planner chooses were given (CLI11 calls each() once per value).
+  for (const char* name :
+       {"--stages", "--dp", "--microbatches", "--schedule", "--recompute", "--partition"})
+    app.get_option(name)->each([&f, name](const std::string&) { f.given.emplace_back(name); });
   app.add_option("--trace", f.trace, "write a Chrome/Perfetto trace of the last step");
   app.add_option("--timeline", f.timeline, "write an SVG timeline of the last step");
   app.add_option("--ps", f.ps,
@@ -96,6 +107,19 @@ TrainingOptions training_options(const ParallelFlags& f) {
   o.bucket_mib = f.bucket_mb;
   o.shard_optimizer = f.shard_optimizer;
   o.plan_only = f.plan_only;
+  if (!f.plan.empty()) {
+    if (f.plan != "auto")
+      throw UsageError(fmt::format(
+          "--plan {} is not a planning mode: use --plan auto, or leave --plan out and give the "
+          "plan's flags",
+          f.plan));
+    if (!f.given.empty())
+      throw UsageError(
+          fmt::format("--plan auto chooses {} itself: drop {}, or drop --plan auto to use your own",
+                      f.given.front(), f.given.front()));
+    o.plan_auto = true;
+    o.plan_top_k = f.plan_top;
+  }
   if (f.ps != ParallelFlags::kNotGiven) {
     if (f.ps < 1)
       throw UsageError(fmt::format(

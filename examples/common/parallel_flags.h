@@ -5,6 +5,7 @@
 // pt::TrainingOptions (engine/setup/training_options.h). The library itself knows no CLI11.
 #include <climits>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -20,6 +21,11 @@ struct ParallelFlags {
   std::string schedule = "1f1b", partition = "time", recompute = "never", costs = "estimate";
   double mem_cap_mib = 0, timeout = 60, bucket_mb = 25;
   bool plan_only = false;
+  std::string plan;  // --plan auto: search the plan ("": the flags say it)
+  int plan_top = 10;
+  // The flags --plan auto chooses that were given on the command line, even at their default
+  // values (--stages 1 beside --plan auto is refused too: the planner would ignore it).
+  std::vector<std::string> given;
   bool shard_optimizer = false;
   std::string trace, timeline;
   std::string flight_recorder;  // folder for the flight records (pt::run_main)
@@ -34,11 +40,12 @@ struct ParallelFlags {
 // Registers --devices --precision --threads --stages --dp --microbatches --schedule --partition
 // --costs
 // --mem-cap --recompute --timeout --bucket-mb --shard-optimizer --plan-only --trace --timeline
-// --flight-recorder --ps --staleness --slow-worker --update --async-window.
+// --flight-recorder --ps --staleness --slow-worker --update --async-window --plan --plan-top.
 void add_parallel_flags(CLI::App& app, ParallelFlags& f);
 
 // Parses the texts (schedule, partition, costs, recompute, precision, slow worker); throws
-// UsageError naming the valid forms of the first bad one (and --ps K < 1, --staleness T < 0).
+// UsageError naming the valid forms of the first bad one (and --ps K < 1, --staleness T < 0,
+// --plan other than auto, --plan auto beside a flag it chooses).
 TrainingOptions training_options(const ParallelFlags& f);
 
 }  // namespace pt::examples

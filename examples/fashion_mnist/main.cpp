@@ -90,13 +90,13 @@ int run(const pt::examples::FashionFlags& f, pt::Communicator* world) {
   fmt::print(
       "pipetrain-fashion: {} ({} parameters) on {}, batch {}{} in {} micro-batch{}, {}, {} steps\n",
       f.model, model.param_count(), setup.description, f.batch,
-      par.dp > 1 ? " (split between the replicas)" : "", par.microbatches,
-      par.microbatches == 1 ? "" : "es", opt.str(), cfg.lr.total_steps);
+      setup.options.dp > 1 ? " (split between the replicas)" : "", setup.options.microbatches,
+      setup.options.microbatches == 1 ? "" : "es", opt.str(), cfg.lr.total_steps);
   fit.checkpoints.layout = setup.layout;
   std::unique_ptr<pt::examples::ParityCheckedEngine> parity;
   if (f.parity_check) {
     parity = std::make_unique<pt::examples::ParityCheckedEngine>(
-        *trainer, par, make_model, cfg, setup.backends[0]->num_threads(), world);
+        *trainer, setup.options, make_model, cfg, setup.backends[0]->num_threads(), world);
     fmt::print("parity check: each step is also trained by the single-device reference\n");
   }
   const pt::FitResult r =

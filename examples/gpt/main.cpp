@@ -114,7 +114,7 @@ int run(const pt::examples::GptFlags& f, pt::Communicator* world) {
   std::unique_ptr<pt::examples::ParityCheckedEngine> parity;
   if (f.parity_check)
     parity = std::make_unique<pt::examples::ParityCheckedEngine>(
-        *setup.engine, par, make_model, cfg, setup.backends[0]->num_threads(), world);
+        *setup.engine, setup.options, make_model, cfg, setup.backends[0]->num_threads(), world);
   pt::TrainingEngine& engine = parity ? *parity : *setup.engine;
   checkpoint_options.layout = setup.layout;
   pt::RunCheckpoints checkpoints(checkpoint_options, world);
@@ -123,8 +123,9 @@ int run(const pt::examples::GptFlags& f, pt::Communicator* world) {
       "pipetrain-gpt: gpt(context {}, d_model {}, {} layers, {} heads; {} parameters) on {}, "
       "batch {} x {} bytes in {} micro-batch{}, {}, lr {} ({}{}), {} steps\n",
       f.context, f.d_model, f.layers, f.heads, model.param_count(), setup.description, f.batch,
-      f.context, par.microbatches, par.microbatches == 1 ? "" : "es", opt.str(), f.lr,
-      f.lr_schedule, f.warmup > 0 ? fmt::format(", {} warm-up steps", f.warmup) : "", f.steps);
+      f.context, setup.options.microbatches, setup.options.microbatches == 1 ? "" : "es", opt.str(),
+      f.lr, f.lr_schedule, f.warmup > 0 ? fmt::format(", {} warm-up steps", f.warmup) : "",
+      f.steps);
 
   // ---- resume ----
   int64_t resumed_at = -1;

@@ -1,0 +1,80 @@
+#include "engine/setup/auto_plan.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "engine/core/error.h"
+#include "engine/devices.h"
+#include "engine/partition/layer_costs.h"
+
+namespace pt {
+
+AutoPlan plan_automatically(const TrainingOptions& opt, const Model& model, int optimizer_slots,
+                            int64_t batch) {
+  if (opt.devices == "auto")
+    throw UsageError(
+        "--plan auto plans over the devices it is given: list them, e.g. --devices cpu:0,cpu:1 "
+        "(or cpu:0..3)");
+  DeviceSet devices = open_devices(opt.devices, 1, opt.threads, opt.precision);
+  PlannerRequest request;
+  request.devices = static_cast<int>(devices.backends.size());
+  request.batch = batch;
+  request.mem_cap_bytes = static_cast<int64_t>(opt.mem_cap_mib * 1024 * 1024);
+  request.optimizer_slots = optimizer_slots;
+  Backend& first = *devices.backends[0];
+  const CostsFor costs = [&](int64_t microbatch) {
+    return opt.costs.kind == CostSource::Kind::profile ? profile_costs(model, first, microbatch)
+                                                       : estimate_costs(model, microbatch);
+  };
+  AutoPlan a;
+  a.result = search_plans(costs, request);
+  // The registry and ScheduleChoice are kept in step; a name only the registry knows cannot be
+  // run, so it is passed over (and said so) rather than chosen.
+  for (const PlanCandidate& c : a.result.ranked) {
+    try {
+      a.options = opt;
+      a.options.schedule = ScheduleChoice::parse(c.schedule);
+    } catch (const UsageError& e) {
+      if (opt.print) fmt::print("plan auto: passing over {}: {}\n", c.schedule, e.what());
+      continue;
+    }
+    a.chosen = c;
+    break;
+  }
+  if (a.chosen.schedule.empty())
+    throw UsageError("--plan auto: no planned schedule can be run by this program");
+  TrainingOptions& o = a.options;
+  o.plan_auto = false;
+  o.stages = a.chosen.stages;
+  o.dp = a.chosen.replicas;
+  o.microbatches = a.chosen.microbatches;
+  o.recompute = a.chosen.recompute;
+  o.partition = {PartitionMethod::Kind::layout, a.chosen.layout};
+  // The partitioner's own cap check does not count recomputation; the planner checked the cap
+  // with it (recompute_cost.h), so the cap is passed on only where both models agree.
+  if (a.chosen.recompute.kind != RecomputePolicy::Kind::never) o.mem_cap_mib = 0;
+  a.flags = fmt::format(
+      "--devices {} --stages {} --dp {} --microbatches {} --schedule {} --recompute {} "
+      "--partition {}{}{}",
+      opt.devices, o.stages, o.dp, o.microbatches, o.schedule.str(), o.recompute.str(),
+      o.partition.str(), o.mem_cap_mib > 0 ? fmt::format(" --mem-cap {}", o.mem_cap_mib) : "",
+      opt.costs.kind == CostSource::Kind::profile ? " --costs profile" : "");
+  if (opt.print) {
+    fmt::print("{}", a.result.report(opt.plan_top_k));
+    fmt::print(
+        "plan auto: costs {}, {} device{}, batch {}, all-reduce {:.0f} GB/s + {:.0f} us per ring "
+        "step (stated, not measured)\n",
+        opt.costs.kind == CostSource::Kind::profile
+            ? fmt::format("profiled on {}", first.device().str())
+            : std::string("estimated from FLOPs and bytes"),
+        request.devices, request.devices == 1 ? "" : "s", batch,
+        request.allreduce_bytes_per_second / 1e9, request.allreduce_latency_s * 1e6);
+    fmt::print(
+        "plan auto chose (predicted {:.2f} ms per step); to run it again without the "
+        "search:\n  {}\n",
+        a.chosen.step_s * 1e3, a.flags);
+  }
+  return a;
+}
+
+}  // namespace pt

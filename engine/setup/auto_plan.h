@@ -1,0 +1,29 @@
+#pragma once
+// --plan auto at the composition root: the user's options (devices, batch, optimizer, --mem-cap,
+// --costs) -> the planner (engine/pipeline/planner.h) -> the options the user would have typed
+// for the fastest plan, printed as flags so the run can be repeated without the search.
+#include <cstdint>
+#include <string>
+
+#include "engine/pipeline/planner.h"
+#include "engine/setup/training_options.h"
+#include "layers/model.h"
+
+namespace pt {
+
+struct AutoPlan {
+  PlannerResult result;
+  PlanCandidate chosen;
+  TrainingOptions options;  // opt with the chosen stages, dp, microbatches, schedule, recompute,
+                            // partition (layout:...) and plan_auto off
+  std::string flags;        // the same as command-line flags
+};
+
+// Opens opt.devices (to count them and, with --costs profile, to time the layers on the first
+// one with the run's threads per device), searches, prints the table and the chosen flags
+// (unless !opt.print). Throws UsageError: "auto" devices (the planner needs the list), or what
+// search_plans throws (a cap nothing fits, naming the smallest cap that would).
+AutoPlan plan_automatically(const TrainingOptions& opt, const Model& model, int optimizer_slots,
+                            int64_t batch);
+
+}  // namespace pt

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The planner's choice against a measured sweep: runs `--plan auto --plan-only` to get the top K
+# plans (and the best of each S x R outside them), trains each for STEPS steps with its flags, and prints one JSON line per plan
+# (predicted and measured ms per step) and a last line: the chosen plan's measured time against
+# the measured best of the K ("chosen_vs_best" 1.0: the planner chose the fastest).
+#
+#   scripts/planner-sweep.sh PIPETRAIN_FASHION [K] [STEPS] [extra flags for every run...]
+#   e.g. scripts/planner-sweep.sh build/examples/pipetrain-fashion 6 30 --costs profile
+#
+# measured_ms is the mean step of the run (batch / the samples/s it prints: data batching
+# included);
+# last_step_ms is the last full step's span from the trace, which the prediction models.
+# Needs python3 and the Fashion-MNIST data. Run it on a quiet machine.
+set -euo pipefail
+exe=$1 k=${2:-6} steps=${3:-30}
+shift $(($# < 3 ? $# : 3))
+devices=cpu:0,cpu:1
+lines=$(mktemp)
+trap 'rm -f "$lines"' EXIT
+table=$("$exe" --devices "$devices" --plan auto --plan-only --plan-top 1000 "$@")
+# The top K, and the best of each S x R the top K leaves out (so every shape is measured).
+rows=$(grep -E '^ +[0-9]+ +[0-9.]+ +[0-9.]+% ' <<<"$table" | python3 -c '
+import re, sys
+k, seen = int(sys.argv[1]), set()
+for i, line in enumerate(sys.stdin):
+    shape = re.search(r"(\d+ x \d+)", line).group(1)
+    if i < k or shape not in seen:
+        print(line, end="")
+    seen.add(shape)' "$k")
+while read -r rank step bubble rest; do
+  # rest: "peak MiB per device..." S "x" R M schedule recompute (peaks vary in count)
+  read -r -a f <<<"$rest"
+  n=${#f[@]}
+  recompute=${f[n - 1]} schedule=${f[n - 2]} M=${f[n - 3]} R=${f[n - 4]} S=${f[n - 6]}
+  out=$("$exe" --devices "$devices" --stages "$S" --dp "$R" --microbatches "$M" \
+    --schedule "$schedule" --recompute "$recompute" --steps "$steps" --log-every 1000000 "$@")
+  python3 - "$rank" "$step" "$S" "$R" "$M" "$schedule" "$recompute" "$steps" <<PY
+import json, re, sys
+rank, step, S, R, M, schedule, recompute, steps = sys.argv[1:]
+out = """$out"""
+t = re.search(r"trained \d+ steps in [0-9.]+ s \(([0-9.]+) samples/s\)", out)
+batch = re.search(r", batch (\d+)", out)
+last = re.search(r"last full step \(\d+\): ([0-9.]+) ms measured", out)
+print(json.dumps({"rank": int(rank), "stages": int(S), "replicas": int(R), "microbatches": int(M),
+                  "schedule": schedule, "recompute": recompute, "predicted_ms": float(step),
+                  "measured_ms": round(1e3 * int(batch.group(1)) / float(t.group(1)), 2),
+                  "last_step_ms": float(last.group(1)) if last else None}))
+PY
+done <<<"$rows" | tee "$lines"
+python3 -c '
+import json, sys
+rows = [json.loads(l) for l in sys.stdin]
+best = min(rows, key=lambda r: r["measured_ms"])
+chosen = rows[0]
+print(json.dumps({"summary": True, "plans": len(rows), "chosen_rank": chosen["rank"],
+                  "chosen_measured_ms": chosen["measured_ms"], "best_rank": best["rank"],
+                  "best_measured_ms": best["measured_ms"],
+                  "chosen_vs_best": round(chosen["measured_ms"] / best["measured_ms"], 3),
+                  "chosen_predicted_vs_measured": round(chosen["predicted_ms"] / chosen["measured_ms"], 3)}))' <"$lines"
