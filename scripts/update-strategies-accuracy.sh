@@ -5,9 +5,13 @@
 # AdamW), all-reduce and the parameter server (sync, async T = 1, 4); and the GPT's validation
 # loss after 200 steps, synchronous vs asynchronous pipeline (AdamW, untied embeddings: async
 # refuses ties across stages; no clipping: async has no global norm). One thread per device or process. Prints JSON lines.
-#   scripts/update-strategies-accuracy.sh [build dir] [epochs]     (about 15 min on 2 cores)
+# The second part: the one-step delay with Nesterov momentum (which, for a delay of one step, is
+# the spike compensation of Kosson et al. 2021, "Pipelined Backpropagation at Scale"), sync vs
+# async over three seeds, since a single run's accuracy varies by about a point between seeds.
+#   scripts/update-strategies-accuracy.sh [build dir] [epochs] [all|base|nesterov]
+#   (all: about 30 min on 2 cores)
 set -uo pipefail
-build=${1:-build}; epochs=${2:-3}
+build=${1:-build}; epochs=${2:-3}; part=${3:-all}
 fashion=$build/examples/pipetrain-fashion gpt=$build/examples/pipetrain-gpt
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpi=(mpirun --oversubscribe --bind-to none)
@@ -16,11 +20,12 @@ adamw=(--optim adamw --lr 0.001)
 
 fashion_run() {  # mode optimizer command...
   local mode=$1 optim=$2; shift 2
-  local t0=$SECONDS out acc
+  local t0=$SECONDS out acc seed=0 a prev=
+  for a in "$@"; do [[ $prev == --seed ]] && seed=$a; prev=$a; done
   out=$("$@" --epochs "$epochs" --batch 256 2>&1)
   acc=$(grep -oE "test accuracy: [0-9.]+%" <<<"$out" | tail -1 | grep -oE "[0-9.]+")
-  printf '{"bench": "update_strategies_accuracy", "model": "fashion_mlp", "mode": "%s", "optimizer": "%s", "epochs": %s, "test_accuracy_percent": %s, "seconds": %s}\n' \
-    "$mode" "$optim" "$epochs" "${acc:-null}" $((SECONDS - t0))
+  printf '{"bench": "update_strategies_accuracy", "model": "fashion_mlp", "mode": "%s", "optimizer": "%s", "seed": %s, "epochs": %s, "test_accuracy_percent": %s, "seconds": %s}\n' \
+    "$mode" "$optim" "$seed" "$epochs" "${acc:-null}" $((SECONDS - t0))
   [[ -n $acc ]] || echo "$out" | tail -5 >&2
 }
 gpt_run() {  # mode command...
@@ -33,15 +38,27 @@ gpt_run() {  # mode command...
   [[ -n $loss ]] || echo "$out" | tail -5 >&2
 }
 
-fashion_run pipeline_sync sgd "$fashion" "${pipe[@]}"
-fashion_run pipeline_async sgd "$fashion" "${pipe[@]}" --update async
-fashion_run pipeline_sync adamw "$fashion" "${pipe[@]}" "${adamw[@]}"
-fashion_run pipeline_async adamw "$fashion" "${pipe[@]}" "${adamw[@]}" --update async
-fashion_run allreduce sgd "${mpi[@]}" -np 2 "$fashion" --dp 2 --threads 1
-fashion_run ps_sync sgd "${mpi[@]}" -np 3 "$fashion" --dp 2 --ps 1 --threads 1
-fashion_run ps_async_t1 sgd "${mpi[@]}" -np 3 "$fashion" --dp 2 --ps 1 --staleness 1 --threads 1
-fashion_run ps_async_t4 sgd "${mpi[@]}" -np 3 "$fashion" --dp 2 --ps 1 --staleness 4 --threads 1
-if [[ -x $gpt ]]; then
-  gpt_run pipeline_sync "$gpt" "${pipe[@]}"
-  gpt_run pipeline_async "$gpt" "${pipe[@]}" --update async
+if [[ $part != nesterov ]]; then
+  fashion_run pipeline_sync sgd "$fashion" "${pipe[@]}"
+  fashion_run pipeline_async sgd "$fashion" "${pipe[@]}" --update async
+  fashion_run pipeline_sync adamw "$fashion" "${pipe[@]}" "${adamw[@]}"
+  fashion_run pipeline_async adamw "$fashion" "${pipe[@]}" "${adamw[@]}" --update async
+  fashion_run allreduce sgd "${mpi[@]}" -np 2 "$fashion" --dp 2 --threads 1
+  fashion_run ps_sync sgd "${mpi[@]}" -np 3 "$fashion" --dp 2 --ps 1 --threads 1
+  fashion_run ps_async_t1 sgd "${mpi[@]}" -np 3 "$fashion" --dp 2 --ps 1 --staleness 1 --threads 1
+  fashion_run ps_async_t4 sgd "${mpi[@]}" -np 3 "$fashion" --dp 2 --ps 1 --staleness 4 --threads 1
+  if [[ -x $gpt ]]; then
+    gpt_run pipeline_sync "$gpt" "${pipe[@]}"
+    gpt_run pipeline_async "$gpt" "${pipe[@]}" --update async
+  fi
+fi
+
+if [[ $part != base ]]; then
+  nesterov=(--nesterov)
+  for seed in 0 1 2; do
+    fashion_run pipeline_sync sgd_nesterov "$fashion" "${pipe[@]}" "${nesterov[@]}" --seed $seed
+    fashion_run pipeline_async sgd_nesterov "$fashion" "${pipe[@]}" "${nesterov[@]}" --seed $seed --update async
+    fashion_run allreduce sgd_nesterov "${mpi[@]}" -np 2 "$fashion" --dp 2 --threads 1 "${nesterov[@]}" --seed $seed
+    fashion_run ps_async_t1 sgd_nesterov "${mpi[@]}" -np 3 "$fashion" --dp 2 --ps 1 --staleness 1 --threads 1 "${nesterov[@]}" --seed $seed
+  done
 fi

@@ -53,6 +53,9 @@ compare() {  # compare NAME A B
 
 # 12 steps in windows of 4: the whole run, and 8 steps + resume (a checkpoint at a window end).
 check_run "async run" "second weight version" "$exe" "${common[@]}" --async-window 4 --steps 12 --save "$work/whole"
+check_run "heavy-ball momentum under a delay gets a note" "--nesterov compensates" "$exe" "${common[@]}" --steps 2
+out=$("$exe" "${common[@]}" --steps 2 --nesterov 2>&1)
+if grep -q "^note: delayed updates" <<<"$out"; then echo "FAIL: --nesterov still gets the note"; fails=$((fails+1)); else echo "ok: no note with --nesterov"; fi
 check_run "async first 8 steps" "saved checkpoint" "$exe" "${common[@]}" --async-window 4 --steps 8 --save "$work/part"
 check_run "async resume to 12" "resumed from" "$exe" "${common[@]}" --async-window 4 --steps 12 --resume "$work/part" --save "$work/resumed"
 compare "resume at a window end == uninterrupted" "$work/whole" "$work/resumed"
