@@ -114,8 +114,8 @@ void GradientReducer::loop() {
       const std::string what =
           fmt::format("the gradient all-reduce of bucket {} (stage {}, layers {}..{})", b,
                       bucket.stage, bucket.layers.back(), bucket.layers.front());
-      all_reduce_gradients(*backends_.at(bucket.stage), group_, grads, bucket.count,
-                           host_bucket_, what);
+      all_reduce_gradients(*backends_.at(bucket.stage), group_, grads, bucket.count, host_bucket_,
+                           what);
     } catch (...) {
       failure = std::current_exception();
     }

@@ -59,7 +59,7 @@ class GradientReducer {
 
   Communicator& group_;
   std::vector<GradientBucket> buckets_;
-  std::map<int, float*> grads_;     // stage -> its flat gradient arena
+  std::map<int, float*> grads_;       // stage -> its flat gradient arena
   std::map<int, Backend*> backends_;  // stage -> the backend its gradients live on
   std::vector<float> host_bucket_;    // a bucket's host copy, when it must go through the host
   std::map<std::pair<int, int>, size_t> bucket_of_;  // (stage, layer) -> bucket
