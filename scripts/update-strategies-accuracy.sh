@@ -3,13 +3,15 @@
 # table that pipetrain-bench-update-strategies (throughput) does not measure: Fashion-MNIST MLP
 # test accuracy after 3 epochs (batch 256) for synchronous and asynchronous pipelines (SGD and
 # AdamW), all-reduce and the parameter server (sync, async T = 1, 4); and the GPT's validation
-# loss after 200 steps, synchronous vs asynchronous pipeline (AdamW, untied embeddings: async
-# refuses ties across stages; no clipping: async has no global norm). One thread per device or process. Prints JSON lines.
+# loss after 200 steps, synchronous vs asynchronous pipeline (AdamW and SGD, untied embeddings:
+# async refuses ties across stages; no clipping: async has no global norm). One thread per device
+# or process. Prints JSON lines.
 # The second part: the one-step delay with Nesterov momentum (which, for a delay of one step, is
 # the spike compensation of Kosson et al. 2021, "Pipelined Backpropagation at Scale"), sync vs
-# async over three seeds, since a single run's accuracy varies by about a point between seeds.
+# async over three seeds, since a single run's accuracy varies by about a point between seeds
+# (and the GPT with SGD + Nesterov, one seed).
 #   scripts/update-strategies-accuracy.sh [build dir] [epochs] [all|base|nesterov]
-#   (all: about 30 min on 2 cores)
+#   (all: about 40 min on 2 cores)
 set -uo pipefail
 build=${1:-build}; epochs=${2:-3}; part=${3:-all}
 fashion=$build/examples/pipetrain-fashion gpt=$build/examples/pipetrain-gpt
@@ -17,6 +19,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpi=(mpirun --oversubscribe --bind-to none)
 pipe=(--devices cpu:0,cpu:1 --stages 2 --microbatches 4 --threads 1)
 adamw=(--optim adamw --lr 0.001)
+gpt_sgd=(--optim sgd --lr 0.05)  # the best of 0.05 and 0.2 after 60 steps
 
 fashion_run() {  # mode optimizer command...
   local mode=$1 optim=$2; shift 2
@@ -28,13 +31,13 @@ fashion_run() {  # mode optimizer command...
     "$mode" "$optim" "$seed" "$epochs" "${acc:-null}" $((SECONDS - t0))
   [[ -n $acc ]] || echo "$out" | tail -5 >&2
 }
-gpt_run() {  # mode command...
-  local mode=$1; shift
+gpt_run() {  # mode optimizer command...
+  local mode=$1 optim=$2; shift 2
   local t0=$SECONDS out loss
   out=$("$@" --steps 200 --untied --clip 0 2>&1)
   loss=$(grep -oE "final validation loss [0-9.]+" <<<"$out" | tail -1 | grep -oE "[0-9.]+$")
-  printf '{"bench": "update_strategies_accuracy", "model": "gpt_d256_l4_t128", "mode": "%s", "optimizer": "adamw", "steps": 200, "validation_loss_nats_per_byte": %s, "seconds": %s}\n' \
-    "$mode" "${loss:-null}" $((SECONDS - t0))
+  printf '{"bench": "update_strategies_accuracy", "model": "gpt_d256_l4_t128", "mode": "%s", "optimizer": "%s", "steps": 200, "validation_loss_nats_per_byte": %s, "seconds": %s}\n' \
+    "$mode" "$optim" "${loss:-null}" $((SECONDS - t0))
   [[ -n $loss ]] || echo "$out" | tail -5 >&2
 }
 
@@ -48,8 +51,10 @@ if [[ $part != nesterov ]]; then
   fashion_run ps_async_t1 sgd "${mpi[@]}" -np 3 "$fashion" --dp 2 --ps 1 --staleness 1 --threads 1
   fashion_run ps_async_t4 sgd "${mpi[@]}" -np 3 "$fashion" --dp 2 --ps 1 --staleness 4 --threads 1
   if [[ -x $gpt ]]; then
-    gpt_run pipeline_sync "$gpt" "${pipe[@]}"
-    gpt_run pipeline_async "$gpt" "${pipe[@]}" --update async
+    gpt_run pipeline_sync adamw "$gpt" "${pipe[@]}"
+    gpt_run pipeline_async adamw "$gpt" "${pipe[@]}" --update async
+    gpt_run pipeline_sync sgd "$gpt" "${pipe[@]}" "${gpt_sgd[@]}"
+    gpt_run pipeline_async sgd "$gpt" "${pipe[@]}" "${gpt_sgd[@]}" --update async
   fi
 fi
 
@@ -61,4 +66,8 @@ if [[ $part != base ]]; then
     fashion_run allreduce sgd_nesterov "${mpi[@]}" -np 2 "$fashion" --dp 2 --threads 1 "${nesterov[@]}" --seed $seed
     fashion_run ps_async_t1 sgd_nesterov "${mpi[@]}" -np 3 "$fashion" --dp 2 --ps 1 --staleness 1 --threads 1 "${nesterov[@]}" --seed $seed
   done
+  if [[ -x $gpt ]]; then
+    gpt_run pipeline_sync sgd_nesterov "$gpt" "${pipe[@]}" "${gpt_sgd[@]}" "${nesterov[@]}"
+    gpt_run pipeline_async sgd_nesterov "$gpt" "${pipe[@]}" "${gpt_sgd[@]}" "${nesterov[@]}" --update async
+  fi
 fi

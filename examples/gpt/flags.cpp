@@ -14,15 +14,18 @@ namespace {
 
 // The settings a checkpoint must have been saved with to be resumed (named like their flags):
 // the model, and what the batches of each step are made of. The data source is added once the
-// text is read.
+// text is read. The optimizer is recorded when it is not AdamW (so that checkpoints written before
+// --optim existed, all AdamW, still resume).
 std::map<std::string, std::string> settings_to_match(const GptFlags& f) {
-  return {{"context", std::to_string(f.context)},
-          {"d-model", std::to_string(f.d_model)},
-          {"layers", std::to_string(f.layers)},
-          {"heads", std::to_string(f.heads)},
-          {"untied", f.untied ? "true" : "false"},
-          {"batch", std::to_string(f.batch)},
-          {"val-fraction", fmt::format("{}", f.val_fraction)}};
+  std::map<std::string, std::string> s{{"context", std::to_string(f.context)},
+                                       {"d-model", std::to_string(f.d_model)},
+                                       {"layers", std::to_string(f.layers)},
+                                       {"heads", std::to_string(f.heads)},
+                                       {"untied", f.untied ? "true" : "false"},
+                                       {"batch", std::to_string(f.batch)},
+                                       {"val-fraction", fmt::format("{}", f.val_fraction)}};
+  if (f.optim != "adamw") s["optim"] = f.optim;
+  return s;
 }
 
 }  // namespace
@@ -42,8 +45,13 @@ void add_gpt_flags(CLI::App& app, GptFlags& f) {
   app.add_option("--batch", f.batch, "global batch B (windows of --context bytes)")
       ->capture_default_str()
       ->check(kInt64Text);
-  app.add_option("--lr", f.lr, "AdamW learning rate")->capture_default_str();
-  app.add_option("--weight-decay", f.weight_decay, "AdamW decoupled weight decay")
+  app.add_option("--optim", f.optim, "adamw or sgd")->capture_default_str();
+  app.add_option("--lr", f.lr, "base learning rate (the default suits AdamW; SGD wants ~0.1)")
+      ->capture_default_str();
+  app.add_option("--momentum", f.momentum, "SGD momentum")->capture_default_str();
+  app.add_flag("--nesterov", f.nesterov, "Nesterov momentum (SGD)");
+  app.add_option("--weight-decay", f.weight_decay,
+                 "AdamW: decoupled weight decay; SGD: L2 added to the gradient")
       ->capture_default_str();
   app.add_option("--clip", f.clip, "clip the global gradient norm to this value (0: off)")
       ->capture_default_str();
@@ -93,10 +101,12 @@ void add_gpt_flags(CLI::App& app, GptFlags& f) {
 GptOptions check_gpt_flags(const GptFlags& f) {
   GptOptions o;
   OptimizerConfig& opt = o.optimizer;
-  opt.kind = "adamw";
+  opt.kind = f.optim;
   opt.lr = f.lr;
+  opt.momentum = f.optim == "sgd" ? f.momentum : 0.f;
+  opt.nesterov = f.nesterov;
   opt.weight_decay = f.weight_decay;
-  opt.validate();  // --lr, --weight-decay
+  opt.validate();  // --optim, --lr, --momentum, --nesterov, --weight-decay
   // The model: each size at least 1 (gpt() checks that --heads divides --d-model). Above 2^20
   // a context or width is beyond any memory this runs in; the bound keeps their products in int64.
   check_integer("--context", f.context, 1, 1 << 20);

@@ -24,7 +24,10 @@ struct GptFlags {
   int layers = 4, heads = 4;
   // training
   int64_t steps = 200, batch = 16;
+  std::string optim = "adamw";
   float lr = 3e-4f, weight_decay = 0.f, clip = 1.f, min_lr = 0.f;
+  float momentum = 0.9f;  // sgd
+  bool nesterov = false;  // sgd
   std::string lr_schedule = "constant";
   int64_t warmup = 0;
   uint64_t seed = 0;

@@ -148,6 +148,17 @@ run_ok "$work/resumed-parity.txt" --parity-check --stages 2 --steps 5 --resume "
   && grep -q "all 29 tensors are bit-identical to the single-device reference (2 steps, each from the run's own state)" "$work/resumed-parity.txt" \
   && echo "ok: --parity-check after --resume: $(grep '^parity:' "$work/resumed-parity.txt")" \
   || { echo "FAIL: --parity-check after --resume"; cat "$work/resumed-parity.txt"; fails=$((fails+1)); }
+# --optim sgd (heavy-ball or Nesterov): bit-identical pipelined, and its checkpoint names the
+# optimizer when resumed with another.
+run_ok "$work/sgd-parity.txt" --optim sgd --lr 0.05 --nesterov --stages 2 --steps 2 --parity-check \
+  && grep -q "all 29 tensors are bit-identical to the single-device reference" "$work/sgd-parity.txt" \
+  && grep -q "sgd(lr=0.05, momentum=0.9, dampening=0, nesterov=true" "$work/sgd-parity.txt" \
+  && echo "ok: --optim sgd --nesterov pipelined: $(grep '^parity:' "$work/sgd-parity.txt")" \
+  || { echo "FAIL: --optim sgd parity"; cat "$work/sgd-parity.txt"; fails=$((fails+1)); }
+run_ok "$work/sgd-save.txt" --optim sgd --lr 0.05 --steps 2 --save "$work/sgd-ck" \
+  && expect_error "was trained with optimizer 'sgd' but this run uses 'adamw': pass --optim sgd" \
+       "${ck[@]}" --steps 3 --resume "$work/sgd-ck"
+expect_refused "unknown optimizer 'rmsprop': use sgd or adamw" "${ck[@]}" --optim rmsprop --steps 1
 expect_error "--keep applies to the numbered checkpoints" "${ck[@]}" --steps 1 --save "$work/k" --keep 2
 # --save-every 2 --keep 2 over 7 steps: step-6 and step-7 stay; latest: resumes the newest.
 if run_ok "$work/every.txt" --steps 7 --save "$work/runs" --save-every 2 --keep 2; then
