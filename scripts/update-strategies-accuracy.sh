@@ -19,7 +19,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpi=(mpirun --oversubscribe --bind-to none)
 pipe=(--devices cpu:0,cpu:1 --stages 2 --microbatches 4 --threads 1)
 adamw=(--optim adamw --lr 0.001)
-gpt_sgd=(--optim sgd --lr 0.05)  # the best of 0.05 and 0.2 after 60 steps
+gpt_sgd=(--optim sgd --lr 0.05)  # the better of 0.05 and 0.2 after 60 steps (sync)
 
 fashion_run() {  # mode optimizer command...
   local mode=$1 optim=$2; shift 2
