@@ -162,20 +162,38 @@ void copy_rows(const float* x, int64_t stride, int64_t T, int64_t Dh, float* xp,
   for (int64_t j = 0; j < T; ++j) std::copy(x + j * stride, x + j * stride + Dh, xp + j * ldp);
 }
 
+// Rows of one head as the tiles read or write them (whole vectors of 16): when Dh is a multiple
+// of 16 the rows of qkv, dout or dqkv themselves, else copies padded with zeros to Dp columns.
+struct Rows {
+  const float* p;
+  int64_t ld;
+};
+struct OutRows {
+  float* p;
+  int64_t ld;
+};
+
+Rows padded_rows(const float* x, int64_t stride, int64_t T, int64_t Dh, int64_t Dp, float* pad) {
+  if (Dh == Dp) return {x, stride};
+  copy_rows(x, stride, T, Dh, pad, Dp);
+  return {pad, Dp};
+}
+
 // y (Dh) += a x (Dh).
 inline void axpy_row(float a, const float* __restrict x, float* __restrict y, int64_t Dh) {
   for (int64_t c = 0; c < Dh; ++c) y[c] += a * x[c];
 }
 
-// y (R, Dp) = rows of x (R, ldx) times keys of kp (rows Dp apart) for the query rows i0 .. i0 + R
-// - 1, each over its keys j <= i0 + r only: the tile runs over the keys all rows see (j <= i0),
-// then each row adds its last r keys in order. Keys past a row are never read, so a non-finite
-// value in a later position cannot reach it (0 x inf would be NaN).
-inline void causal_rows_product(int64_t R, int64_t i0, const float* x, int64_t ldx,
-                                const float* kp, int64_t Dp, float* y) {
-  tile_product(R, Dp / kLanes, i0 + 1, x, ldx, 1, kp, Dp, y, Dp, false);
+// y (R rows, 16 N) = x (R, ldx) times the key rows of kv for the query rows i0 .. i0 + R - 1,
+// each over its keys j <= i0 + r only: the tile runs over the keys all rows see (j <= i0), then
+// each row adds its last r keys in order. Keys past a row are never read, so a non-finite value
+// in a later position cannot reach it (0 x inf would be NaN).
+inline void causal_rows_product(int64_t R, int64_t i0, const float* x, int64_t ldx, Rows kv,
+                                int64_t N, OutRows y) {
+  tile_product(R, N, i0 + 1, x, ldx, 1, kv.p, kv.ld, y.p, y.ld, false);
   for (int64_t r = 1; r < R; ++r)
-    for (int64_t j = i0 + 1; j <= i0 + r; ++j) axpy_row(x[r * ldx + j], kp + j * Dp, y + r * Dp, Dp);
+    for (int64_t j = i0 + 1; j <= i0 + r; ++j)
+      axpy_row(x[r * ldx + j], kv.p + j * kv.ld, y.p + r * y.ld, N * kLanes);
 }
 
 // max of x [0, n), n a multiple of 16, with 16 partial maxima (vectorisable, exact).
@@ -193,9 +211,11 @@ inline float max_f32(const float* __restrict x, int64_t n) {
 struct Padded {
   int64_t Tp, Dp;
   Padded(int64_t T, int64_t Dh) : Tp(round_up(T, kLanes)), Dp(round_up(Dh, kLanes)) {}
-  int64_t forward_scratch(int64_t Dh) const { return Dh * Tp + Tp * Dp + kTileRows * (Tp + Dp); }
+  int64_t forward_scratch(int64_t Dh) const {
+    return Dh * Tp + kTileRows * (Tp + Dp) + (Dh == Dp ? 0 : Tp * Dp);
+  }
   int64_t backward_scratch(int64_t Dh) const {
-    return 2 * Dh * Tp + 6 * Tp * Dp + 2 * kQueryTile * Tp + Tp;
+    return 2 * Dh * Tp + 2 * kQueryTile * Tp + Tp + (Dh == Dp ? 0 : 6 * Tp * Dp);
   }
 };
 
@@ -205,12 +225,11 @@ PT_CPU_SIMD_CLONES void attention_forward_head(const HeadView hv, float* out, in
                                                float* lse, int64_t T, int64_t Dh, float scale,
                                                float* scratch) {
   const Padded p(T, Dh);
-  float* kt = scratch;             // (Dh, Tp): k transposed, a row of keys per column of q
-  float* vp = kt + Dh * p.Tp;      // (Tp, Dp): v, rows padded to vectors
-  float* s = vp + p.Tp * p.Dp;     // (4, Tp): scores, then probabilities
+  float* kt = scratch;              // (Dh, Tp): k transposed, a row of keys per column of q
+  float* s = kt + Dh * p.Tp;        // (4, Tp): scores, then probabilities
   float* o = s + kTileRows * p.Tp;  // (4, Dp): unnormalised output rows
   transpose_rows(hv.k, hv.stride, T, Dh, kt, p.Tp);
-  copy_rows(hv.v, hv.stride, T, Dh, vp, p.Dp);
+  const Rows vp = padded_rows(hv.v, hv.stride, T, Dh, p.Dp, o + kTileRows * p.Dp);
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
   for (int64_t i0 = 0; i0 < T; i0 += kTileRows) {
     const int64_t R = std::min<int64_t>(kTileRows, T - i0);
@@ -229,30 +248,30 @@ PT_CPU_SIMD_CLONES void attention_forward_head(const HeadView hv, float* out, in
       lse[i] = mx + std::log(l);
       inv[r] = 1.f / l;
     }
-    causal_rows_product(R, i0, s, p.Tp, vp, p.Dp, o);
+    causal_rows_product(R, i0, s, p.Tp, vp, p.Dp / kLanes, {o, p.Dp});
     for (int64_t r = 0; r < R; ++r) {
       scale_row(inv[r], o + r * p.Dp, out + (i0 + r) * out_stride, Dh);
     }
   }
 }
 
-// acc (keys [0, i0 + R), Dp) += x^T (keys, rows) y (rows, Dp) over the query rows [i0, i0 + R) of
-// one backward step: x (R, ldx) holds p or ds, y the rows of q or dout (padded, Dp apart, from
-// row 0). Each key j sums only the rows i >= j that see it: keys below i0 see every row; keys
-// j >= i0 go 4 at a time, each first adding its rows above the group's last key one by one,
-// then the rows all 4 see in a register tile. No row before a key is read, so a non-finite
-// value there cannot reach it.
-PT_CPU_SIMD_CLONES void accumulate_transposed(int64_t i0, int64_t R, const float* x, int64_t ldx, const float* y,
-                           int64_t Dp, float* acc) {
-  const int64_t N = Dp / kLanes;
-  if (i0 > 0) tile_product(i0, N, R, x, 1, ldx, y + i0 * Dp, Dp, acc, Dp, true);
+// acc (keys [0, i0 + R), 16 N) += x^T (keys, rows) y (rows, 16 N) over the query rows [i0, i0 +
+// R) of one backward step: x (R, ldx) holds p or ds, y the rows of q or dout (from row 0). Each
+// key j sums only the rows i >= j that see it: keys below i0 see every row; keys j >= i0 go 4 at
+// a time, each first adding its rows above the group's last key one by one, then the rows all 4
+// see in a register tile. No row before a key is read, so a non-finite value there cannot reach
+// it.
+PT_CPU_SIMD_CLONES void accumulate_transposed(int64_t i0, int64_t R, const float* x, int64_t ldx,
+                                              Rows y, int64_t N, OutRows acc) {
+  if (i0 > 0) tile_product(i0, N, R, x, 1, ldx, y.p + i0 * y.ld, y.ld, acc.p, acc.ld, true);
   for (int64_t j0 = i0; j0 < i0 + R; j0 += kTileRows) {
     const int64_t m = std::min<int64_t>(kTileRows, i0 + R - j0);
     const int64_t last = j0 + m - 1;  // rows >= last see all m keys
     for (int64_t j = j0; j < last; ++j)
-      for (int64_t i = j; i < last; ++i) axpy_row(x[(i - i0) * ldx + j], y + i * Dp, acc + j * Dp, Dp);
-    tile_product(m, N, i0 + R - last, x + (last - i0) * ldx + j0, 1, ldx, y + last * Dp, Dp,
-                 acc + j0 * Dp, Dp, true);
+      for (int64_t i = j; i < last; ++i)
+        axpy_row(x[(i - i0) * ldx + j], y.p + i * y.ld, acc.p + j * acc.ld, N * kLanes);
+    tile_product(m, N, i0 + R - last, x + (last - i0) * ldx + j0, 1, ldx, y.p + last * y.ld,
+                 y.ld, acc.p + j0 * acc.ld, acc.ld, true);
   }
 }
 
@@ -264,25 +283,26 @@ PT_CPU_SIMD_CLONES void attention_backward_head(const HeadView hv, const float* 
                                                 int64_t T, int64_t Dh, float scale,
                                                 float* scratch) {
   const Padded p(T, Dh);
-  const int64_t Tp = p.Tp, Dp = p.Dp;
-  float* kt = scratch;        // (Dh, Tp) k transposed: s = q kt
-  float* vt = kt + Dh * Tp;   // (Dh, Tp) v transposed: dp = dout vt
-  float* kp = vt + Dh * Tp;   // (Tp, Dp) k padded: dq = ds kp
-  float* qp = kp + Tp * Dp;   // (Tp, Dp) q padded: dk += ds^T qp
-  float* gp = qp + Tp * Dp;   // (Tp, Dp) dout padded: dv += p^T gp
-  float* dqa = gp + Tp * Dp;  // (Tp, Dp) accumulators
-  float* dka = dqa + Tp * Dp;
-  float* dva = dka + Tp * Dp;
-  float* pt = dva + Tp * Dp;             // (kQueryTile, Tp) probabilities
-  float* ds = pt + kQueryTile * Tp;      // (kQueryTile, Tp) dp, then ds
+  const int64_t Tp = p.Tp, Dp = p.Dp, N = Dp / kLanes;
+  const bool in_place = Dh == Dp;  // tiles read and write the rows of qkv, dout, dqkv
+  float* kt = scratch;                   // (Dh, Tp) k transposed: s = q kt
+  float* vt = kt + Dh * Tp;              // (Dh, Tp) v transposed: dp = dout vt
+  float* pt = vt + Dh * Tp;              // (kQueryTile, Tp) probabilities
+  float* ds = pt + kQueryTile * Tp;      // (kQueryTile, Tp) dp, then scale ds
   float* D = ds + kQueryTile * Tp;       // (T)
+  float* pad = D + Tp;                   // 6 (Tp, Dp) when Dh is not a multiple of 16
   transpose_rows(hv.k, hv.stride, T, Dh, kt, Tp);
   transpose_rows(hv.v, hv.stride, T, Dh, vt, Tp);
-  copy_rows(hv.k, hv.stride, T, Dh, kp, Dp);
-  copy_rows(hv.q, hv.stride, T, Dh, qp, Dp);
-  copy_rows(dout, out_stride, T, Dh, gp, Dp);
-  std::fill(dka, dka + Tp * Dp, 0.f);
-  std::fill(dva, dva + Tp * Dp, 0.f);
+  const Rows kp = padded_rows(hv.k, hv.stride, T, Dh, Dp, pad);  // dq = ds k
+  const Rows qp = padded_rows(hv.q, hv.stride, T, Dh, Dp, pad + Tp * Dp);  // dk += ds^T q
+  const Rows gp = padded_rows(dout, out_stride, T, Dh, Dp, pad + 2 * Tp * Dp);  // dv += p^T dout
+  const OutRows dqa = in_place ? OutRows{dq, hv.stride} : OutRows{pad + 3 * Tp * Dp, Dp};
+  const OutRows dka = in_place ? OutRows{dk, hv.stride} : OutRows{pad + 4 * Tp * Dp, Dp};
+  const OutRows dva = in_place ? OutRows{dv, hv.stride} : OutRows{pad + 5 * Tp * Dp, Dp};
+  for (int64_t i = 0; i < T; ++i) {
+    std::fill(dka.p + i * dka.ld, dka.p + i * dka.ld + Dh, 0.f);
+    std::fill(dva.p + i * dva.ld, dva.p + i * dva.ld + Dh, 0.f);
+  }
   // D_i = dout_i . out_i
   for (int64_t i = 0; i < T; ++i) {
     const float* __restrict o = out + i * out_stride;
@@ -302,8 +322,7 @@ PT_CPU_SIMD_CLONES void attention_backward_head(const HeadView hv, const float* 
       tile_product(rows, nv, Dh, dout + (i0 + r0) * out_stride, out_stride, 1, vt, Tp,
                    ds + r0 * Tp, Tp, false);
     }
-    // p = e^{s - lse}, ds = p (dp - D); both exactly 0 where masked (the products below read
-    // every key up to the tile's last row).
+    // p = e^{s - lse}, ds = scale p (dp - D) (the scale of dq and dk); both 0 where masked.
     const int64_t nk = round_up(i0 + R, kLanes);
     for (int64_t r = 0; r < R; ++r) {
       const int64_t i = i0 + r;
@@ -313,21 +332,23 @@ PT_CPU_SIMD_CLONES void attention_backward_head(const HeadView hv, const float* 
       for (int64_t j = 0; j < nk; ++j) {
         const float pj = cpu::exp_f32(pr[j] * scale - li);
         pr[j] = j <= i ? pj : 0.f;
-        dr[j] = j <= i ? pj * (dr[j] - Di) : 0.f;
+        dr[j] = j <= i ? scale * (pj * (dr[j] - Di)) : 0.f;
       }
     }
     // dq rows (4 at a time, keys up to their last row), dv += p^T dout, dk += ds^T q.
     for (int64_t r0 = 0; r0 < R; r0 += kTileRows) {
       const int64_t rows = std::min<int64_t>(kTileRows, R - r0);
-      causal_rows_product(rows, i0 + r0, ds + r0 * Tp, Tp, kp, Dp, dqa + (i0 + r0) * Dp);
+      causal_rows_product(rows, i0 + r0, ds + r0 * Tp, Tp, kp, N,
+                          {dqa.p + (i0 + r0) * dqa.ld, dqa.ld});
     }
-    accumulate_transposed(i0, R, pt, Tp, gp, Dp, dva);
-    accumulate_transposed(i0, R, ds, Tp, qp, Dp, dka);
+    accumulate_transposed(i0, R, pt, Tp, gp, N, dva);
+    accumulate_transposed(i0, R, ds, Tp, qp, N, dka);
   }
+  if (in_place) return;
   for (int64_t i = 0; i < T; ++i) {
-    scale_row(scale, dqa + i * Dp, dq + i * hv.stride, Dh);
-    scale_row(scale, dka + i * Dp, dk + i * hv.stride, Dh);
-    std::copy(dva + i * Dp, dva + i * Dp + Dh, dv + i * hv.stride);
+    std::copy(dqa.p + i * Dp, dqa.p + i * Dp + Dh, dq + i * hv.stride);
+    std::copy(dka.p + i * Dp, dka.p + i * Dp + Dh, dk + i * hv.stride);
+    std::copy(dva.p + i * Dp, dva.p + i * Dp + Dh, dv + i * hv.stride);
   }
 }
 
