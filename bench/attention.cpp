@@ -10,12 +10,12 @@
 // gflops_cpu_median divides by the process's CPU time instead of wall time: on a machine whose
 // other cores are busy it shows what the kernel does when it runs (threads = 1: one core's rate).
 #include <chrono>
-#include <ctime>
 #include <cmath>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "bench/best_seconds.h"
 #include "bench/json_line.h"
 #include "bench/repeated_seconds.h"
 #include "engine/core/random.h"
@@ -56,17 +56,12 @@ int main(int argc, char** argv) {
   auto seconds = [](Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
   };
-  auto cpu_seconds = [] {
-    timespec ts{};
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-  };
   std::vector<double> fwd, bwd, rate, cpu_rate;
   const double pairs = static_cast<double>(B * H) * static_cast<double>(T * (T + 1) / 2);
   const double flops = 7.0 * 2.0 * static_cast<double>(Dh) * pairs;
   for (int r = -1; r < reps; ++r) {  // r = -1: warm-up
     double f = 0, g = 0;
-    const double c0 = cpu_seconds();
+    const double c0 = pt::bench::process_cpu_seconds();
     for (int i = 0; i < iters; ++i) {
       const auto t0 = Clock::now();
       be->attention_forward(tq.f32(), out.f32(), lse.f32(), B, T, H, Dh, scale);
@@ -77,7 +72,7 @@ int main(int argc, char** argv) {
       f += seconds(t0, t1);
       g += seconds(t1, t2);
     }
-    const double cpu = cpu_seconds() - c0;
+    const double cpu = pt::bench::process_cpu_seconds() - c0;
     if (r < 0) continue;
     cpu_rate.push_back(flops * iters / cpu / 1e9);
     fwd.push_back(f / iters);
