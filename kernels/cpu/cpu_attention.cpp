@@ -145,11 +145,25 @@ HeadView head_view(const float* qkv, int64_t b, int64_t h, int64_t T, int64_t H,
 // share a few cache sets when ldt is a power of two), the 16 source rows stay in L1.
 void transpose_rows(const float* __restrict x, int64_t stride, int64_t T, int64_t Dh,
                     float* __restrict xt, int64_t ldt) {
-  for (int64_t j0 = 0; j0 < T; j0 += kLanes) {
-    const int64_t n = std::min(kLanes, T - j0);
+  int64_t j0 = 0;
+  for (; j0 + kLanes <= T; j0 += kLanes)  // whole blocks: one vector store per column
     for (int64_t c = 0; c < Dh; ++c)
-      for (int64_t j = 0; j < n; ++j) xt[c * ldt + j0 + j] = x[(j0 + j) * stride + c];
-  }
+      for (int64_t j = 0; j < kLanes; ++j) xt[c * ldt + j0 + j] = x[(j0 + j) * stride + c];
+  for (int64_t c = 0; c < Dh; ++c)
+    for (int64_t j = j0; j < T; ++j) xt[c * ldt + j] = x[j * stride + c];
+}
+
+// x (n) . y (n) in float with 16 partial sums in a fixed order (as cpu::sum_f32): a sum in one
+// accumulator waits on the add's latency at every element.
+inline float dot_f32(const float* __restrict x, const float* __restrict y, int64_t n) {
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) acc[j] += x[i + j] * y[i + j];
+  float s = 0.f;
+  for (int j = 0; j < kLanes; ++j) s += acc[j];
+  for (; i < n; ++i) s += x[i] * y[i];
+  return s;
 }
 
 // y (Dh) = s x (Dh).
@@ -304,13 +318,7 @@ PT_CPU_SIMD_CLONES void attention_backward_head(const HeadView hv, const float* 
     std::fill(dva.p + i * dva.ld, dva.p + i * dva.ld + Dh, 0.f);
   }
   // D_i = dout_i . out_i
-  for (int64_t i = 0; i < T; ++i) {
-    const float* __restrict o = out + i * out_stride;
-    const float* __restrict g = dout + i * out_stride;
-    float acc = 0.f;
-    for (int64_t c = 0; c < Dh; ++c) acc += o[c] * g[c];
-    D[i] = acc;
-  }
+  for (int64_t i = 0; i < T; ++i) D[i] = dot_f32(out + i * out_stride, dout + i * out_stride, Dh);
   for (int64_t i0 = 0; i0 < T; i0 += kQueryTile) {
     const int64_t R = std::min(kQueryTile, T - i0);
     // s and dp, 4 rows at a time over the keys those rows see (whole vectors).
