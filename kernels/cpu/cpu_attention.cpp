@@ -140,15 +140,25 @@ HeadView head_view(const float* qkv, int64_t b, int64_t h, int64_t T, int64_t H,
   return {base, base + d, base + 2 * d, 3 * d};
 }
 
+// Asks for rows [j0, j1) of x (Dh floats each, `stride` apart) to be loaded into the cache: a
+// head's rows are 3 H Dh floats apart, a stride the hardware prefetchers do not follow across
+// pages, so each first touch would otherwise wait on L3 or memory.
+inline void prefetch_rows(const float* x, int64_t stride, int64_t j0, int64_t j1, int64_t Dh) {
+  for (int64_t j = j0; j < j1; ++j)
+    for (int64_t c = 0; c < Dh; c += 16) __builtin_prefetch(x + j * stride + c);
+}
+
 // xt (Dh, ldt) = rows [0, T) of x (row stride `stride`), transposed, 16 rows at a time: the
 // stores run along rows of xt (a row at a time would write Dh lines ldt floats apart, which
 // share a few cache sets when ldt is a power of two), the 16 source rows stay in L1.
 void transpose_rows(const float* __restrict x, int64_t stride, int64_t T, int64_t Dh,
                     float* __restrict xt, int64_t ldt) {
   int64_t j0 = 0;
-  for (; j0 + kLanes <= T; j0 += kLanes)  // whole blocks: one vector store per column
+  for (; j0 + kLanes <= T; j0 += kLanes) {  // whole blocks: one vector store per column
+    prefetch_rows(x, stride, j0 + kLanes, std::min(T, j0 + 2 * kLanes), Dh);
     for (int64_t c = 0; c < Dh; ++c)
       for (int64_t j = 0; j < kLanes; ++j) xt[c * ldt + j0 + j] = x[(j0 + j) * stride + c];
+  }
   for (int64_t c = 0; c < Dh; ++c)
     for (int64_t j = j0; j < T; ++j) xt[c * ldt + j] = x[j * stride + c];
 }
@@ -249,6 +259,7 @@ PT_CPU_SIMD_CLONES void attention_forward_head(const HeadView hv, float* out, in
     const int64_t R = std::min<int64_t>(kTileRows, T - i0);
     const int64_t n = i0 + R;                        // keys 0 .. n - 1 (causal)
     const int64_t nk = round_up(n, kLanes);          // whole vectors of keys
+    prefetch_rows(hv.q, hv.stride, n, std::min(T, n + kTileRows), Dh);  // the next tile's
     tile_product(R, nk / kLanes, Dh, hv.q + i0 * hv.stride, hv.stride, 1, kt, p.Tp, s, p.Tp,
                  false);
     float inv[kTileRows];
@@ -318,7 +329,11 @@ PT_CPU_SIMD_CLONES void attention_backward_head(const HeadView hv, const float* 
     std::fill(dva.p + i * dva.ld, dva.p + i * dva.ld + Dh, 0.f);
   }
   // D_i = dout_i . out_i
-  for (int64_t i = 0; i < T; ++i) D[i] = dot_f32(out + i * out_stride, dout + i * out_stride, Dh);
+  for (int64_t i = 0; i < T; ++i) {
+    prefetch_rows(out, out_stride, i + 8, std::min(T, i + 9), Dh);
+    prefetch_rows(dout, out_stride, i + 8, std::min(T, i + 9), Dh);
+    D[i] = dot_f32(out + i * out_stride, dout + i * out_stride, Dh);
+  }
   for (int64_t i0 = 0; i0 < T; i0 += kQueryTile) {
     const int64_t R = std::min(kQueryTile, T - i0);
     // s and dp, 4 rows at a time over the keys those rows see (whole vectors).
