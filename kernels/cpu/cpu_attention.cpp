@@ -148,19 +148,41 @@ inline void prefetch_rows(const float* x, int64_t stride, int64_t j0, int64_t j1
     for (int64_t c = 0; c < Dh; c += 16) __builtin_prefetch(x + j * stride + c);
 }
 
-// xt (Dh, ldt) = rows [0, T) of x (row stride `stride`), transposed, 16 rows at a time: the
-// stores run along rows of xt (a row at a time would write Dh lines ldt floats apart, which
-// share a few cache sets when ldt is a power of two), the 16 source rows stay in L1.
-void transpose_rows(const float* __restrict x, int64_t stride, int64_t T, int64_t Dh,
-                    float* __restrict xt, int64_t ldt) {
-  int64_t j0 = 0;
-  for (; j0 + kLanes <= T; j0 += kLanes) {  // whole blocks: one vector store per column
+// r (16 x 16) transposed in place: four rounds of interleaving rows i and i + 8 (a perfect
+// shuffle; after four the rows are the columns). One two-source permute each on AVX-512.
+[[gnu::always_inline]] inline void transpose16(Vec16 (&r)[kLanes]) {
+  typedef int Mask16 __attribute__((vector_size(64)));
+  const Mask16 lo = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
+  const Mask16 hi = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  for (int round = 0; round < 4; ++round) {
+    Vec16 t[kLanes];
+    for (int i = 0; i < 8; ++i) {
+      t[2 * i] = __builtin_shuffle(r[i], r[i + 8], lo);
+      t[2 * i + 1] = __builtin_shuffle(r[i], r[i + 8], hi);
+    }
+    for (int i = 0; i < kLanes; ++i) r[i] = t[i];
+  }
+}
+
+// xt (Dh, ldt) = rows [0, T) of x (row stride `stride`), transposed: 16 x 16 blocks in
+// registers, the rest one element at a time. The next 16 rows are prefetched.
+PT_CPU_SIMD_CLONES void transpose_rows(const float* __restrict x, int64_t stride, int64_t T,
+                                       int64_t Dh, float* __restrict xt, int64_t ldt) {
+  const int64_t T16 = T / kLanes * kLanes, D16 = Dh / kLanes * kLanes;
+  for (int64_t j0 = 0; j0 < T16; j0 += kLanes) {
     prefetch_rows(x, stride, j0 + kLanes, std::min(T, j0 + 2 * kLanes), Dh);
-    for (int64_t c = 0; c < Dh; ++c)
-      for (int64_t j = 0; j < kLanes; ++j) xt[c * ldt + j0 + j] = x[(j0 + j) * stride + c];
+    for (int64_t c0 = 0; c0 < D16; c0 += kLanes) {
+      Vec16 r[kLanes];
+      for (int i = 0; i < kLanes; ++i)
+        std::memcpy(&r[i], x + (j0 + i) * stride + c0, sizeof(Vec16));
+      transpose16(r);
+      for (int i = 0; i < kLanes; ++i) std::memcpy(xt + (c0 + i) * ldt + j0, &r[i], sizeof(Vec16));
+    }
+    for (int64_t c = D16; c < Dh; ++c)
+      for (int64_t j = j0; j < j0 + kLanes; ++j) xt[c * ldt + j] = x[j * stride + c];
   }
   for (int64_t c = 0; c < Dh; ++c)
-    for (int64_t j = j0; j < T; ++j) xt[c * ldt + j] = x[j * stride + c];
+    for (int64_t j = T16; j < T; ++j) xt[c * ldt + j] = x[j * stride + c];
 }
 
 // x (n) . y (n) in float with 16 partial sums in a fixed order (as cpu::sum_f32): a sum in one
