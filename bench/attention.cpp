@@ -26,10 +26,14 @@ int main(int argc, char** argv) {
   int64_t B = 16, T = 128, H = 4, Dh = 64;
   int threads = 1, reps = 7, iters = 20;
   app.add_option("--batch", B, "batch size")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--context", T, "sequence length")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--context", T, "sequence length")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--heads", H, "heads")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--head-size", Dh, "head size")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--threads", threads, "threads")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--threads", threads, "threads")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--reps", reps, "timed repetitions (median and range reported)")
       ->capture_default_str()
       ->check(CLI::Range(5, 1000));

@@ -3,7 +3,8 @@
 //   {"bench":"sgemm", "threads", "gflops"}                                   the limit
 //   {"bench":"gpt_step", "setup":"1 device x T threads" | "2 stages x 1 thread (1f1b, M=4)",
 //    "cores", "step_ms", "tokens_per_s", "model_gflops", "ratio_to_sgemm"}
-//   {"bench":"gpt_step_cpu", "setup":"1 device x 1 thread", "sgemm_cpu_gflops", "step_cpu_ms_median",
+//   {"bench":"gpt_step_cpu", "setup":"1 device x 1 thread", "sgemm_cpu_gflops",
+//   "step_cpu_ms_median",
 //    "step_cpu_ms_min", "step_cpu_ms_max", "reps", "ratio_to_sgemm_cpu"}   the same 1-thread
 //    ratio in CPU seconds (medians of >= 5 repetitions): on a machine whose other core is busy,
 //    wall-time ratios move with the load between the sgemm and the steps; these do not.
@@ -90,7 +91,8 @@ void report_cpu(pt::Backend& b, pt::Trainer& trainer, const pt::Tensor& hx, cons
     trainer.train_step(hx, hy);  // alternated with the sgemm so load changes hit both alike
     steps.push_back(process_cpu_seconds() - t0);
   }
-  const pt::bench::Spread limit = pt::bench::spread_of(gemm_rates), step = pt::bench::spread_of(steps);
+  const pt::bench::Spread limit = pt::bench::spread_of(gemm_rates),
+                          step = pt::bench::spread_of(steps);
   const double gflops = static_cast<double>(kBatch * kContext) / step.median * flops_token / 1e9;
   pt::bench::emit({{"bench", std::string("gpt_step_cpu")},
                    {"setup", std::string("1 device x 1 thread")},

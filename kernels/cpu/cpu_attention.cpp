@@ -44,8 +44,8 @@ namespace {
 // 16 floats, one AVX-512 register (two AVX2, four SSE ones in the other clones).
 typedef float Vec16 __attribute__((vector_size(64)));
 constexpr int64_t kLanes = 16;
-constexpr int kTileRows = 4;      // rows of a register tile
-constexpr int kTileVectors = 4;   // vectors of 16 columns of a register tile (AVX-512)
+constexpr int kTileRows = 4;        // rows of a register tile
+constexpr int kTileVectors = 4;     // vectors of 16 columns of a register tile (AVX-512)
 constexpr int64_t kQueryTile = 32;  // query rows per backward step (rows of the p and ds tiles)
 
 constexpr int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
@@ -107,8 +107,8 @@ int max_tile_vectors() {
 
 // C (M, 16 N) = [C +] A (M, K) B (K, 16 N) in register tiles (A, B, C as in tile()).
 PT_CPU_SIMD_CLONES void tile_product(int64_t M, int64_t N, int64_t K, const float* a, int64_t ar,
-                                     int64_t ak, const float* b, int64_t ldb, float* c,
-                                     int64_t ldc, bool add) {
+                                     int64_t ak, const float* b, int64_t ldb, float* c, int64_t ldc,
+                                     bool add) {
   const int64_t wide = max_tile_vectors();
   for (int64_t v0 = 0; v0 < N; v0 += wide) {
     const int nv = static_cast<int>(std::min(wide, N - v0));
@@ -279,11 +279,10 @@ PT_CPU_SIMD_CLONES void attention_forward_head(const HeadView hv, float* out, in
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
   for (int64_t i0 = 0; i0 < T; i0 += kTileRows) {
     const int64_t R = std::min<int64_t>(kTileRows, T - i0);
-    const int64_t n = i0 + R;                        // keys 0 .. n - 1 (causal)
-    const int64_t nk = round_up(n, kLanes);          // whole vectors of keys
+    const int64_t n = i0 + R;                                           // keys 0 .. n - 1 (causal)
+    const int64_t nk = round_up(n, kLanes);                             // whole vectors of keys
     prefetch_rows(hv.q, hv.stride, n, std::min(T, n + kTileRows), Dh);  // the next tile's
-    tile_product(R, nk / kLanes, Dh, hv.q + i0 * hv.stride, hv.stride, 1, kt, p.Tp, s, p.Tp,
-                 false);
+    tile_product(R, nk / kLanes, Dh, hv.q + i0 * hv.stride, hv.stride, 1, kt, p.Tp, s, p.Tp, false);
     float inv[kTileRows];
     for (int64_t r = 0; r < R; ++r) {
       const int64_t i = i0 + r;
@@ -317,8 +316,8 @@ PT_CPU_SIMD_CLONES void accumulate_transposed(int64_t i0, int64_t R, const float
     for (int64_t j = j0; j < last; ++j)
       for (int64_t i = j; i < last; ++i)
         axpy_row(x[(i - i0) * ldx + j], y.p + i * y.ld, acc.p + j * acc.ld, N * kLanes);
-    tile_product(m, N, i0 + R - last, x + (last - i0) * ldx + j0, 1, ldx, y.p + last * y.ld,
-                 y.ld, acc.p + j0 * acc.ld, acc.ld, true);
+    tile_product(m, N, i0 + R - last, x + (last - i0) * ldx + j0, 1, ldx, y.p + last * y.ld, y.ld,
+                 acc.p + j0 * acc.ld, acc.ld, true);
   }
 }
 
@@ -331,17 +330,17 @@ PT_CPU_SIMD_CLONES void attention_backward_head(const HeadView hv, const float* 
                                                 float* scratch) {
   const Padded p(T, Dh);
   const int64_t Tp = p.Tp, Dp = p.Dp, N = Dp / kLanes;
-  const bool in_place = Dh == Dp;  // tiles read and write the rows of qkv, dout, dqkv
-  float* kt = scratch;                   // (Dh, Tp) k transposed: s = q kt
-  float* vt = kt + Dh * Tp;              // (Dh, Tp) v transposed: dp = dout vt
-  float* pt = vt + Dh * Tp;              // (kQueryTile, Tp) probabilities
-  float* ds = pt + kQueryTile * Tp;      // (kQueryTile, Tp) dp, then scale ds
-  float* D = ds + kQueryTile * Tp;       // (T)
-  float* pad = D + Tp;                   // 6 (Tp, Dp) when Dh is not a multiple of 16
+  const bool in_place = Dh == Dp;    // tiles read and write the rows of qkv, dout, dqkv
+  float* kt = scratch;               // (Dh, Tp) k transposed: s = q kt
+  float* vt = kt + Dh * Tp;          // (Dh, Tp) v transposed: dp = dout vt
+  float* pt = vt + Dh * Tp;          // (kQueryTile, Tp) probabilities
+  float* ds = pt + kQueryTile * Tp;  // (kQueryTile, Tp) dp, then scale ds
+  float* D = ds + kQueryTile * Tp;   // (T)
+  float* pad = D + Tp;               // 6 (Tp, Dp) when Dh is not a multiple of 16
   transpose_rows(hv.k, hv.stride, T, Dh, kt, Tp);
   transpose_rows(hv.v, hv.stride, T, Dh, vt, Tp);
-  const Rows kp = padded_rows(hv.k, hv.stride, T, Dh, Dp, pad);  // dq = ds k
-  const Rows qp = padded_rows(hv.q, hv.stride, T, Dh, Dp, pad + Tp * Dp);  // dk += ds^T q
+  const Rows kp = padded_rows(hv.k, hv.stride, T, Dh, Dp, pad);                 // dq = ds k
+  const Rows qp = padded_rows(hv.q, hv.stride, T, Dh, Dp, pad + Tp * Dp);       // dk += ds^T q
   const Rows gp = padded_rows(dout, out_stride, T, Dh, Dp, pad + 2 * Tp * Dp);  // dv += p^T dout
   const OutRows dqa = in_place ? OutRows{dq, hv.stride} : OutRows{pad + 3 * Tp * Dp, Dp};
   const OutRows dka = in_place ? OutRows{dk, hv.stride} : OutRows{pad + 4 * Tp * Dp, Dp};
@@ -362,10 +361,10 @@ PT_CPU_SIMD_CLONES void attention_backward_head(const HeadView hv, const float* 
     for (int64_t r0 = 0; r0 < R; r0 += kTileRows) {
       const int64_t rows = std::min<int64_t>(kTileRows, R - r0);
       const int64_t nv = round_up(i0 + r0 + rows, kLanes) / kLanes;
-      tile_product(rows, nv, Dh, hv.q + (i0 + r0) * hv.stride, hv.stride, 1, kt, Tp,
-                   pt + r0 * Tp, Tp, false);
-      tile_product(rows, nv, Dh, dout + (i0 + r0) * out_stride, out_stride, 1, vt, Tp,
-                   ds + r0 * Tp, Tp, false);
+      tile_product(rows, nv, Dh, hv.q + (i0 + r0) * hv.stride, hv.stride, 1, kt, Tp, pt + r0 * Tp,
+                   Tp, false);
+      tile_product(rows, nv, Dh, dout + (i0 + r0) * out_stride, out_stride, 1, vt, Tp, ds + r0 * Tp,
+                   Tp, false);
     }
     // p = e^{s - lse}, ds = scale p (dp - D) (the scale of dq and dk); both 0 where masked.
     const int64_t nk = round_up(i0 + R, kLanes);

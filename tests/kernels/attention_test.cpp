@@ -99,14 +99,14 @@ AttentionRun run_attention(Backend& be, const std::vector<float>& QKV, const std
 TEST_CASE("attention forward and backward match the full-softmax reference") {
   CpuBackend be(0, 1);
   const AttentionDims cases[] = {
-      {1, 1, 1, 4},    // T = 1: each row attends to itself only
-      {2, 5, 3, 8},    // T below both blocks
-      {1, 64, 2, 16},  // T a multiple of both blocks
-      {2, 97, 2, 64},  // crosses query and key blocks, not a multiple; GPT head size
-      {1, 130, 1, 5},  // three key blocks, odd head size
-      {1, 33, 1, 20},  // one past a backward step; head size padded to 32
-      {3, 17, 2, 16},  // one past a vector of keys
-      {1, 40, 1, 144}, // head of 9 vectors: column tiles of 4, 4 and 1
+      {1, 1, 1, 4},     // T = 1: each row attends to itself only
+      {2, 5, 3, 8},     // T below both blocks
+      {1, 64, 2, 16},   // T a multiple of both blocks
+      {2, 97, 2, 64},   // crosses query and key blocks, not a multiple; GPT head size
+      {1, 130, 1, 5},   // three key blocks, odd head size
+      {1, 33, 1, 20},   // one past a backward step; head size padded to 32
+      {3, 17, 2, 16},   // one past a vector of keys
+      {1, 40, 1, 144},  // head of 9 vectors: column tiles of 4, 4 and 1
   };
   for (const AttentionDims& s : cases) {
     CAPTURE(s.B);
