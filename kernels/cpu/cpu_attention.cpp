@@ -11,20 +11,23 @@
 // Dao 2023):
 //   D_i = dout_i . out_i;  dp_ij = dout_i . v_j;  ds_ij = p_ij (dp_ij - D_i)
 //   dq_i = scale sum_j ds_ij k_j;  dk_j += scale sum_i ds_ij q_i;  dv_j += sum_i p_ij dout_i
-// Scratch per thread is O(T Dh): transposed and padded copies of one head's k, v (and q, dout,
-// the gradient accumulators in the backward), plus kQueryTile score rows.
+// Scratch per thread is O(T Dh): one head's k (and v, in the backward) transposed, kQueryTile
+// score rows; when Dh is not a multiple of 16 also zero-padded copies of the rows the tiles read
+// and write (else they use the rows of qkv, dout and dqkv in place).
 //
 // Speed: every product above is one register-blocked micro-kernel (tile_product): a tile of up
 // to 4 rows x 4 vectors of 16 columns accumulates in registers over the whole reduction, one
 // broadcast of A per row and one load of B per vector for each step of the reduction (the shape
-// of a GEMM micro-kernel, as the best CPU flash-attention kernels use). Tiles past the causal
-// limit are skipped 16 keys at a time; inside a tile the mask is a select. The vectors are GCC
-// vector extensions, so the AVX-512, AVX2 and baseline clones (PT_CPU_SIMD_CLONES) all come from
-// one source.
+// of a GEMM micro-kernel, as the best CPU flash-attention kernels use). Scores past the causal
+// limit are skipped 16 keys at a time and masked by a select; the products with p and ds read
+// only the keys (or query rows) each row (or key) sees, so a non-finite value never meets a
+// masked zero. The vectors are GCC vector extensions, so the AVX-512, AVX2 and baseline clones
+// (PT_CPU_SIMD_CLONES) all come from one source.
 // Determinism: every output element of a product is one sum over the reduction index in
-// increasing order, lane by lane, whatever the tile shape or the vector width, so all clones
-// give the same bits (no FMA: -ffp-contract=off). One thread computes one (b, h), so results do
-// not depend on the thread count; the heads of one position write disjoint parts of dqkv.
+// increasing order, lane by lane, whatever the tile shape or the vector width (dk and dv add one
+// such sum per query tile, in tile order), so all clones give the same bits (no FMA:
+// -ffp-contract=off). One thread computes one (b, h), so results do not depend on the thread
+// count; the heads of one position write disjoint parts of dqkv.
 #include <omp.h>
 
 #include <algorithm>
@@ -397,9 +400,9 @@ PT_CPU_SIMD_CLONES void attention_backward_head(const HeadView hv, const float* 
 }
 
 // Calls body(b, h, scratch) for every (b, h) of B x H, spread over `threads` threads, each with
-// its own `scratch_floats` of scratch (zeroed once). Thread ids come from this function's own
-// parallel region, so the scratch index is right even when the caller is itself inside an OpenMP
-// region.
+// its own `scratch_floats` of scratch, zeroed once (the pad columns stay zero: nothing writes
+// them). Thread ids come from this function's own parallel region, so the scratch index is right
+// even when the caller is itself inside an OpenMP region.
 template <class Body>
 void for_each_head(int threads, int64_t B, int64_t H, int64_t work, int64_t scratch_floats,
                    Body&& body) {
