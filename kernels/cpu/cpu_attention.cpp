@@ -154,14 +154,13 @@ inline void prefetch_rows(const float* x, int64_t stride, int64_t j0, int64_t j1
 // r (16 x 16) transposed in place: four rounds of interleaving rows i and i + 8 (a perfect
 // shuffle; after four the rows are the columns). One two-source permute each on AVX-512.
 [[gnu::always_inline]] inline void transpose16(Vec16 (&r)[kLanes]) {
-  typedef int Mask16 __attribute__((vector_size(64)));
-  const Mask16 lo = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
-  const Mask16 hi = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
   for (int round = 0; round < 4; ++round) {
     Vec16 t[kLanes];
     for (int i = 0; i < 8; ++i) {
-      t[2 * i] = __builtin_shuffle(r[i], r[i + 8], lo);
-      t[2 * i + 1] = __builtin_shuffle(r[i], r[i + 8], hi);
+      t[2 * i] = __builtin_shufflevector(r[i], r[i + 8], 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21,
+                                         6, 22, 7, 23);
+      t[2 * i + 1] = __builtin_shufflevector(r[i], r[i + 8], 8, 24, 9, 25, 10, 26, 11, 27, 12, 28,
+                                             13, 29, 14, 30, 15, 31);
     }
     for (int i = 0; i < kLanes; ++i) r[i] = t[i];
   }
