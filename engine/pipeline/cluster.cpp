@@ -10,7 +10,11 @@
 namespace pt {
 
 Cluster parse_cluster_text(std::string_view text, const std::string& name) {
-  enum Key { devices, memory, per_node, intra_bw, intra_lat, inter_bw, inter_lat, kKeys };
+  enum Key {
+    devices, memory, per_node, intra_bw, intra_lat, inter_bw, inter_lat,
+    allreduce_bw, allreduce_lat,  // optional
+    kKeys
+  };
   struct Field {
     const char* key;
     double lo, hi;
@@ -24,6 +28,8 @@ Cluster parse_cluster_text(std::string_view text, const std::string& name) {
       {"intra_node_latency_us", 0, 1e6, "microseconds, 0 to 1e6"},
       {"inter_node_gb_per_s", 1e-3, 1e6, "GB/s (1e9 bytes), 0.001 to 1e6"},
       {"inter_node_latency_us", 0, 1e6, "microseconds, 0 to 1e6"},
+      {"allreduce_gb_per_s", 1e-3, 1e6, "GB/s (1e9 bytes), 0.001 to 1e6"},
+      {"allreduce_latency_us", 0, 1e6, "microseconds, 0 to 1e6"},
   }};
   std::array<double, kKeys> value{};
   std::array<int, kKeys> line_of{};
@@ -51,7 +57,7 @@ Cluster parse_cluster_text(std::string_view text, const std::string& name) {
               : number_field(line.words[1], f.lo, f.hi, name, line.number, f.key, f.what);
     line_of[static_cast<size_t>(k)] = line.number;
   }
-  for (int k = 0; k < kKeys; ++k)
+  for (int k = 0; k < allreduce_bw; ++k)
     if (line_of[static_cast<size_t>(k)] == 0)
       throw FileError(fmt::format("{}: no {} line: expected '{} <{}>'", name,
                                   fields[static_cast<size_t>(k)].key,
@@ -63,6 +69,9 @@ Cluster parse_cluster_text(std::string_view text, const std::string& name) {
   c.memory_bytes = static_cast<int64_t>(value[memory] * (1 << 30));
   c.intra_node = {value[intra_bw] * 1e9, value[intra_lat] * 1e-6};
   c.inter_node = {value[inter_bw] * 1e9, value[inter_lat] * 1e-6};
+  c.intra_node_allreduce = {line_of[allreduce_bw] ? value[allreduce_bw] * 1e9 : value[intra_bw] * 1e9,
+                            line_of[allreduce_lat] ? value[allreduce_lat] * 1e-6
+                                                   : value[intra_lat] * 1e-6};
   if (c.devices % c.devices_per_node != 0 && c.devices > c.devices_per_node)
     throw FileError(fmt::format(
         "{}:{}: {} devices are not whole nodes of devices_per_node {} (line {}): give a multiple",

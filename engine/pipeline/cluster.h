@@ -11,7 +11,9 @@
 //   inter_node_gb_per_s    50       # per device (one 400 Gb/s NIC each)
 //   inter_node_latency_us  10
 //
-// Every key once, in any order; GB are 1e9 bytes, GiB 2^30.
+// Every key once, in any order; GB are 1e9 bytes, GiB 2^30. Optional: allreduce_gb_per_s and
+// allreduce_latency_us, the all-reduce's figures within a node (a collective's bus bandwidth is
+// not a send's; default: the intra-node link's).
 //
 // Placement (what the planner assumes): replica r's pipeline device s is device r S + s, so a
 // replica's stages are neighbours; devices d and e share a node when d / devices_per_node ==
@@ -36,6 +38,7 @@ struct Cluster {
   int64_t memory_bytes = 0;  // per device
   int devices_per_node = 1;
   Link intra_node, inter_node;
+  Link intra_node_allreduce;  // the ring's per-step figures within a node
 };
 
 // Throws FileError "NAME:LINE: ..." for an unknown or repeated key, a missing value or a number

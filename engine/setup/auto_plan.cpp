@@ -62,6 +62,7 @@ AutoPlan plan_automatically(const TrainingOptions& opt, const Model& model, int 
     throw UsageError("--plan auto: no planned schedule can be run by this program");
   TrainingOptions& o = a.options;
   o.plan_auto = false;
+  o.write_costs.clear();  // written above; the chosen plan's run writes nothing
   o.stages = a.chosen.stages;
   o.dp = a.chosen.replicas;
   o.microbatches = a.chosen.microbatches;

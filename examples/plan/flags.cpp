@@ -34,7 +34,8 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
       ->capture_default_str()
       ->check(kIntText);
   app.add_option("--simulate", f.simulate,
-                 "plan exactly (full timed simulation) the best N of the estimates")
+                 "plan exactly (full timed simulation) the best N of the estimates (0: every candidate, as "
+                 "--plan auto)")
       ->capture_default_str()
       ->check(kIntText);
 }
@@ -77,7 +78,7 @@ std::vector<std::string> check_plan_flags(const PlanFlags& f) {
   in("--top", f.top, 1, 10000);
   in("--max-microbatches", f.max_microbatches, 1, 65536);
   in("--optimizer-slots", f.optimizer_slots, 0, 8);
-  in("--simulate", f.simulate, 1, 1000);
+  in("--simulate", f.simulate, 0, 1000);
   if (!std::isfinite(f.mem_cap_mib) || f.mem_cap_mib > double(1 << 30))
     throw UsageError(fmt::format("--mem-cap {} must be 0 to 2^30 MiB (0: no cap)", f.mem_cap_mib));
   std::vector<std::string> names;

@@ -24,7 +24,7 @@ struct PlanFlags {
   std::string schedules;    // --schedules a,b ("": all the planner knows)
   int max_microbatches = 1024;
   int optimizer_slots = 2;  // AdamW
-  int simulate = 8;         // plan exactly the best N estimates
+  int simulate = 8;         // plan exactly the best N estimates; 0: all (as --plan auto)
 };
 
 void add_plan_flags(CLI::App& app, PlanFlags& f);

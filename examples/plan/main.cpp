@@ -61,9 +61,10 @@ int plan(const pt::examples::PlanFlags& f, const std::vector<std::string>& sched
   r.optimizer_slots = f.optimizer_slots;
   r.schedules = schedules;
   r.max_microbatches = f.max_microbatches;
-  r.transfer_bytes_per_second = r.allreduce_bytes_per_second =
-      cluster.intra_node.bytes_per_second;
-  r.transfer_latency_s = r.allreduce_latency_s = cluster.intra_node.latency_s;
+  r.transfer_bytes_per_second = cluster.intra_node.bytes_per_second;
+  r.transfer_latency_s = cluster.intra_node.latency_s;
+  r.allreduce_bytes_per_second = cluster.intra_node_allreduce.bytes_per_second;
+  r.allreduce_latency_s = cluster.intra_node_allreduce.latency_s;
   r.devices_per_node = cluster.devices_per_node;
   r.inter_node = cluster.inter_node;
   r.simulate_top = f.simulate;
@@ -80,9 +81,9 @@ int plan(const pt::examples::PlanFlags& f, const std::vector<std::string>& sched
       cluster.devices, cluster.devices_per_node, cluster.intra_node.bytes_per_second / 1e9,
       cluster.intra_node.latency_s * 1e6, cluster.inter_node.bytes_per_second / 1e9,
       cluster.inter_node.latency_s * 1e6, gib(r.mem_cap_bytes), f.batch, source, tables.layers());
-  fmt::print(
-      "searched {} plans (M <= {}), estimated all, simulated the best {} exactly, in {:.2f} s\n",
-      res.considered, f.max_microbatches, res.simulated, wall);
+  fmt::print("searched {} plans (M <= {}), {} {} exactly, in {:.2f} s\n", res.considered,
+             f.max_microbatches, f.simulate > 0 ? "estimated all, simulated the best" : "simulated",
+             res.simulated, wall);
   fmt::print("{:>4}  {:>10}  {:>7}  {:>9}  {:>10}  {:>10}  {:>11} {:>5}  {:<14} {}\n", "rank",
              "step (ms)", "bubble", "peak GiB", "samples/s", "allreduce", "S x R", "M", "schedule",
              "recompute");
