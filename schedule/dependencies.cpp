@@ -44,8 +44,8 @@ ActionIndex::ActionIndex(const Schedule& schedule)
   for (const auto& list : schedule.actions) actions += list.size();
   const double table = static_cast<double>(stages_) * kActionTypes * (microbatches_ + 2.0);
   if (table > 64.0 * static_cast<double>(actions) + 4096.0) stages_ = microbatches_ = 0;
-  dense_.assign(static_cast<size_t>(stages_) * kActionTypes * static_cast<size_t>(microbatches_ + 2),
-                Slot{});
+  dense_.assign(
+      static_cast<size_t>(stages_) * kActionTypes * static_cast<size_t>(microbatches_ + 2), Slot{});
   for (size_t d = 0; d < schedule.actions.size(); ++d) {
     const auto& list = schedule.actions[d];
     for (size_t i = 0; i < list.size(); ++i) {

@@ -61,7 +61,7 @@ class ActionIndex {
   // The dense position of (stage, type, micro-batch + 1), or -1 when out of range.
   int64_t dense_key(const Action& action) const;
   int stages_ = 0, microbatches_ = 0;
-  std::vector<Slot> dense_;                                  // Slot{-1, -1}: none
+  std::vector<Slot> dense_;                                 // Slot{-1, -1}: none
   std::map<std::tuple<int, int, int>, Slot> out_of_range_;  // (stage, type, micro-batch) -> slot
 };
 

@@ -18,8 +18,8 @@ constexpr std::streamoff kMaxFile = std::streamoff{64} << 20;
 
 [[noreturn]] void refuse(const std::string& name, int line, std::string_view field,
                          std::string_view word, std::string_view what) {
-  throw FileError(fmt::format("{}:{}: {} is '{}': expected {}", name, line, field,
-                              word.substr(0, 64), what));
+  throw FileError(
+      fmt::format("{}:{}: {} is '{}': expected {}", name, line, field, word.substr(0, 64), what));
 }
 
 }  // namespace
@@ -35,9 +35,10 @@ std::vector<TextLine> text_lines(std::string_view text, const std::string& name)
     std::string_view line = text.substr(at, end - at);
     at = end + 1;
     if (line.size() > kMaxLine)
-      throw FileError(fmt::format("{}:{}: a line of {} characters: expected a text file (lines "
-                                  "of at most {})",
-                                  name, number, line.size(), kMaxLine));
+      throw FileError(
+          fmt::format("{}:{}: a line of {} characters: expected a text file (lines "
+                      "of at most {})",
+                      name, number, line.size(), kMaxLine));
     if (line.find('\0') != std::string_view::npos)
       throw FileError(fmt::format("{}:{}: a NUL byte: expected a text file", name, number));
     if (const size_t hash = line.find('#'); hash != std::string_view::npos)
@@ -56,8 +57,8 @@ std::vector<TextLine> text_lines(std::string_view text, const std::string& name)
   return out;
 }
 
-double number_field(std::string_view word, double lo, double hi, const std::string& name,
-                    int line, std::string_view field, std::string_view what) {
+double number_field(std::string_view word, double lo, double hi, const std::string& name, int line,
+                    std::string_view field, std::string_view what) {
   double v = 0;
   const char* end = word.data() + word.size();
   const auto [stop, ec] = std::from_chars(word.data(), end, v);
@@ -69,8 +70,8 @@ double number_field(std::string_view word, double lo, double hi, const std::stri
 
 int64_t integer_field(std::string_view word, int64_t lo, int64_t hi, const std::string& name,
                       int line, std::string_view field, std::string_view what) {
-  const double v = number_field(word, static_cast<double>(lo), static_cast<double>(hi), name, line,
-                                field, what);
+  const double v =
+      number_field(word, static_cast<double>(lo), static_cast<double>(hi), name, line, field, what);
   if (v != std::floor(v)) refuse(name, line, field, word, what);
   return static_cast<int64_t>(v);
 }

@@ -21,8 +21,8 @@ std::vector<TextLine> text_lines(std::string_view text, const std::string& name)
 
 // The whole of `word` as a finite decimal number in [lo, hi]; else FileError
 // "NAME:LINE: FIELD is 'word': expected WHAT".
-double number_field(std::string_view word, double lo, double hi, const std::string& name,
-                    int line, std::string_view field, std::string_view what);
+double number_field(std::string_view word, double lo, double hi, const std::string& name, int line,
+                    std::string_view field, std::string_view what);
 // The same, for a whole number (written as an integer or in e-notation, e.g. 1e9).
 int64_t integer_field(std::string_view word, int64_t lo, int64_t hi, const std::string& name,
                       int line, std::string_view field, std::string_view what);

@@ -50,9 +50,10 @@ CostTables parse_cost_text(std::string_view text, const std::string& name) {
   size_t first_count = 0;  // layers of the first table read
   const auto check_count = [&] {
     if (table && table->empty())
-      throw FileError(fmt::format("{}:{}: a 'samples' table without layer lines: expected one "
-                                  "line per layer after it",
-                                  name, table_line));
+      throw FileError(
+          fmt::format("{}:{}: a 'samples' table without layer lines: expected one "
+                      "line per layer after it",
+                      name, table_line));
     if (table && first_count == 0) first_count = table->size();
     if (table && table->size() != first_count)
       throw FileError(fmt::format(
@@ -64,9 +65,10 @@ CostTables parse_cost_text(std::string_view text, const std::string& name) {
     if (line.words[0] == "samples") {
       check_count();
       if (line.words.size() != 2)
-        throw FileError(fmt::format("{}:{}: expected 'samples N' (the micro-batch size of the "
-                                    "table below)",
-                                    name, line.number));
+        throw FileError(
+            fmt::format("{}:{}: expected 'samples N' (the micro-batch size of the "
+                        "table below)",
+                        name, line.number));
       const int64_t n = integer_field(line.words[1], 1, kMaxSamples, name, line.number, "samples",
                                       "a micro-batch size, 1 to 2^31");
       auto [it, fresh] = out.by_samples.try_emplace(n);
@@ -79,17 +81,18 @@ CostTables parse_cost_text(std::string_view text, const std::string& name) {
       continue;
     }
     if (!table)
-      throw FileError(fmt::format("{}:{}: a layer line before any 'samples N' line: start the "
-                                  "table with the micro-batch size its costs are for",
-                                  name, line.number));
+      throw FileError(
+          fmt::format("{}:{}: a layer line before any 'samples N' line: start the "
+                      "table with the micro-batch size its costs are for",
+                      name, line.number));
     if (line.words.size() != 6)
-      throw FileError(fmt::format(
-          "{}:{}: {} fields: expected 6 (forward_s backward_input_s backward_weight_s "
-          "activation_bytes output_bytes param_bytes)",
-          name, line.number, line.words.size()));
+      throw FileError(
+          fmt::format("{}:{}: {} fields: expected 6 (forward_s backward_input_s backward_weight_s "
+                      "activation_bytes output_bytes param_bytes)",
+                      name, line.number, line.words.size()));
     if (table->size() >= kMaxLayers)
-      throw FileError(fmt::format("{}:{}: more than {} layers in one table", name, line.number,
-                                  kMaxLayers));
+      throw FileError(
+          fmt::format("{}:{}: more than {} layers in one table", name, line.number, kMaxLayers));
     const auto seconds = [&](int i, const char* field) {
       return number_field(line.words[static_cast<size_t>(i)], 0, kMaxSeconds, name, line.number,
                           field, "seconds, 0 to 1e6");
@@ -109,9 +112,10 @@ CostTables parse_cost_text(std::string_view text, const std::string& name) {
   }
   check_count();
   if (out.by_samples.empty())
-    throw FileError(fmt::format("{}: no 'samples N' table: expected a layer-cost file (see "
-                                "engine/partition/cost_file.h)",
-                                name));
+    throw FileError(
+        fmt::format("{}: no 'samples N' table: expected a layer-cost file (see "
+                    "engine/partition/cost_file.h)",
+                    name));
   return out;
 }
 

@@ -22,7 +22,9 @@ std::vector<LayerProfile> gpt_layer_costs(const GptShape& g, double flops_per_se
        "--flops", flops_per_second, "an achieved FLOP/s, 1e6 to 1e18");
   const double d = static_cast<double>(g.width), T = static_cast<double>(g.context),
                V = static_cast<double>(g.vocab), heads = d / 128;
-  const auto seconds = [&](double flops_per_token) { return T * flops_per_token / flops_per_second; };
+  const auto seconds = [&](double flops_per_token) {
+    return T * flops_per_token / flops_per_second;
+  };
   const auto bytes = [](double b) { return static_cast<int64_t>(std::llround(b)); };
   const int64_t boundary = bytes(2 * T * d);
 
@@ -46,7 +48,7 @@ std::vector<LayerProfile> gpt_layer_costs(const GptShape& g, double flops_per_se
   head.forward_s = head.backward_input_s = head.backward_weight_s = seconds(2 * d * V);
   head.param_bytes = bytes(4 * (V * d + 2 * d));
   head.activation_bytes = bytes(2 * T * d + 4 * T * V);  // its input, and f32 logits for the loss
-  head.output_bytes = 4;                                  // the loss
+  head.output_bytes = 4;                                 // the loss
   out.push_back(head);
   return out;
 }

@@ -23,10 +23,10 @@
 namespace pt {
 
 struct GptShape {
-  int layers = 0;      // L transformer blocks
-  int64_t width = 0;   // d
-  int64_t context = 0; // T tokens per sample
-  int64_t vocab = 0;   // V
+  int layers = 0;       // L transformer blocks
+  int64_t width = 0;    // d
+  int64_t context = 0;  // T tokens per sample
+  int64_t vocab = 0;    // V
 };
 
 // Throws UsageError naming the flag for a non-positive size or rate (--gpt-layers, --gpt-width,

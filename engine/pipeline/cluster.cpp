@@ -11,8 +11,15 @@ namespace pt {
 
 Cluster parse_cluster_text(std::string_view text, const std::string& name) {
   enum Key {
-    devices, memory, per_node, intra_bw, intra_lat, inter_bw, inter_lat,
-    allreduce_bw, allreduce_lat,  // optional
+    devices,
+    memory,
+    per_node,
+    intra_bw,
+    intra_lat,
+    inter_bw,
+    inter_lat,
+    allreduce_bw,
+    allreduce_lat,  // optional
     kKeys
   };
   struct Field {
@@ -39,8 +46,8 @@ Cluster parse_cluster_text(std::string_view text, const std::string& name) {
     if (k == kKeys) {
       std::string keys;
       for (const Field& f : fields) keys += fmt::format("{}{}", keys.empty() ? "" : ", ", f.key);
-      throw FileError(fmt::format("{}:{}: unknown key '{}': expected one of {}", name,
-                                  line.number, line.words[0].substr(0, 64), keys));
+      throw FileError(fmt::format("{}:{}: unknown key '{}': expected one of {}", name, line.number,
+                                  line.words[0].substr(0, 64), keys));
     }
     const Field& f = fields[static_cast<size_t>(k)];
     if (line_of[static_cast<size_t>(k)] != 0)
@@ -59,19 +66,18 @@ Cluster parse_cluster_text(std::string_view text, const std::string& name) {
   }
   for (int k = 0; k < allreduce_bw; ++k)
     if (line_of[static_cast<size_t>(k)] == 0)
-      throw FileError(fmt::format("{}: no {} line: expected '{} <{}>'", name,
-                                  fields[static_cast<size_t>(k)].key,
-                                  fields[static_cast<size_t>(k)].key,
-                                  fields[static_cast<size_t>(k)].what));
+      throw FileError(fmt::format(
+          "{}: no {} line: expected '{} <{}>'", name, fields[static_cast<size_t>(k)].key,
+          fields[static_cast<size_t>(k)].key, fields[static_cast<size_t>(k)].what));
   Cluster c;
   c.devices = static_cast<int>(value[devices]);
   c.devices_per_node = static_cast<int>(value[per_node]);
   c.memory_bytes = static_cast<int64_t>(value[memory] * (1 << 30));
   c.intra_node = {value[intra_bw] * 1e9, value[intra_lat] * 1e-6};
   c.inter_node = {value[inter_bw] * 1e9, value[inter_lat] * 1e-6};
-  c.intra_node_allreduce = {line_of[allreduce_bw] ? value[allreduce_bw] * 1e9 : value[intra_bw] * 1e9,
-                            line_of[allreduce_lat] ? value[allreduce_lat] * 1e-6
-                                                   : value[intra_lat] * 1e-6};
+  c.intra_node_allreduce = {
+      line_of[allreduce_bw] ? value[allreduce_bw] * 1e9 : value[intra_bw] * 1e9,
+      line_of[allreduce_lat] ? value[allreduce_lat] * 1e-6 : value[intra_lat] * 1e-6};
   if (c.devices % c.devices_per_node != 0 && c.devices > c.devices_per_node)
     throw FileError(fmt::format(
         "{}:{}: {} devices are not whole nodes of devices_per_node {} (line {}): give a multiple",

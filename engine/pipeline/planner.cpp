@@ -13,8 +13,8 @@
 #include "engine/core/error.h"
 #include "engine/pipeline/plan.h"
 #include "engine/pipeline/recompute_cost.h"
-#include "schedule/simulate.h"
 #include "schedule/generators.h"
+#include "schedule/simulate.h"
 
 namespace pt {
 
@@ -67,9 +67,9 @@ std::pair<std::vector<int64_t>, std::vector<int64_t>> device_memory(
   for (int k = 0; k < stages; ++k) {
     const StagePlan& st = partition.stages[static_cast<size_t>(k)];
     const auto d = static_cast<size_t>(schedule.device_of(k));
-    peak[d] += stage_memory_bytes(costs, st.first_layer, st.last_layer,
-                                  inflight[static_cast<size_t>(k)], optimizer_slots, policy,
-                                  k == stages - 1);
+    peak[d] +=
+        stage_memory_bytes(costs, st.first_layer, st.last_layer, inflight[static_cast<size_t>(k)],
+                           optimizer_slots, policy, k == stages - 1);
     grads[d] += st.params * static_cast<int64_t>(sizeof(float));
   }
   return {peak, grads};
@@ -243,8 +243,8 @@ PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
     std::vector<int> inflight = u.sim.peak_inflight;
     for (int& f : inflight)
       if (f == m) f = p.M;  // it holds every micro-batch (GPipe): all M
-    auto [peak, grads] = device_memory(u.compute, part, inflight, costs, r.optimizer_slots,
-                                       p.policy);
+    auto [peak, grads] =
+        device_memory(u.compute, part, inflight, costs, r.optimizer_slots, p.policy);
     if (over_cap(peak)) {
       reject_over_cap(p, *std::max_element(peak.begin(), peak.end()), " (estimated)");
       return;
@@ -255,12 +255,12 @@ PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
     for (int k = 0; k < stages; ++k) {
       const StagePlan& st = part.stages[static_cast<size_t>(k)];
       const auto d = static_cast<size_t>(u.compute.device_of(k));
-      real[d] += st.time_s + recompute_time_s(costs, st.first_layer, st.last_layer, p.policy,
-                                              k == stages - 1);
+      real[d] += st.time_s +
+                 recompute_time_s(costs, st.first_layer, st.last_layer, p.policy, k == stages - 1);
       units[d] += 3;
     }
-    const size_t slow = static_cast<size_t>(std::max_element(real.begin(), real.end()) -
-                                            real.begin());
+    const size_t slow =
+        static_cast<size_t>(std::max_element(real.begin(), real.end()) - real.begin());
     const double idle_units = u.sim.step_time - u.sim.busy[slow];
     double transfers = 0;
     PlanRequest links;
@@ -347,12 +347,10 @@ PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
   }
   if (estimating) {
     // The best estimates, planned exactly; a few more if the cap turns some of them away.
-    std::stable_sort(estimated.begin(), estimated.end(), [](const Point& a, const Point& b) {
-      return a.estimate_s < b.estimate_s;
-    });
+    std::stable_sort(estimated.begin(), estimated.end(),
+                     [](const Point& a, const Point& b) { return a.estimate_s < b.estimate_s; });
     const size_t tries = std::min(estimated.size(), 2 * static_cast<size_t>(r.simulate_top));
-    for (size_t i = 0; i < tries && out.ranked.size() < static_cast<size_t>(r.simulate_top);
-         ++i) {
+    for (size_t i = 0; i < tries && out.ranked.size() < static_cast<size_t>(r.simulate_top); ++i) {
       const Point& p = estimated[i];
       try {
         plan_exactly(p, lower_schedule(sched::generate(p.name, p.S, p.M), p.R > 1, p.name));

@@ -37,7 +37,8 @@ AutoPlan plan_automatically(const TrainingOptions& opt, const Model& model, int 
   AutoPlan a;
   a.result = search_plans(costs, request);
   if (!opt.write_costs.empty()) {
-    const std::string text = cost_file_text(used, fmt::format("layer costs --plan auto planned with ({}, {} layers)",
+    const std::string text =
+        cost_file_text(used, fmt::format("layer costs --plan auto planned with ({}, {} layers)",
                                          opt.costs.kind == CostSource::Kind::profile
                                              ? fmt::format("profiled on {}", first.device().str())
                                              : std::string("estimated from FLOPs and bytes"),

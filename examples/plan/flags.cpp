@@ -26,16 +26,18 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                  "memory per device in MiB (default: the cluster's; 0: no cap)");
   app.add_option("--top", f.top, "rows of the table")->capture_default_str()->check(kIntText);
   app.add_option("--schedules", f.schedules, "comma-separated schedules to search (default: all)");
-  app.add_option("--max-microbatches", f.max_microbatches, "M among the divisors of B / R up to this")
+  app.add_option("--max-microbatches", f.max_microbatches,
+                 "M among the divisors of B / R up to this")
       ->capture_default_str()
       ->check(kIntText);
   app.add_option("--optimizer-slots", f.optimizer_slots,
                  "optimizer state per parameter: SGD 0, momentum 1, AdamW 2")
       ->capture_default_str()
       ->check(kIntText);
-  app.add_option("--simulate", f.simulate,
-                 "plan exactly (full timed simulation) the best N of the estimates (0: every candidate, as "
-                 "--plan auto)")
+  app.add_option(
+         "--simulate", f.simulate,
+         "plan exactly (full timed simulation) the best N of the estimates (0: every candidate, as "
+         "--plan auto)")
       ->capture_default_str()
       ->check(kIntText);
 }
@@ -65,15 +67,15 @@ std::vector<std::string> check_plan_flags(const PlanFlags& f) {
   if (!f.write_costs.empty() && !gpt)
     throw UsageError("--write-costs writes a GPT's costs: give --gpt-layers ... too, or drop it");
   if (f.cluster.empty() && f.write_costs.empty())
-    throw UsageError("--cluster FILE is missing: the devices, their memory and links to plan for "
-                     "(engine/pipeline/cluster.h)");
+    throw UsageError(
+        "--cluster FILE is missing: the devices, their memory and links to plan for "
+        "(engine/pipeline/cluster.h)");
   if (f.cluster.empty()) return {};
   if (f.batch < 1 || f.batch > (int64_t{1} << 40))
-    throw UsageError(fmt::format("--batch {} must be 1 to 2^40 samples (the global batch)",
-                                 f.batch));
+    throw UsageError(
+        fmt::format("--batch {} must be 1 to 2^40 samples (the global batch)", f.batch));
   const auto in = [](const char* flag, int v, int lo, int hi) {
-    if (v < lo || v > hi)
-      throw UsageError(fmt::format("{} {} must be {} to {}", flag, v, lo, hi));
+    if (v < lo || v > hi) throw UsageError(fmt::format("{} {} must be {} to {}", flag, v, lo, hi));
   };
   in("--top", f.top, 1, 10000);
   in("--max-microbatches", f.max_microbatches, 1, 65536);
@@ -98,9 +100,10 @@ std::vector<std::string> check_plan_flags(const PlanFlags& f) {
               std::stoi(v) >= 2;
     }
     if (!known)
-      throw UsageError(fmt::format("--schedules: unknown schedule '{}': valid are {} (and "
-                                   "interleaved:V for any V >= 2)",
-                                   name, fmt::join(valid, ", ")));
+      throw UsageError(
+          fmt::format("--schedules: unknown schedule '{}': valid are {} (and "
+                      "interleaved:V for any V >= 2)",
+                      name, fmt::join(valid, ", ")));
     names.push_back(name);
   }
   return names;

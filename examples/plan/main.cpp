@@ -56,8 +56,8 @@ int plan(const pt::examples::PlanFlags& f, const std::vector<std::string>& sched
   pt::PlannerRequest r;
   r.devices = cluster.devices;
   r.batch = f.batch;
-  r.mem_cap_bytes = f.mem_cap_mib < 0 ? cluster.memory_bytes
-                                      : static_cast<int64_t>(f.mem_cap_mib * (1 << 20));
+  r.mem_cap_bytes =
+      f.mem_cap_mib < 0 ? cluster.memory_bytes : static_cast<int64_t>(f.mem_cap_mib * (1 << 20));
   r.optimizer_slots = f.optimizer_slots;
   r.schedules = schedules;
   r.max_microbatches = f.max_microbatches;
@@ -89,11 +89,12 @@ int plan(const pt::examples::PlanFlags& f, const std::vector<std::string>& sched
              "recompute");
   for (size_t i = 0; i < res.ranked.size() && i < static_cast<size_t>(f.top); ++i) {
     const pt::PlanCandidate& c = res.ranked[i];
-    fmt::print("{:>4}  {:>10.3f}  {:>6.1f}%  {:>9.2f}  {:>10.1f}  {:>8.3f}ms  {:>11} {:>5}  {:<14} {}\n",
-               i + 1, c.step_s * 1e3, 100 * c.bubble, gib(c.max_peak_bytes()),
-               static_cast<double>(f.batch) / c.step_s, c.allreduce_s * 1e3,
-               fmt::format("{} x {}", c.stages, c.replicas), c.microbatches, c.schedule,
-               c.recompute.str());
+    fmt::print(
+        "{:>4}  {:>10.3f}  {:>6.1f}%  {:>9.2f}  {:>10.1f}  {:>8.3f}ms  {:>11} {:>5}  {:<14} {}\n",
+        i + 1, c.step_s * 1e3, 100 * c.bubble, gib(c.max_peak_bytes()),
+        static_cast<double>(f.batch) / c.step_s, c.allreduce_s * 1e3,
+        fmt::format("{} x {}", c.stages, c.replicas), c.microbatches, c.schedule,
+        c.recompute.str());
   }
   for (const pt::PlanRejection& j : res.rejected)
     fmt::print("rejected {} ({} plan{}): {}, e.g. {}\n", j.schedule, j.count,

@@ -20,8 +20,7 @@ using namespace pt;
 
 namespace {
 
-#define CHECK_FILE_ERROR(expr, text) \
-  CHECK_THROWS_WITH_AS(expr, doctest::Contains(text), FileError)
+#define CHECK_FILE_ERROR(expr, text) CHECK_THROWS_WITH_AS(expr, doctest::Contains(text), FileError)
 
 LayerProfile layer(double s, int64_t act, int64_t out, int64_t params) {
   LayerProfile p;
@@ -83,11 +82,11 @@ TEST_CASE("cost file: round trip, and sizes without a table scaled from the near
       CHECK(a.param_bytes == b.param_bytes);
     }
   CHECK(back.for_samples(16)[0].forward_s == 4e-4);  // the table itself
-  const auto eight = back.for_samples(8);              // from 4, x 2
+  const auto eight = back.for_samples(8);            // from 4, x 2
   CHECK(eight[0].forward_s == doctest::Approx(2.5e-4));
   CHECK(eight[0].activation_bytes == 8192);
   CHECK(eight[0].output_bytes == 1024);
-  CHECK(eight[0].param_bytes == 1000);  // parameters do not scale
+  CHECK(eight[0].param_bytes == 1000);   // parameters do not scale
   const auto two = back.for_samples(2);  // below the smallest: from 4, x 0.5
   CHECK(two[0].backward_input_s == doctest::Approx(6.25e-5));
   CHECK(two[0].activation_bytes == 2048);
@@ -140,9 +139,9 @@ TEST_CASE("cluster file: values, and every refusal names the line and the key") 
                    "c.txt:2: devices is '4.5': expected a whole number");
   CHECK_FILE_ERROR(parse_cluster_text(cluster_with("devices", "devices 5"), "c.txt"),
                    "5 devices are not whole nodes of devices_per_node 2");
-  CHECK_FILE_ERROR(parse_cluster_text(cluster_with("inter_node_gb_per_s", "inter_node_gb_per_s 0"),
-                                      "c.txt"),
-                   "c.txt:7: inter_node_gb_per_s is '0': expected GB/s");
+  CHECK_FILE_ERROR(
+      parse_cluster_text(cluster_with("inter_node_gb_per_s", "inter_node_gb_per_s 0"), "c.txt"),
+      "c.txt:7: inter_node_gb_per_s is '0': expected GB/s");
   CHECK_FILE_ERROR(parse_cluster_text(cluster_with("memory_gib", "memory_gib"), "c.txt"),
                    "c.txt:3: memory_gib takes one value");
   CHECK_FILE_ERROR(parse_cluster_text(std::string(kCluster) + "devices 8\n", "c.txt"),
@@ -178,8 +177,8 @@ TEST_CASE("GPT costs: FLOPs at the stated rate, and refusals naming the flag") {
   CHECK_THROWS_WITH_AS(gpt_layer_costs({2, 200, 64, 1000}, 1e12), doctest::Contains("--gpt-width"),
                        UsageError);
   CHECK_THROWS_WITH_AS(gpt_layer_costs(g, std::nan("")), doctest::Contains("--flops"), UsageError);
-  CHECK_THROWS_WITH_AS(gpt_layer_costs({0, 256, 64, 1000}, 1e12),
-                       doctest::Contains("--gpt-layers"), UsageError);
+  CHECK_THROWS_WITH_AS(gpt_layer_costs({0, 256, 64, 1000}, 1e12), doctest::Contains("--gpt-layers"),
+                       UsageError);
 }
 
 TEST_CASE("what-if: 1F1B's bubble is (S-1)/(M+S-1) with F = I = W and free transfers") {
