@@ -201,6 +201,7 @@ PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
       c.pipeline_s = plan.simulated.step_time;
       c.allreduce_s = allreduce_s(r, p.S, p.R, grads);
       c.step_s = c.pipeline_s + c.allreduce_s;
+      c.estimate_s = p.estimate_s;
       double busy = 0;
       for (double b : plan.simulated.busy) busy += b;
       c.bubble = 1 - busy / static_cast<double>(plan.simulated.busy.size()) / c.step_s;

@@ -54,6 +54,7 @@ struct PlanCandidate {
   double pipeline_s = 0;            // the timed simulation of one replica's step
   double allreduce_s = 0;           // R > 1: the gradient all-reduce
   double bubble = 0;                // 1 - mean device busy time / step_s
+  double estimate_s = 0;            // simulate_top > 0: the estimate that chose it for planning
   std::vector<int64_t> peak_bytes;  // per device of one replica
   int64_t max_peak_bytes() const;
 };

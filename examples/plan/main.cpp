@@ -12,7 +12,9 @@
 //
 // Left out: tensor and sequence parallelism, overlap of the all-reduce with the backward, and
 // placements other than a replica's stages on neighbouring devices (cluster.h).
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <span>
 #include <string>
 
@@ -95,6 +97,13 @@ int plan(const pt::examples::PlanFlags& f, const std::vector<std::string>& sched
         static_cast<double>(f.batch) / c.step_s, c.allreduce_s * 1e3,
         fmt::format("{} x {}", c.stages, c.replicas), c.microbatches, c.schedule,
         c.recompute.str());
+  }
+  if (f.simulate > 0) {  // how far the estimates that chose the finalists were off
+    double worst = 0;
+    for (const pt::PlanCandidate& c : res.ranked)
+      worst = std::max(worst, std::abs(c.estimate_s / c.step_s - 1));
+    fmt::print("the {} simulated plans' estimates were within {:.1f}% of their simulation\n",
+               res.ranked.size(), 100 * worst);
   }
   for (const pt::PlanRejection& j : res.rejected)
     fmt::print("rejected {} ({} plan{}): {}, e.g. {}\n", j.schedule, j.count,
