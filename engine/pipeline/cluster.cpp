@@ -89,21 +89,32 @@ Cluster read_cluster_file(const std::string& path) {
   return parse_cluster_text(read_text_file(path, "--cluster"), path);
 }
 
-std::vector<bool> boundaries_crossing_nodes(int S, int R, int devices_per_node) {
+namespace {
+
+int64_t device_of(int S, int R, int r, int s, Placement p) {
+  return p == Placement::stages ? static_cast<int64_t>(r) * S + s : static_cast<int64_t>(s) * R + r;
+}
+
+}  // namespace
+
+const char* placement_name(Placement p) { return p == Placement::stages ? "stages" : "replicas"; }
+
+std::vector<bool> boundaries_crossing_nodes(int S, int R, int devices_per_node, Placement p) {
   std::vector<bool> out(static_cast<size_t>(S > 1 ? S - 1 : 0), false);
   if (devices_per_node <= 0) return out;
   for (int r = 0; r < R; ++r)
-    for (int s = 0; s + 1 < S; ++s) {
-      const int64_t d = static_cast<int64_t>(r) * S + s;
-      if (d / devices_per_node != (d + 1) / devices_per_node) out[static_cast<size_t>(s)] = true;
-    }
+    for (int s = 0; s + 1 < S; ++s)
+      if (device_of(S, R, r, s, p) / devices_per_node !=
+          device_of(S, R, r, s + 1, p) / devices_per_node)
+        out[static_cast<size_t>(s)] = true;
   return out;
 }
 
-bool allreduce_crosses_nodes(int S, int R, int devices_per_node) {
+bool allreduce_crosses_nodes(int S, int R, int devices_per_node, Placement p) {
   if (devices_per_node <= 0 || R < 2) return false;
-  for (int s = 0; s < S; ++s)  // the group's devices are a range: its ends tell
-    if (s / devices_per_node != (static_cast<int64_t>(R - 1) * S + s) / devices_per_node)
+  for (int s = 0; s < S; ++s)  // a group's devices ascend with r: its ends tell
+    if (device_of(S, R, 0, s, p) / devices_per_node !=
+        device_of(S, R, R - 1, s, p) / devices_per_node)
       return true;
   return false;
 }

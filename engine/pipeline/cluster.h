@@ -15,11 +15,14 @@
 // allreduce_latency_us, the all-reduce's figures within a node (a collective's bus bandwidth is
 // not a send's; default: the intra-node link's).
 //
-// Placement (what the planner assumes): replica r's pipeline device s is device r S + s, so a
-// replica's stages are neighbours; devices d and e share a node when d / devices_per_node ==
-// e / devices_per_node. A stage boundary crosses nodes only where a node ends (the frequent,
-// latency-bound traffic stays on the fast link); the all-reduce of R replicas over devices
-// s, S + s, ... crosses them as soon as the job spans nodes.
+// Placement (the planner tries both where they differ): devices d and e share a node when
+// d / devices_per_node == e / devices_per_node, and replica r's pipeline device s is
+//   stages    device r S + s: a replica's stages are neighbours; a stage boundary crosses nodes
+//             only where a node ends (the frequent, latency-bound traffic stays on the fast
+//             link), the all-reduce over devices s, S + s, ... crosses as soon as R S spans nodes;
+//   replicas  device s R + r: a stage's replicas are neighbours (Megatron's order without
+//             tensor parallelism); the all-reduce stays in a node when R divides
+//             devices_per_node, the boundaries cross more often.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -47,11 +50,16 @@ struct Cluster {
 Cluster parse_cluster_text(std::string_view text, const std::string& name);
 Cluster read_cluster_file(const std::string& path);
 
+enum class Placement { stages, replicas };  // which neighbours share a node, as above
+const char* placement_name(Placement p);    // "stages" | "replicas"
+
 // For S x R devices placed as above, with nodes of `devices_per_node` (0: one node): for each
 // pair of neighbouring pipeline devices s, s + 1 (S - 1 of them), whether it crosses a node in
 // some replica (the step waits for the slowest replica).
-std::vector<bool> boundaries_crossing_nodes(int S, int R, int devices_per_node);
-// Whether some all-reduce group (devices s, S + s, ..., (R - 1) S + s) spans nodes.
-bool allreduce_crosses_nodes(int S, int R, int devices_per_node);
+std::vector<bool> boundaries_crossing_nodes(int S, int R, int devices_per_node,
+                                            Placement placement = Placement::stages);
+// Whether some all-reduce group (the R replicas of one pipeline device) spans nodes.
+bool allreduce_crosses_nodes(int S, int R, int devices_per_node,
+                             Placement placement = Placement::stages);
 
 }  // namespace pt

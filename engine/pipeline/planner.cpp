@@ -47,11 +47,11 @@ class Rejections {
 // Ring all-reduce of each device's gradients over R replicas: the slowest device's, over the
 // slowest link the ring crosses.
 double allreduce_s(const PlannerRequest& r, int S, int replicas,
-                   const std::vector<int64_t>& grad_bytes) {
+                   const std::vector<int64_t>& grad_bytes, Placement placement) {
   if (replicas < 2) return 0;
   const int64_t most = *std::max_element(grad_bytes.begin(), grad_bytes.end());
   const double ring = 2.0 * (replicas - 1) / replicas;
-  const bool across = allreduce_crosses_nodes(S, replicas, r.devices_per_node);
+  const bool across = allreduce_crosses_nodes(S, replicas, r.devices_per_node, placement);
   const double bandwidth = across ? r.inter_node.bytes_per_second : r.allreduce_bytes_per_second;
   const double latency = across ? r.inter_node.latency_s : r.allreduce_latency_s;
   return ring * static_cast<double>(most) / bandwidth + 2.0 * (replicas - 1) * latency;
@@ -81,6 +81,7 @@ struct Point {
   int64_t mb = 1;
   std::string name;
   RecomputePolicy policy;
+  Placement placement = Placement::stages;
   double estimate_s = 0;  // simulate_top > 0: the estimated step
 };
 
@@ -140,10 +141,10 @@ PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
                              "device, cap {:.1f} MiB",
                              p.S, p.R, p.M, p.policy.str(), mib(need), mib(r.mem_cap_bytes)));
   };
-  const auto links_for = [&](int S, int R) {
+  const auto links_for = [&](int S, int R, Placement placement) {
     std::vector<Link> links;
     if (r.devices_per_node <= 0) return links;
-    for (const bool across : boundaries_crossing_nodes(S, R, r.devices_per_node))
+    for (const bool across : boundaries_crossing_nodes(S, R, r.devices_per_node, placement))
       links.push_back(across ? r.inter_node
                              : Link{r.transfer_bytes_per_second, r.transfer_latency_s});
     return links;
@@ -161,7 +162,7 @@ PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
     pr.optimizer_slots = r.optimizer_slots;
     pr.transfer_bytes_per_second = r.transfer_bytes_per_second;
     pr.transfer_latency_s = r.transfer_latency_s;
-    pr.device_links = links_for(p.S, p.R);
+    pr.device_links = links_for(p.S, p.R, p.placement);
     pr.data_parallel = p.R > 1;
     pr.recompute = p.policy;
     pr.partition = {PartitionMethod::Kind::time, {}};
@@ -199,7 +200,8 @@ PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
       c.layout = plan.partition.layout();
       c.partition = pr.partition;
       c.pipeline_s = plan.simulated.step_time;
-      c.allreduce_s = allreduce_s(r, p.S, p.R, grads);
+      c.allreduce_s = allreduce_s(r, p.S, p.R, grads, p.placement);
+      c.placement = p.placement;
       c.step_s = c.pipeline_s + c.allreduce_s;
       c.estimate_s = p.estimate_s;
       double busy = 0;
@@ -267,7 +269,7 @@ PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
     PlanRequest links;
     links.transfer_bytes_per_second = r.transfer_bytes_per_second;
     links.transfer_latency_s = r.transfer_latency_s;
-    links.device_links = links_for(p.S, p.R);
+    links.device_links = links_for(p.S, p.R, p.placement);
     for (int k = 0; k + 1 < stages; ++k)
       if (u.compute.device_of(k) != u.compute.device_of(k + 1))
         transfers += boundary_transfer_s(
@@ -276,7 +278,7 @@ PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
                 costs[static_cast<size_t>(part.stages[static_cast<size_t>(k)].last_layer - 1)]
                     .output_bytes));
     p.estimate_s = p.M * real[slow] + idle_units * real[slow] / units[slow] + 2 * transfers +
-                   allreduce_s(r, p.S, p.R, grads);
+                   allreduce_s(r, p.S, p.R, grads, p.placement);
     estimated.push_back(std::move(p));
   };
 
@@ -291,6 +293,14 @@ PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
       continue;
     }
     const int64_t replica_batch = r.batch / R;
+    // On a cluster, both placements where their links differ (cluster.h).
+    std::vector<Placement> placements{Placement::stages};
+    if (r.devices_per_node > 0 &&
+        (boundaries_crossing_nodes(S, R, r.devices_per_node, Placement::stages) !=
+             boundaries_crossing_nodes(S, R, r.devices_per_node, Placement::replicas) ||
+         allreduce_crosses_nodes(S, R, r.devices_per_node, Placement::stages) !=
+             allreduce_crosses_nodes(S, R, r.devices_per_node, Placement::replicas)))
+      placements.push_back(Placement::replicas);
     for (const int M : divisors_up_to(replica_batch, r.max_microbatches)) {
       const int64_t mb = replica_batch / M;
       const int L = static_cast<int>(costs_of(mb).size());
@@ -303,7 +313,7 @@ PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
       }
       for (const std::string& name : searched) {
         const std::string where = fmt::format("{}, M = {}", shape, M);
-        Point p{S, R, M, mb, name, {}, 0};
+        Point p{S, R, M, mb, name, {}, Placement::stages, 0};
         sched::Schedule lowered;
         const UnitRun* unit = nullptr;
         try {
@@ -323,12 +333,12 @@ PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
           if (num_stages > L) {
             rejected.add(name, "more stages than layers",
                          fmt::format("{}: {} stages for {} layers", where, num_stages, L));
-            out.considered += static_cast<int>(policies.size());
+            out.considered += static_cast<int>(policies.size() * placements.size());
             continue;
           }
         } catch (const std::exception& e) {  // invalid_argument (generator) or UsageError
           rejected.add(name, "generator refused", fmt::format("{}: {}", where, e.what()));
-          out.considered += static_cast<int>(policies.size());
+          out.considered += static_cast<int>(policies.size() * placements.size());
           continue;
         }
         for (const RecomputePolicy& policy : policies) {
@@ -336,12 +346,15 @@ PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
           if (policy.kind == RecomputePolicy::Kind::except_last &&
               (estimating ? unit->compute.num_stages : lowered.num_stages) == 1)
             continue;
-          ++out.considered;
           p.policy = policy;
-          if (estimating)
-            estimate(p, *unit);
-          else
-            plan_exactly(p, lowered);
+          for (const Placement placement : placements) {
+            ++out.considered;
+            p.placement = placement;
+            if (estimating)
+              estimate(p, *unit);
+            else
+              plan_exactly(p, lowered);
+          }
         }
       }
     }

@@ -34,8 +34,8 @@ struct PlannerRequest {
   double allreduce_bytes_per_second = 10e9;
   double allreduce_latency_s = 20e-6;
   // A cluster (pipetrain-plan, cluster.h): nodes of devices_per_node devices (0: one node, as
-  // --plan auto), replicas placed as cluster.h says. A stage boundary or an all-reduce that
-  // crosses nodes uses inter_node instead of the figures above.
+  // --plan auto), both placements of cluster.h searched where their links differ. A stage
+  // boundary or an all-reduce that crosses nodes uses inter_node instead of the figures above.
   int devices_per_node = 0;
   double transfer_latency_s = 0;  // per boundary transfer within a node
   Link inter_node;
@@ -48,12 +48,13 @@ struct PlanCandidate {
   int stages = 1, replicas = 1, microbatches = 1;  // S (devices per replica), R, M
   std::string schedule;                            // a sched::generate() name
   RecomputePolicy recompute;
-  std::vector<int> layout;          // layers per (virtual) stage
-  PartitionMethod partition;        // how layout was found (time, or memory under the cap)
-  double step_s = 0;                // pipeline_s + allreduce_s
-  double pipeline_s = 0;            // the timed simulation of one replica's step
-  double allreduce_s = 0;           // R > 1: the gradient all-reduce
-  double bubble = 0;                // 1 - mean device busy time / step_s
+  Placement placement = Placement::stages;  // on a cluster (devices_per_node > 0), cluster.h
+  std::vector<int> layout;                  // layers per (virtual) stage
+  PartitionMethod partition;                // how layout was found (time, or memory under the cap)
+  double step_s = 0;                        // pipeline_s + allreduce_s
+  double pipeline_s = 0;                    // the timed simulation of one replica's step
+  double allreduce_s = 0;                   // R > 1: the gradient all-reduce
+  double bubble = 0;                        // 1 - mean device busy time / step_s
   double estimate_s = 0;            // simulate_top > 0: the estimate that chose it for planning
   std::vector<int64_t> peak_bytes;  // per device of one replica
   int64_t max_peak_bytes() const;

@@ -86,17 +86,18 @@ int plan(const pt::examples::PlanFlags& f, const std::vector<std::string>& sched
   fmt::print("searched {} plans (M <= {}), {} {} exactly, in {:.2f} s\n", res.considered,
              f.max_microbatches, f.simulate > 0 ? "estimated all, simulated the best" : "simulated",
              res.simulated, wall);
-  fmt::print("{:>4}  {:>10}  {:>7}  {:>9}  {:>10}  {:>10}  {:>11} {:>5}  {:<14} {}\n", "rank",
-             "step (ms)", "bubble", "peak GiB", "samples/s", "allreduce", "S x R", "M", "schedule",
-             "recompute");
+  fmt::print("{:>4}  {:>10}  {:>7}  {:>9}  {:>10}  {:>10}  {:<10} {:>11} {:>5}  {:<14} {}\n",
+             "rank", "step (ms)", "bubble", "peak GiB", "samples/s", "allreduce", "neighbours",
+             "S x R", "M", "schedule", "recompute");
   for (size_t i = 0; i < res.ranked.size() && i < static_cast<size_t>(f.top); ++i) {
     const pt::PlanCandidate& c = res.ranked[i];
     fmt::print(
-        "{:>4}  {:>10.3f}  {:>6.1f}%  {:>9.2f}  {:>10.1f}  {:>8.3f}ms  {:>11} {:>5}  {:<14} {}\n",
+        "{:>4}  {:>10.3f}  {:>6.1f}%  {:>9.2f}  {:>10.1f}  {:>8.3f}ms  {:<10} {:>11} {:>5}  {:<14} "
+        "{}\n",
         i + 1, c.step_s * 1e3, 100 * c.bubble, gib(c.max_peak_bytes()),
         static_cast<double>(f.batch) / c.step_s, c.allreduce_s * 1e3,
-        fmt::format("{} x {}", c.stages, c.replicas), c.microbatches, c.schedule,
-        c.recompute.str());
+        pt::placement_name(c.placement), fmt::format("{} x {}", c.stages, c.replicas),
+        c.microbatches, c.schedule, c.recompute.str());
   }
   if (f.simulate > 0) {  // how far the estimates that chose the finalists were off
     double worst = 0;

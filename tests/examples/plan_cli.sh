@@ -44,7 +44,7 @@ out=$("$exe" --costs "$tmp/gpt.costs" --cluster "$tmp/cluster.txt" --batch 8192 
 rows=$(grep -E '^ +[0-9]+ +[0-9.]+ +[0-9.]+% ' <<<"$out")
 bad=$(awk -v B=8192 '{ step = $2 / 1e3; bubble = $3 + 0; peak = $4; sps = $5;
         if (!(step > 0) || bubble < 0 || bubble >= 100 || !(peak > 0) || peak > 80 ||
-            sps < 0.999 * B / step || sps > 1.001 * B / step || $7 * $9 != 4096) print }' <<<"$rows")
+            sps < 0.999 * B / step || sps > 1.001 * B / step || $8 * $10 != 4096 || ($7 != "stages" && $7 != "replicas")) print }' <<<"$rows")
 if [ $rc -ne 0 ] || [ "$(wc -l <<<"$rows")" -ne 5 ] || [ -n "$bad" ] || grep -qi nan <<<"$out" ||
    ! grep -qE '^searched [0-9]+ plans .* simulated the best 8 exactly, in [0-9.]+ s' <<<"$out" ||
    ! awk '/^the 8 simulated plans. estimates were within/ { ok = ($8 + 0 < 20) } END { exit !ok }' <<<"$out"; then

@@ -56,9 +56,10 @@ std::string cluster_with(const std::string& key, const std::string& line) {
 }
 
 // One candidate of the planner, found by shape.
-const PlanCandidate* find(const PlannerResult& res, int S, int R, int M) {
+const PlanCandidate* find(const PlannerResult& res, int S, int R, int M,
+                          Placement placement = Placement::stages) {
   const auto it = std::find_if(res.ranked.begin(), res.ranked.end(), [&](const PlanCandidate& c) {
-    return c.stages == S && c.replicas == R && c.microbatches == M;
+    return c.stages == S && c.replicas == R && c.microbatches == M && c.placement == placement;
   });
   return it == res.ranked.end() ? nullptr : &*it;
 }
@@ -161,6 +162,13 @@ TEST_CASE("cluster placement: which boundaries and all-reduces cross nodes") {
   CHECK(boundaries_crossing_nodes(8, 1, 0) == std::vector<bool>(7, false));  // one node
   CHECK(!allreduce_crosses_nodes(2, 4, 0));
   CHECK(!allreduce_crosses_nodes(8, 1, 2));  // no all-reduce
+  // A stage's replicas as neighbours (device s R + r): 4 x 2 on nodes of 4 cross between
+  // stages 1 and 2 only, and every all-reduce pair shares a node.
+  CHECK(boundaries_crossing_nodes(4, 2, 4, Placement::replicas) ==
+        std::vector<bool>{false, true, false});
+  CHECK(!allreduce_crosses_nodes(4, 2, 4, Placement::replicas));
+  CHECK(allreduce_crosses_nodes(4, 2, 4, Placement::stages));
+  CHECK(allreduce_crosses_nodes(2, 8, 4, Placement::replicas));  // 8 replicas on nodes of 4
 }
 
 TEST_CASE("GPT costs: FLOPs at the stated rate, and refusals naming the flag") {
@@ -242,9 +250,16 @@ TEST_CASE("what-if: the all-reduce takes the inter-node link when its replicas s
   REQUIRE(c != nullptr);
   const double grads = 2.0 * (1 << 24);  // two layers' parameter (= gradient) bytes per device
   CHECK(c->allreduce_s == doctest::Approx(grads / 1e9 + 2 * 1e-5));
-  // On one node (4 per node) the same plan all-reduces over the intra-node figures.
+  // With a stage's replicas on one node the ring stays inside it, and the boundary crosses.
+  const PlanCandidate* inside = find(res, 2, 2, 1, Placement::replicas);
+  REQUIRE(inside != nullptr);
+  CHECK(inside->allreduce_s == doctest::Approx(grads / 1e10 + 2 * 1e-6));
+  // On one node (4 per node) the same plan all-reduces over the intra-node figures, and the
+  // placements do not differ: one is searched.
   r.devices_per_node = 4;
-  const PlanCandidate* one = find(search_plans([&](int64_t) { return costs; }, r), 2, 2, 1);
+  const PlannerResult one_node = search_plans([&](int64_t) { return costs; }, r);
+  CHECK(find(one_node, 2, 2, 1, Placement::replicas) == nullptr);
+  const PlanCandidate* one = find(one_node, 2, 2, 1);
   REQUIRE(one != nullptr);
   CHECK(one->allreduce_s == doctest::Approx(grads / 1e10 + 2 * 1e-6));
 }
