@@ -23,7 +23,8 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
   app.add_option("--flops", f.flops, "GPT: achieved FLOP/s per device, e.g. 300e12");
   app.add_option("--batch", f.batch, "global batch B in samples")->check(kInt64Text);
   app.add_option("--mem-cap", f.mem_cap_mib,
-                 "memory per device in MiB (default: the cluster's; 0: no cap)");
+                 "memory per device in MiB (default: the cluster's; 0: no cap)")
+      ->each([&f](const std::string&) { f.mem_cap_given = true; });
   app.add_option("--top", f.top, "rows of the table")->capture_default_str()->check(kIntText);
   app.add_option("--schedules", f.schedules, "comma-separated schedules to search (default: all)");
   app.add_option("--max-microbatches", f.max_microbatches,
@@ -81,7 +82,7 @@ std::vector<std::string> check_plan_flags(const PlanFlags& f) {
   in("--max-microbatches", f.max_microbatches, 1, 65536);
   in("--optimizer-slots", f.optimizer_slots, 0, 8);
   in("--simulate", f.simulate, 0, 1000);
-  if (!std::isfinite(f.mem_cap_mib) || f.mem_cap_mib > double(1 << 30))
+  if (!std::isfinite(f.mem_cap_mib) || f.mem_cap_mib < 0 || f.mem_cap_mib > double(1 << 30))
     throw UsageError(fmt::format("--mem-cap {} must be 0 to 2^30 MiB (0: no cap)", f.mem_cap_mib));
   std::vector<std::string> names;
   if (f.schedules.empty()) return names;

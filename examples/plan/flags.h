@@ -19,9 +19,10 @@ struct PlanFlags {
   GptShape gpt;             // --gpt-layers --gpt-width --context --vocab
   double flops = 0;         // --flops: achieved FLOP/s per device
   int64_t batch = 0;        // --batch: global batch B (samples)
-  double mem_cap_mib = -1;  // --mem-cap MiB; < 0: the cluster's memory; 0: no cap
-  int top = 10;             // --top K rows
-  std::string schedules;    // --schedules a,b ("": all the planner knows)
+  double mem_cap_mib = 0;   // --mem-cap MiB (0: no cap); not given: the cluster's memory
+  bool mem_cap_given = false;
+  int top = 10;           // --top K rows
+  std::string schedules;  // --schedules a,b ("": all the planner knows)
   int max_microbatches = 1024;
   int optimizer_slots = 2;  // AdamW
   int simulate = 8;         // plan exactly the best N estimates; 0: all (as --plan auto)

@@ -59,7 +59,7 @@ int plan(const pt::examples::PlanFlags& f, const std::vector<std::string>& sched
   r.devices = cluster.devices;
   r.batch = f.batch;
   r.mem_cap_bytes =
-      f.mem_cap_mib < 0 ? cluster.memory_bytes : static_cast<int64_t>(f.mem_cap_mib * (1 << 20));
+      f.mem_cap_given ? static_cast<int64_t>(f.mem_cap_mib * (1 << 20)) : cluster.memory_bytes;
   r.optimizer_slots = f.optimizer_slots;
   r.schedules = schedules;
   r.max_microbatches = f.max_microbatches;

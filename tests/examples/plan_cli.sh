@@ -97,6 +97,7 @@ expect_refused "--cluster FILE is missing" --costs "$tmp/gpt.costs" --batch 64
 expect_refused "no layer costs" --cluster "$tmp/cluster.txt" --batch 64
 expect_refused "two sources of layer costs" "${gpt[@]}" --costs "$tmp/gpt.costs" --cluster "$tmp/cluster.txt" --batch 64
 expect_refused "--vocab is missing" --gpt-layers 4 --gpt-width 256 --context 64 --flops 1e12 --write-costs "$tmp/x.costs"
+expect_refused "--mem-cap -5 must be 0 to 2^30 MiB" --costs "$tmp/gpt.costs" --cluster "$tmp/cluster.txt" --batch 64 --mem-cap -5
 expect_refused "--batch 0 must be" --costs "$tmp/gpt.costs" --cluster "$tmp/cluster.txt"
 
 [ $fails -eq 0 ] && echo "all plan_cli checks passed"

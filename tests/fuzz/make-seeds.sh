@@ -135,7 +135,8 @@ def command_lines(script):
         lines.append("\n".join(words))
     return lines
 for prog, script in (("fashion_flags", "tests/examples/fashion_cli.sh"),
-                     ("gpt_flags", "tests/examples/gpt_cli.sh")):
+                     ("gpt_flags", "tests/examples/gpt_cli.sh"),
+                     ("plan_flags", "tests/examples/plan_cli.sh")):
     for k, line in enumerate(command_lines(script)):
         put(prog, "case%03d" % k, line)
     put(prog, "defaults", "")
