@@ -265,6 +265,11 @@ PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
     const size_t slow =
         static_cast<size_t>(std::max_element(real.begin(), real.end()) - real.begin());
     const double idle_units = u.sim.step_time - u.sim.busy[slow];
+    // The fill and drain pass through every stage: their idle time in the mean device's seconds
+    // per unit (the slowest device's would count its excess S times over).
+    double real_sum = 0, unit_sum = 0;
+    for (size_t d = 0; d < real.size(); ++d) real_sum += real[d], unit_sum += units[d];
+    const double per_unit = real_sum / unit_sum;
     double transfers = 0;
     PlanRequest links;
     links.transfer_bytes_per_second = r.transfer_bytes_per_second;
@@ -277,7 +282,7 @@ PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
             static_cast<double>(
                 costs[static_cast<size_t>(part.stages[static_cast<size_t>(k)].last_layer - 1)]
                     .output_bytes));
-    p.estimate_s = p.M * real[slow] + idle_units * real[slow] / units[slow] + 2 * transfers +
+    p.estimate_s = p.M * real[slow] + idle_units * per_unit + 2 * transfers +
                    allreduce_s(r, p.S, p.R, grads, p.placement);
     estimated.push_back(std::move(p));
   };

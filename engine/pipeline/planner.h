@@ -85,7 +85,7 @@ using CostsFor = std::function<std::vector<LayerProfile>(int64_t microbatch_size
 // With simulate_top > 0 each candidate is first estimated, without its full schedule: the
 // schedule is simulated with unit times at M' = min(M, 6 S) micro-batches (cached per schedule,
 // S and M'); its idle time (fill and drain, which do not grow with M) is added to the slowest
-// device's real busy time for M micro-batches, in that device's time per unit, plus each
+// device's real busy time for M micro-batches, in the mean device's time per unit, plus each
 // boundary's transfer twice (the fill forward, the drain backward). Peak in-flight micro-batches
 // are the unit run's (all M where it held all M'). Candidates over the cap by this estimate are
 // rejected; the best simulate_top by estimated step (+ all-reduce) are then planned exactly as
