@@ -241,13 +241,31 @@ PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
       pq.stages = stages;
       split = splits.emplace(std::pair{p.mb, stages}, partition(costs, pq)).first;
     }
-    const Partition& part = split->second;
+    const Partition* chosen = &split->second;
     const int m = u.compute.microbatches;
     std::vector<int> inflight = u.sim.peak_inflight;
     for (int& f : inflight)
       if (f == m) f = p.M;  // it holds every micro-batch (GPipe): all M
     auto [peak, grads] =
-        device_memory(u.compute, part, inflight, costs, r.optimizer_slots, p.policy);
+        device_memory(u.compute, *chosen, inflight, costs, r.optimizer_slots, p.policy);
+    // As plan_exactly: without recomputation and one chunk per device, a split under the cap.
+    Partition under_cap;
+    if (over_cap(peak) && p.policy.kind == RecomputePolicy::Kind::never && stages == p.S) {
+      PartitionRequest pq;
+      pq.method = {PartitionMethod::Kind::memory, {}};
+      pq.stages = stages;
+      pq.mem_cap_bytes = r.mem_cap_bytes;
+      pq.inflight_per_stage = inflight;
+      pq.optimizer_slots = r.optimizer_slots;
+      try {
+        under_cap = partition(costs, pq);
+        chosen = &under_cap;
+        std::tie(peak, grads) =
+            device_memory(u.compute, *chosen, inflight, costs, r.optimizer_slots, p.policy);
+      } catch (const UsageError&) {  // nothing fits: keep the time split's figure
+      }
+    }
+    const Partition& part = *chosen;
     if (over_cap(peak)) {
       reject_over_cap(p, *std::max_element(peak.begin(), peak.end()), " (estimated)");
       return;

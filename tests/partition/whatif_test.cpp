@@ -286,15 +286,21 @@ TEST_CASE("what-if: estimate-then-simulate finds the exhaustive search's best") 
     }
     return c;
   };
-  const PlannerResult all = search_plans(costs_for, r);
-  r.simulate_top = 8;
-  const PlannerResult pruned = search_plans(costs_for, r);
-  REQUIRE(!pruned.ranked.empty());
-  CHECK(pruned.simulated <= 16);
-  CHECK(all.simulated > 10 * pruned.simulated);
-  const PlanCandidate& a = all.ranked.front();
-  const PlanCandidate& b = pruned.ranked.front();
-  CHECK(std::isfinite(b.step_s));
-  CHECK(b.step_s == doctest::Approx(a.step_s));
-  CHECK(b.max_peak_bytes() <= r.mem_cap_bytes);
+  // Caps from loose to where only recomputation or a memory-balanced split fits.
+  for (const int64_t cap_mib : {96, 40, 30, 26}) {
+    CAPTURE(cap_mib);
+    r.mem_cap_bytes = cap_mib << 20;
+    r.simulate_top = 0;
+    const PlannerResult all = search_plans(costs_for, r);
+    r.simulate_top = 8;
+    const PlannerResult pruned = search_plans(costs_for, r);
+    REQUIRE(!pruned.ranked.empty());
+    CHECK(pruned.simulated <= 16);
+    CHECK(all.simulated > 10 * pruned.simulated);
+    const PlanCandidate& a = all.ranked.front();
+    const PlanCandidate& b = pruned.ranked.front();
+    CHECK(std::isfinite(b.step_s));
+    CHECK(b.step_s == doctest::Approx(a.step_s));
+    CHECK(b.max_peak_bytes() <= r.mem_cap_bytes);
+  }
 }
