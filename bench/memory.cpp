@@ -8,11 +8,14 @@
 //    "rss_warm_mib"            resident after --warmup steps (buffers, caches and pools sized)
 //    "rss_end_mib"             resident after the last step
 //    "growth_mib"              rss_end - rss_warm: the target is 0 (a page or two of noise)
+//    "growth_second_half_mib"  rss_end - resident at step steps/2 (a one-off late allocation
+//                              shows in growth_mib only; a leak in both)
 //    "slope_kib_per_1k_steps"  least-squares slope of the samples after warm-up
 //    "device_live_growth_bytes"  the engine's own accounting (live tensor bytes of every
 //                                device) after the last step minus after warm-up: exactly 0
 //                                unless tensors leak}
 // With --samples, also {"bench":"memory_sample", "config", "step", "rss_mib"} per sample.
+#include <algorithm>
 #include <chrono>
 #include <vector>
 
@@ -86,7 +89,7 @@ int main(int argc, char** argv) {
     const std::string config = S == 1 ? "1 device" : fmt::format("{} stages", S);
     const bool peak_reset = pt::reset_peak_resident();
     std::vector<double> ms, at_step, rss;
-    size_t rss_warm = 0, live_warm = 0;
+    size_t rss_warm = 0, rss_half = 0, live_warm = 0;
     {
       pt::TrainingRun run = pt::make_training(opt, model, pt::fashion_mlp,
                                               pt::bench::sgd_config(opt.microbatches), batch);
@@ -94,8 +97,11 @@ int main(int argc, char** argv) {
         const auto t0 = Clock::now();
         run.engine->train_step(data.hx, data.hy);
         ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-        if (step == warmup || (step > warmup && step % every == 0) || step == steps) {
+        const int64_t half = std::max(warmup, steps / 2);
+        if (step == warmup || step == half || (step > warmup && step % every == 0) ||
+            step == steps) {
           const size_t r = pt::resident_bytes();
+          if (step == half) rss_half = r;
           if (step == warmup) {
             rss_warm = r;
             live_warm = device_live_bytes(run);
@@ -124,6 +130,7 @@ int main(int argc, char** argv) {
            {"rss_warm_mib", static_cast<double>(rss_warm) / kMiB},
            {"rss_end_mib", rss.back()},
            {"growth_mib", rss.back() - static_cast<double>(rss_warm) / kMiB},
+           {"growth_second_half_mib", rss.back() - static_cast<double>(rss_half) / kMiB},
            {"slope_kib_per_1k_steps", slope(at_step, rss) * 1024 * 1000},
            {"device_live_growth_bytes",
             static_cast<int64_t>(live_end) - static_cast<int64_t>(live_warm)}});
