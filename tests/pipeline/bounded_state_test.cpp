@@ -19,7 +19,7 @@ namespace {
 
 struct Held {
   std::vector<size_t> live;           // per device
-  std::vector<size_t> trace_actions;   // per device
+  std::vector<size_t> trace_actions;  // per device
   size_t recorder_events = 0, recorder_lists = 0, recorder_groups = 0;
 };
 
@@ -66,10 +66,10 @@ TEST_CASE("a long pipeline run holds what a short one holds: live bytes, trace, 
   // Not compared: the caching allocator's reserved bytes, which may gain a block when timing
   // puts one more message in a mailbox at once (bounded by its capacity; scripts/soak.sh checks
   // that they settle).
+
   // The trace is one step's: every action of each device's list once, not 153 steps' worth.
   REQUIRE(long_run.trace_actions.size() == 2);
-  for (size_t d = 0; d < 2; ++d)
-    CHECK(long_run.trace_actions[d] == pc.schedule.actions[d].size());
+  for (size_t d = 0; d < 2; ++d) CHECK(long_run.trace_actions[d] == pc.schedule.actions[d].size());
   // The ring never holds more than its capacity; the lists and groups are replaced, not added.
   CHECK(long_run.recorder_events <= flight_recorder().capacity());
   CHECK(long_run.recorder_lists == short_run.recorder_lists);
