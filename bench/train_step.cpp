@@ -3,9 +3,9 @@
 //   {"bench":"sgemm", "threads":1, "n":2048, "gflops":..., "gflops_min":..., "gflops_max":...}
 //   {"bench":"mlp_step", "threads":1, "batch":256, "step_ms":..., "samples_per_s":...,
 //    "model_gflops":..., "ratio_to_sgemm":..., "ratio_min":..., "ratio_max":..., "reps":...}
-// Each of `reps` repetitions times one sgemm and then `steps` training steps (their median), so
-// both sides of a ratio see the same load; the figures are the medians over the repetitions and
-// the spread (min, max) of the per-repetition ratios.
+// Each of `reps` repetitions times `steps` training steps (their median) between two sgemm calls
+// (their mean), so both sides of a ratio see the same load; the figures are the medians over the
+// repetitions and the spread (min, max) of the per-repetition ratios.
 // With --breakdown, one line per op of the step (median ms): each layer's forward (F), input
 // gradient (I) and weight gradient (W), and the epilogue's gradient norm and optimizer update.
 // Model FLOPs per sample count GEMMs only: forward 2W, weight gradient 2W, input gradient 2W
@@ -142,15 +142,21 @@ int main(int argc, char** argv) {
     const double flops_per_step = static_cast<double>(batch) * mlp_gemm_flops_per_sample(model);
     std::vector<double> limits, step_s, ratios;
     for (int r = 0; r < reps; ++r) {
+      // The sgemm before and after the steps, averaged: a load that changes during the steps
+      // weighs on both sides of the ratio.
       const auto t0 = Clock::now();
       sgemm();
-      const double limit = 2.0 * static_cast<double>(n * n * n) / seconds_since(t0) / 1e9;
+      const double before = seconds_since(t0);
       std::vector<double> s;
       for (int i = 0; i < steps; ++i) {
         const auto t1 = Clock::now();
         trainer.train_step(hx, hy);
         s.push_back(seconds_since(t1));
       }
+      const auto t2 = Clock::now();
+      sgemm();
+      const double after = seconds_since(t2);
+      const double limit = 2.0 * static_cast<double>(n * n * n) / ((before + after) / 2) / 1e9;
       const double step = pt::bench::spread_of(s).median;
       limits.push_back(limit);
       step_s.push_back(step);
