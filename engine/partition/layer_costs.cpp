@@ -47,6 +47,9 @@ std::vector<LayerProfile> estimate_costs(const Model& model, int64_t microbatch_
         roofline(B * c.forward_flops, in + w + outb + saved, flops_per_second, bytes_per_second);
     p.backward_input_s = roofline(B * c.backward_input_flops, outb + w + saved + in,
                                   flops_per_second, bytes_per_second);
+    // No layer before the first with parameters computes its input gradient (nothing reads it:
+    // layers/model.h), so it costs nothing there.
+    if (!model.needs_input_gradient(l)) p.backward_input_s = 0;
     // A layer without parameters has nothing to do in W (the default backward_weight is empty).
     if (p.param_bytes > 0 || c.backward_weight_flops > 0)
       p.backward_weight_s = roofline(B * c.backward_weight_flops, outb + saved + 2 * w,

@@ -135,7 +135,10 @@ std::vector<LayerProfile> profile_costs(const Model& model, Backend& backend,
     }
     pass_ctx.clear();  // the pass keeps only what the next layers need: the output and the skips
     p.forward_s = std::max(median(tf), kMinSeconds);
-    p.backward_input_s = std::max(median(ti), kMinSeconds);
+    // Timed for every layer, charged only where a step computes it: after the first layer with
+    // parameters (layers/model.h; a later stage whose first layer comes before it, which no
+    // balanced split makes, still computes it and is predicted a little fast).
+    p.backward_input_s = model.needs_input_gradient(l) ? std::max(median(ti), kMinSeconds) : 0.0;
     p.backward_weight_s = has_weights ? std::max(median(tw), kMinSeconds) : 0.0;
     out.push_back(p);
   };

@@ -20,7 +20,9 @@ TEST_CASE("estimate_costs: every layer of fashion_cnn takes time, sizes follow t
     const Layer& layer = m.layer(l);
     INFO("layer ", l, " ", layer.name());
     CHECK(p.forward_s > 0);  // flatten and pooling too: they stream their tensors
-    CHECK(p.backward_input_s > 0);
+    // The first conv's input gradient is never computed (nothing reads it): it costs nothing.
+    CHECK((p.backward_input_s > 0) == m.needs_input_gradient(l));
+    CHECK((p.backward_input_s > 0) == (l > 0));
     CHECK((p.backward_weight_s > 0) == (layer.param_count() > 0));
     CHECK(p.param_bytes == layer.param_count() * 4);
     CHECK(p.output_bytes == layer.output_shape().numel() * B * 4);
@@ -43,7 +45,8 @@ TEST_CASE("profile_costs: deep_mlp(2, 64) measured on the CPU backend") {
     const LayerProfile& p = c[static_cast<size_t>(l)];
     INFO("layer ", l, " ", m.layer(l).name());
     CHECK(p.forward_s > 0);
-    CHECK(p.backward_input_s > 0);
+    // flatten and the first linear: no step computes their input gradients, none is charged.
+    CHECK((p.backward_input_s > 0) == (l >= 2));
     CHECK((p.backward_weight_s > 0) == (m.layer(l).param_count() > 0));
     CHECK(p.total_s() < 1.0);  // a 64-wide layer on 8 samples: far below a second
     CHECK(p.param_bytes == e[static_cast<size_t>(l)].param_bytes);
@@ -93,7 +96,7 @@ TEST_CASE(
   for (int l = 0; l < m.num_layers(); ++l) {
     INFO("layer ", l, " ", m.layer(l).name());
     CHECK(c[static_cast<size_t>(l)].forward_s > 0);
-    CHECK(c[static_cast<size_t>(l)].backward_input_s > 0);
+    CHECK((c[static_cast<size_t>(l)].backward_input_s > 0) == (l > 0));  // none for the first
     CHECK(c[static_cast<size_t>(l)].output_bytes == 4 * m.layer(l).output_shape().numel() * 4);
   }
 }
