@@ -10,7 +10,6 @@
 //    overhead_pct = 100 * (median on - median off) / median off; "bound_pct" = the events of one
 //    step times the single-thread event cost, over the step: what the recorder can cost at most
 //    when nothing else differs (the measured difference is within the machine's noise).
-#include <algorithm>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -19,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "bench/json_line.h"
+#include "bench/repeated_seconds.h"
 #include "bench/synthetic_batch.h"
 #include "engine/setup/training_run.h"
 #include "engine/trace/flight_recorder.h"
@@ -28,14 +28,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct Spread {
-  double median, min, max;
-};
-
-Spread spread(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return {v[v.size() / 2], v.front(), v.back()};
-}
+using pt::bench::Spread;
+using pt::bench::spread_of;
 
 // ns per begin()+finish() on each of `threads` threads recording at once.
 double event_ns(pt::FlightRecorder& r, int threads, int64_t events) {
@@ -77,7 +71,7 @@ int main(int argc, char** argv) {
       event_ns(r, threads, events / 10);  // warm-up
       std::vector<double> ns;
       for (int i = 0; i < reps; ++i) ns.push_back(event_ns(r, threads, events));
-      const Spread s = spread(ns);
+      const Spread s = spread_of(ns);
       pt::bench::emit({{"bench", "flight_recorder_event"},
                        {"threads", int64_t{threads}},
                        {"enabled", int64_t{enabled}},
@@ -116,7 +110,7 @@ int main(int argc, char** argv) {
     off.push_back(timed_steps(false));
   }
   recorder.set_enabled(true);
-  const Spread a = spread(on), b = spread(off);
+  const Spread a = spread_of(on), b = spread_of(off);
   pt::FlightRecorder probe(4096);
   const double one_event_ns = event_ns(probe, 1, events);
   pt::bench::emit(
