@@ -13,10 +13,11 @@
 # stages, mpirun -np 2 --stages 2, -np 4 --stages 2 --dp 2); pipetrain-gpt 200 steps, tied and
 # --untied. The first line says which machine it ran on (CPU, cores, load average, date, commit).
 #
-# Takes about 8 minutes on a quiet 2-core machine (most of it the two GPT example runs and the
-# pipeline sweep; a "run_time" line per command says how long each took). Every figure is only
-# as good as the machine is quiet: run it with nothing else running (the load average at the
-# start and the end is in the table's heading; the script warns above 0.5).
+# Takes about 6 minutes on a quiet 2-core machine (estimated from its parts; half of it the two
+# GPT example runs; a "run_time" line per command says how long each took); under load average 9
+# it took 36 minutes. Every figure is only as good as the machine is quiet: run it with nothing
+# else running (the load average at the start and the end is in the table's heading; the script
+# warns above 0.5).
 #
 # Needs: the benchmarks and the examples built (ninja -C BUILD_DIR pipetrain-bench-train-step
 # pipetrain-bench-pipeline pipetrain-bench-gpt pipetrain-bench-data-parallel
@@ -48,12 +49,15 @@ python3 - "$(load)" "$(nproc)" "$(git -C "$here/.." rev-parse --short HEAD 2>/de
   "${mpi_flags[*]}" >>"$out" <<'PY'
 import datetime, json, platform, re, sys
 load, cores, commit, mpi_flags = sys.argv[1:]
-cpu = "unknown CPU"
-try:
-    cpu = re.search(r"^model name\s*:\s*(.*)$", open("/proc/cpuinfo").read(), re.M).group(1)
-except (OSError, AttributeError):
-    pass
-print(json.dumps({"bench": "machine", "cpu": cpu.strip(), "cores": int(cores),
+def cpuinfo(key):
+    try:
+        m = re.search(rf"^{key}\s*:\s*(.*)$", open("/proc/cpuinfo").read(), re.M)
+        return m.group(1).strip() if m else "?"
+    except OSError:
+        return "?"
+# The model name alone can be vague in a VM ("AMD EPYC"): family and model say which generation.
+cpu = f"{cpuinfo('model name')} (family {cpuinfo('cpu family')}, model {cpuinfo('model')})"
+print(json.dumps({"bench": "machine", "cpu": cpu, "cores": int(cores),
                   "load_start": float(load), "kernel": platform.release(),
                   "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                   "commit": commit, "mpirun_flags": mpi_flags}))
