@@ -4,6 +4,11 @@
 //   {"bench":"gpt_step", "setup":"1 device x T threads" | "2 stages x 1 thread (1f1b, M=4)",
 //    "cores", "step_ms", "tokens_per_s", "model_gflops", "ratio_to_sgemm" (each + _min, _max),
 //    "reps"}
+//   {"bench":"gpt_step_cpu", "setup":"1 device x 1 thread", "sgemm_cpu_gflops",
+//    "step_cpu_ms_median", "step_cpu_ms_min", "step_cpu_ms_max", "reps", "ratio_to_sgemm_cpu"}
+//    the same 1-thread ratio in CPU seconds (medians of >= 5 repetitions): on a machine whose
+//    other core is busy, wall-time ratios move with the load between the sgemm and the steps;
+//    these do not.
 // Model FLOPs per token follow PaLM's accounting: 6 N + 12 L d T, N = the parameters that take
 // part in matrix products (all but the two embedding tables, the tied LM head counted once),
 // attention counted in full (not halved for the causal mask). Each figure is the median of
@@ -15,6 +20,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "bench/best_seconds.h"  // process_cpu_seconds
 #include "bench/json_line.h"
 #include "bench/repeated_seconds.h"
 #include "engine/core/random.h"
@@ -78,6 +84,36 @@ void report(const std::string& setup, int cores, const std::vector<double>& step
   pt::bench::emit(out);
 }
 
+// The 1-thread ratio in CPU seconds: the median sgemm rate and the median step over `reps`.
+void report_cpu(pt::Backend& b, pt::Trainer& trainer, const pt::Tensor& hx, const pt::Tensor& hy,
+                int reps, double flops_token) {
+  using pt::bench::process_cpu_seconds;
+  constexpr int64_t n = 2048;
+  pt::Tensor A = b.empty({n, n}), B = b.empty({n, n}), C = b.zeros({n, n});
+  b.fill(A.f32(), 0.5f, n * n);
+  b.fill(B.f32(), 0.25f, n * n);
+  std::vector<double> gemm_rates, steps;
+  for (int r = 0; r < reps; ++r) {
+    double t0 = process_cpu_seconds();
+    b.gemm(false, false, n, n, n, 1.f, A.f32(), n, B.f32(), n, 0.f, C.f32(), n);
+    gemm_rates.push_back(2.0 * static_cast<double>(n * n * n) / (process_cpu_seconds() - t0) / 1e9);
+    t0 = process_cpu_seconds();
+    trainer.train_step(hx, hy);  // alternated with the sgemm so load changes hit both alike
+    steps.push_back(process_cpu_seconds() - t0);
+  }
+  const pt::bench::Spread limit = pt::bench::spread_of(gemm_rates),
+                          step = pt::bench::spread_of(steps);
+  const double gflops = static_cast<double>(kBatch * kContext) / step.median * flops_token / 1e9;
+  pt::bench::emit({{"bench", std::string("gpt_step_cpu")},
+                   {"setup", std::string("1 device x 1 thread")},
+                   {"sgemm_cpu_gflops", limit.median},
+                   {"step_cpu_ms_median", step.median * 1e3},
+                   {"step_cpu_ms_min", step.min * 1e3},
+                   {"step_cpu_ms_max", step.max * 1e3},
+                   {"reps", int64_t{step.reps}},
+                   {"ratio_to_sgemm_cpu", gflops / limit.median}});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -112,6 +148,7 @@ int main(int argc, char** argv) {
     pt::Trainer trainer(m, *backend, trainer_config(1));
     report(fmt::format("1 device x {} thread{}", t, t == 1 ? "" : "s"), t,
            pt::bench::repeated_seconds(1, steps, [&] { trainer.train_step(hx, hy); }), fpt, limit);
+    if (t == 1) report_cpu(*backend, trainer, hx, hy, std::max(steps, 5), fpt);
   }
   // Two stages of one core each (the limit: two cores' sgemm, as the 2-thread figure).
   std::vector<std::unique_ptr<pt::Backend>> owned;

@@ -27,6 +27,9 @@ using Clock = std::chrono::steady_clock;
 // Largest piece of an all-reduce (and broadcast) handed to MPI at once. A single all-reduce of
 // >= 32 MiB was measured 10x slower per byte on our machines than the same bytes in 4 MiB pieces.
 constexpr size_t kChunkBytes = size_t{4} << 20;
+// How long a cancelled receive may take to report that it was cancelled (locally: at once) or
+// that it completed after all.
+constexpr double kCancelGraceSeconds = 2.0;
 
 std::string mpi_error_text(int code) {
   char text[MPI_MAX_ERROR_STRING];
@@ -238,16 +241,23 @@ class MpiCommunicator final : public Communicator {
     MPI_Status status;
     int rc = MPI_SUCCESS;
     if (!poll_until(request, deadline_after(timeout_s_), &status, &rc)) {
+      const std::string message =
+          fmt::format("{}: {}: recv timed out after {:g} s waiting for world rank {} (tag {})",
+                      what, describe_, timeout_s_, world_ranks_[src], tag);
       // A receive can be cancelled; if the message arrived meanwhile, the cancel fails and the
-      // receive completed normally.
+      // receive completed normally. A message already being received (a large one, whose sender
+      // died mid-transfer) can be neither cancelled nor completed: MPI_Wait would block forever,
+      // so wait with a deadline and, past it, give the request up as a timed-out collective is.
       check(MPI_Cancel(&request), "MPI_Cancel");
-      check(MPI_Wait(&request, &status), "MPI_Wait (cancelled recv)");
+      if (!poll_until(request, deadline_after(kCancelGraceSeconds), &status, &rc)) {
+        std::lock_guard lock(mutex_);
+        abandoned_.push_back(request);
+        if (broken_.empty()) broken_ = message;
+        throw TimeoutError(message + " (the message had begun to arrive and stopped)");
+      }
       int cancelled = 0;
       check(MPI_Test_cancelled(&status, &cancelled), "MPI_Test_cancelled");
-      if (cancelled)
-        throw TimeoutError(
-            fmt::format("{}: {}: recv timed out after {:g} s waiting for world rank {} (tag {})",
-                        what, describe_, timeout_s_, world_ranks_[src], tag));
+      if (cancelled) throw TimeoutError(message);
     }
     int error_class = MPI_SUCCESS;
     if (rc != MPI_SUCCESS) MPI_Error_class(rc, &error_class);

@@ -28,6 +28,12 @@ struct ScheduleChoice {
   // Throws UsageError naming the valid forms.
   static ScheduleChoice parse(std::string_view text);
   std::string str() const;  // the text parse() reads back: "1f1b", "interleaved:2", "file:s.txt"
+  // The V placements (zbv, v-half, v-min, dualpipev): two stages on every device, so pipelined
+  // even on one device, and never one stage per worker process.
+  bool v_shape() const {
+    return kind == Kind::zbv || kind == Kind::v_half || kind == Kind::v_min ||
+           kind == Kind::dualpipev;
+  }
   bool operator==(const ScheduleChoice&) const = default;
 };
 

@@ -74,10 +74,7 @@ void TrainingOptions::check(int64_t batch) const {
         "--ps with --update async: the parameter servers apply the updates, so there is no "
         "per-stage UPDATE to make asynchronous; drop --ps (--update async --dp R all-reduces) or "
         "use --ps K --staleness T for asynchronous updates");
-  if (ps > 0 && (schedule.kind == ScheduleChoice::Kind::dualpipev ||
-                 schedule.kind == ScheduleChoice::Kind::zbv ||
-                 schedule.kind == ScheduleChoice::Kind::v_half ||
-                 schedule.kind == ScheduleChoice::Kind::v_min))
+  if (ps > 0 && schedule.v_shape())
     throw UsageError(fmt::format(
         "--ps with --schedule {}: a V puts two stages on every worker, and a --ps worker is one "
         "stage on one device: use --schedule 1f1b, gpipe or zb-h1",
@@ -117,13 +114,9 @@ void TrainingOptions::check(int64_t batch) const {
 }
 
 bool TrainingOptions::pipelined() const {
-  // The V shapes place two stages on each device: pipelined even on one device.
-  const bool v_shape = schedule.kind == ScheduleChoice::Kind::zbv ||
-                       schedule.kind == ScheduleChoice::Kind::v_half ||
-                       schedule.kind == ScheduleChoice::Kind::v_min ||
-                       schedule.kind == ScheduleChoice::Kind::dualpipev;
-  return force_pipeline || stages > 1 || schedule.kind == ScheduleChoice::Kind::file || v_shape ||
-         !trace.empty() || !timeline.empty() || plan_only || dp > 1 || ps > 0 || async_update;
+  return force_pipeline || stages > 1 || schedule.kind == ScheduleChoice::Kind::file ||
+         schedule.v_shape() || !trace.empty() || !timeline.empty() || plan_only || dp > 1 ||
+         ps > 0 || async_update;
 }
 
 }  // namespace pt

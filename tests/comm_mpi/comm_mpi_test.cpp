@@ -6,10 +6,17 @@
 //   comm_mpi_test                   the checks below
 //   comm_mpi_test --timeout-check   world rank 1 skips one all-reduce: every other rank must get a
 //                                   TimeoutError naming it; then all ranks re-synchronise and exit
+//   comm_mpi_test --dead-sender-check  (-np 2, mpirun --mca orte_abort_on_non_zero_status 0)
+//                                   world rank 1 starts sending 256 MiB and kills itself (-9): the
+//                                   receive on rank 0 must end in a TimeoutError within its timeout
+//                                   and a short grace, not hang (a message that had begun to
+//                                   arrive can be neither cancelled nor completed)
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -258,6 +265,33 @@ int timeout_check(pt::MpiRuntime& mpi) {
   return failures ? 1 : 0;
 }
 
+int dead_sender_check(pt::MpiRuntime& mpi) {
+  auto world = pt::mpi_world(1.0);
+  std::vector<std::byte> buffer(size_t{256} << 20);  // stays alive: MPI may still write it
+  world->barrier("both ready");
+  if (mpi.world_rank() == 1) {
+    [[maybe_unused]] auto sending = world->isend(buffer.data(), buffer.size(), 0, 5);
+    std::raise(SIGKILL);  // dies with the transfer begun: what a killed process leaves behind
+  }
+  Expect expect;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    world->recv(buffer.data(), buffer.size(), 1, 5, "from a sender that dies");
+    expect(false, "the receive completed although the sender died before it could progress");
+  } catch (const pt::TimeoutError& e) {
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::string m = e.what();
+    expect(m.find("world rank 1") != std::string::npos, m);
+    expect(waited >= 0.9 && waited < 6.0, fmt::format("waited {} s", waited));
+    fmt::print(stderr, "[world rank 0] got, as expected, after {:.1f} s: {}\n", waited, m);
+  }
+  // Rank 0 alone, with a dead peer: MPI_Finalize might wait for it, so end here.
+  fmt::print("{} dead sender check\n", expect.failures ? "FAIL" : "PASS");
+  std::fflush(stdout);
+  std::_Exit(expect.failures ? 1 : 0);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -266,6 +300,8 @@ int main(int argc, char** argv) {
     g_world_rank = mpi.world_rank();
     if (!pt::launched_by_mpi())
       fmt::print(stderr, "warning: launched_by_mpi() is false under mpirun\n");
+    if (argc > 1 && std::string_view(argv[1]) == "--dead-sender-check")
+      return dead_sender_check(mpi);
     if (argc > 1 && std::string_view(argv[1]) == "--timeout-check") {
       const int rc = timeout_check(mpi);
       if (rc) pt::MpiRuntime::abort(rc);

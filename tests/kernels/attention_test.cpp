@@ -1,7 +1,9 @@
 // Causal multi-head attention (attention_forward / attention_backward) against a naive
 // double-precision reference that builds the full (T, T) softmax of every head. Sizes cross the
-// kernel's blocks (32 queries, 64 keys): T = 1, T below a block, T a multiple of a block, and T
-// not a multiple. Tolerance: |got - ref| <= 2e-5 + 2e-4 |ref| (fp32 sums over up to T terms).
+// kernel's tiles (4 query rows, 16 keys and 16 head columns per vector, 4 vectors per register
+// tile, 32 query rows per backward step): T = 1, T below a tile, T a multiple, T not a multiple,
+// head sizes that are not a multiple of 16 and one over 4 vectors. Tolerance: |got - ref| <=
+// 2e-5 + 2e-4 |ref| (fp32 sums over up to T terms); NaN fails.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -97,11 +99,14 @@ AttentionRun run_attention(Backend& be, const std::vector<float>& QKV, const std
 TEST_CASE("attention forward and backward match the full-softmax reference") {
   CpuBackend be(0, 1);
   const AttentionDims cases[] = {
-      {1, 1, 1, 4},    // T = 1: each row attends to itself only
-      {2, 5, 3, 8},    // T below both blocks
-      {1, 64, 2, 16},  // T a multiple of both blocks
-      {2, 97, 2, 64},  // crosses query and key blocks, not a multiple; GPT head size
-      {1, 130, 1, 5},  // three key blocks, odd head size
+      {1, 1, 1, 4},     // T = 1: each row attends to itself only
+      {2, 5, 3, 8},     // T below both blocks
+      {1, 64, 2, 16},   // T a multiple of both blocks
+      {2, 97, 2, 64},   // crosses query and key blocks, not a multiple; GPT head size
+      {1, 130, 1, 5},   // three key blocks, odd head size
+      {1, 33, 1, 20},   // one past a backward step; head size padded to 32
+      {3, 17, 2, 16},   // one past a vector of keys
+      {1, 40, 1, 144},  // head of 9 vectors: column tiles of 4, 4 and 1
   };
   for (const AttentionDims& s : cases) {
     CAPTURE(s.B);
@@ -168,4 +173,52 @@ TEST_CASE("attention rows depend only on earlier positions (causal)") {
   CHECK(
       std::equal(a.out.begin(), a.out.begin() + static_cast<std::ptrdiff_t>(keep), b.out.begin()));
   CHECK_FALSE(std::equal(a.out.begin(), a.out.end(), b.out.begin()));
+  // dq of row i depends on k_j, v_j for j <= i only: bit-identical for rows 0 .. t, changed after.
+  const int64_t d = s.H * s.Dh;
+  for (int64_t i = 0; i < s.T; ++i) {
+    const auto q0 = static_cast<std::ptrdiff_t>(i * row);  // the q part of row i
+    CAPTURE(i);
+    CHECK(std::equal(a.dqkv.begin() + q0, a.dqkv.begin() + q0 + d, b.dqkv.begin() + q0) ==
+          (i <= t));
+  }
+}
+
+TEST_CASE("a non-finite value reaches only the positions the causal mask lets it reach") {
+  // Tiles span several query rows and keys; the kernel must not multiply a masked zero by a
+  // later position's inf or NaN (0 x inf = NaN), in the forward or the backward.
+  CpuBackend be(0, 1);
+  const AttentionDims s{1, 70, 1, 16};
+  const size_t n_qkv = static_cast<size_t>(s.B * s.T * 3 * s.H * s.Dh);
+  const auto QKV = random_floats(n_qkv, 61, -2.f, 2.f);
+  const auto DO = random_floats(n_qkv / 3, 62);
+  const AttentionRun a = run_attention(be, QKV, DO, s, 0.25f);
+  const int64_t row = 3 * s.Dh, d = s.Dh;
+  auto rows_equal = [&](const std::vector<float>& x, const std::vector<float>& y, int64_t i,
+                        int64_t stride, int64_t offset) {
+    const auto o = static_cast<std::ptrdiff_t>(i * stride + offset);
+    return std::equal(x.begin() + o, x.begin() + o + d, y.begin() + o);
+  };
+  for (const int64_t t : {1, 18, 34, 35}) {  // first, middle and last rows of 4-row tiles
+    CAPTURE(t);
+    // inf in k_t and NaN in v_t: rows before t, forward and dq, are unchanged.
+    auto bad = QKV;
+    bad[static_cast<size_t>(t * row + d)] = std::numeric_limits<float>::infinity();
+    bad[static_cast<size_t>(t * row + 2 * d + 3)] = std::numeric_limits<float>::quiet_NaN();
+    const AttentionRun b = run_attention(be, bad, DO, s, 0.25f);
+    for (int64_t i = 0; i < t; ++i) {
+      CAPTURE(i);
+      CHECK(rows_equal(a.out, b.out, i, d, 0));
+      CHECK(rows_equal(a.dqkv, b.dqkv, i, row, 0));
+    }
+    // NaN in dout_t: dq of every other row, dk and dv of every later key are unchanged.
+    auto bad_grad = DO;
+    bad_grad[static_cast<size_t>(t * d + 5)] = std::numeric_limits<float>::quiet_NaN();
+    const AttentionRun c = run_attention(be, QKV, bad_grad, s, 0.25f);
+    for (int64_t i = 0; i < s.T; ++i) {
+      CAPTURE(i);
+      if (i != t) CHECK(rows_equal(a.dqkv, c.dqkv, i, row, 0));
+      if (i > t) CHECK(rows_equal(a.dqkv, c.dqkv, i, row, d));
+      if (i > t) CHECK(rows_equal(a.dqkv, c.dqkv, i, row, 2 * d));
+    }
+  }
 }
