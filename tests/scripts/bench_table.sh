@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/bench-table.py (the README's Figures table from one scripts/bench-all.sh run) on a
-# recorded run (bench_all_fixture.jsonl: the lines of a real run, trimmed): every row has its
+# recorded run (bench_all_fixture.jsonl: the lines of a real run on a loaded machine, trimmed; the
+# gpt and attention lines from a later run of those two): every row has its
 # figure, the figures are the medians and spreads of the lines (not the best), a missing
 # benchmark turns its rows into "not measured" and leaves the others, a failed command is named,
 # and a file that is not a bench-all.sh output is refused.
@@ -63,6 +64,14 @@ grep -q '^| GPT (context 128.*not measured (no gpt_step line in run gpt' "$tmp/f
   fail "the GPT row is not marked missing"
 # shellcheck disable=SC2016 # the backquotes are Markdown
 grep -qF 'Failed in this run: `gpt` (exit 134).' "$tmp/failed.md" || fail "the failure is not named"
+
+# ---- a benchmark that renamed a field: its row names the field, the others stay ----
+sed '/"run": "gpt", "bench": "gpt_step_cpu"/s/"ratio_to_sgemm_cpu"/"renamed"/' "$fixture" \
+  >"$tmp/renamed.jsonl"
+python3 "$table" "$tmp/renamed.jsonl" >"$tmp/renamed.md" || fail "exited $? on a renamed field"
+[ "$(grep -c 'not measured' "$tmp/renamed.md")" = 1 ] || fail "renamed field: not one row missing"
+grep -qF "not measured (no field 'ratio_to_sgemm_cpu' in its line)" "$tmp/renamed.md" ||
+  fail "the renamed field is not named"
 
 # ---- refused: not a bench-all.sh file, and a line that is not JSON ----
 grep -v '"bench": "machine"' "$fixture" >"$tmp/no-machine.jsonl"
