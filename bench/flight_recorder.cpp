@@ -10,7 +10,14 @@
 //    overhead_pct = 100 * (median on - median off) / median off; "bound_pct" = the events of one
 //    step times the single-thread event cost, over the step: what the recorder can cost at most
 //    when nothing else differs (the measured difference is within the machine's noise).
+//   {"bench":"step_trace_train", ..., "step_ms_traced_median", ..., "step_ms_untraced_median",
+//    ..., "overhead_pct", "trace_ns_per_action", "bound_pct"}   the same steps with the
+//    per-action trace (the bubble report's timing events, Backend::record_timing_event) recorded
+//    and not, interleaved the same way; bound_pct = the trace's own work per action (timed alone)
+//    times the actions of a step, over the untraced step
 #include <chrono>
+#include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -20,6 +27,7 @@
 #include "bench/json_line.h"
 #include "bench/repeated_seconds.h"
 #include "bench/synthetic_batch.h"
+#include "engine/pipeline/executor.h"
 #include "engine/setup/training_run.h"
 #include "engine/trace/flight_recorder.h"
 #include "layers/zoo.h"
@@ -113,22 +121,70 @@ int main(int argc, char** argv) {
   const Spread a = spread_of(on), b = spread_of(off);
   pt::FlightRecorder probe(4096);
   const double one_event_ns = event_ns(probe, 1, events);
-  pt::bench::emit(
-      {{"bench", "flight_recorder_train"},
-       {"model", "fashion_mlp"},
-       {"stages", int64_t{stages}},
-       {"microbatches", int64_t{microbatches}},
-       {"batch", batch},
-       {"steps_per_rep", int64_t{steps}},
-       {"reps", int64_t{reps}},
-       {"actions_per_step", actions},
-       {"step_ms_on_median", a.median},
-       {"step_ms_on_min", a.min},
-       {"step_ms_on_max", a.max},
-       {"step_ms_off_median", b.median},
-       {"step_ms_off_min", b.min},
-       {"step_ms_off_max", b.max},
-       {"overhead_pct", 100.0 * (a.median - b.median) / b.median},
-       {"bound_pct", 100.0 * static_cast<double>(actions) * one_event_ns * 1e-6 / b.median}});
+  // The fields of both step comparisons: the run, and the medians and spreads of the steps
+  // with a kind of recording on and off.
+  const auto comparison = [&](const std::string& bench, const std::string& on_name,
+                              const std::string& off_name, const Spread& a, const Spread& b) {
+    return pt::bench::Fields{{"bench", bench},
+                             {"model", "fashion_mlp"},
+                             {"stages", int64_t{stages}},
+                             {"microbatches", int64_t{microbatches}},
+                             {"batch", batch},
+                             {"steps_per_rep", int64_t{steps}},
+                             {"reps", int64_t{reps}},
+                             {"actions_per_step", actions},
+                             {"step_ms_" + on_name + "_median", a.median},
+                             {"step_ms_" + on_name + "_min", a.min},
+                             {"step_ms_" + on_name + "_max", a.max},
+                             {"step_ms_" + off_name + "_median", b.median},
+                             {"step_ms_" + off_name + "_min", b.min},
+                             {"step_ms_" + off_name + "_max", b.max},
+                             {"overhead_pct", 100.0 * (a.median - b.median) / b.median}};
+  };
+  pt::bench::Fields recorder_fields = comparison("flight_recorder_train", "on", "off", a, b);
+  recorder_fields.push_back(
+      {"bound_pct", 100.0 * static_cast<double>(actions) * one_event_ns * 1e-6 / b.median});
+  pt::bench::emit(recorder_fields);
+
+  // ---- training steps, per-action trace on and off (the recorder on) ----
+  if (!run.pipeline) return 0;  // one stage: no pipeline, no trace
+  const auto traced_steps = [&](bool on) {
+    run.pipeline->set_record_trace(on);
+    return timed_steps(true);
+  };
+  traced_steps(false);  // warm-up
+  std::vector<double> traced, untraced;
+  for (int i = 0; i < reps; ++i) {
+    traced.push_back(traced_steps(true));
+    untraced.push_back(traced_steps(false));
+  }
+  run.pipeline->set_record_trace(true);
+  const Spread t = spread_of(traced), u = spread_of(untraced);
+  // What the trace adds per action, alone: what Executor::run does for it (two timing events,
+  // read once the list is done, into one ExecutedAction).
+  const auto trace_ns = [&] {
+    pt::Backend& b = *run.backends[0];
+    const size_t n = 4096;
+    std::vector<std::unique_ptr<pt::TimingEvent>> marks;
+    std::vector<pt::ExecutedAction> out;
+    const auto t0 = Clock::now();
+    const auto anchor = b.record_timing_event();
+    marks.reserve(2 * n);
+    for (size_t i = 0; i < 2 * n; ++i) marks.push_back(b.record_timing_event());
+    for (size_t i = 0; i < n; ++i)
+      out.push_back({pt::sched::Action{}, 1e6 * marks[2 * i]->seconds_since(*anchor),
+                     1e6 * marks[2 * i + 1]->seconds_since(*anchor)});
+    return std::chrono::duration<double, std::nano>(Clock::now() - t0).count() /
+           static_cast<double>(n);
+  };
+  trace_ns();  // warm-up
+  std::vector<double> per_action;
+  for (int i = 0; i < reps; ++i) per_action.push_back(trace_ns());
+  const double action_ns = spread_of(per_action).median;
+  pt::bench::Fields trace_fields = comparison("step_trace_train", "traced", "untraced", t, u);
+  trace_fields.push_back({"trace_ns_per_action", action_ns});
+  trace_fields.push_back(
+      {"bound_pct", 100.0 * static_cast<double>(actions) * action_ns * 1e-6 / u.median});
+  pt::bench::emit(trace_fields);
   return 0;
 }

@@ -257,7 +257,7 @@ std::optional<RunResult> run_pipeline(const Flags& f, pt::CostSource cost_source
   pc.trainer = pt::bench::sgd_config(M);
   pc.schedule = plan.schedule;
   pc.layers_per_stage = plan.partition.layout();
-  pc.record_trace = true;  // a clock read and a push_back per action
+  pc.record_trace = true;  // two timing events per action, read once per step
   pt::PipelineTrainer trainer(model, devices, pc);
 
   std::vector<std::vector<std::vector<pt::ExecutedAction>>> traces;  // per timed step

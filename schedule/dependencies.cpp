@@ -21,17 +21,52 @@ Form infer_form(const Schedule& schedule) {
   return Form::ComputeOnly;
 }
 
-ActionIndex::ActionIndex(const Schedule& schedule) {
+namespace {
+constexpr int kActionTypes = static_cast<int>(ActionType::UPDATE) + 1;
+}  // namespace
+
+int64_t ActionIndex::dense_key(const Action& a) const {
+  const int type = static_cast<int>(a.type);
+  // micro-batch -1 (REDUCE_GRAD) .. M: M + 2 columns.
+  if (a.stage < 0 || a.stage >= stages_ || type >= kActionTypes || a.microbatch < -1 ||
+      a.microbatch > microbatches_)
+    return -1;
+  return (static_cast<int64_t>(a.stage) * kActionTypes + type) * (microbatches_ + 2) +
+         (a.microbatch + 1);
+}
+
+ActionIndex::ActionIndex(const Schedule& schedule)
+    : stages_(schedule.num_stages > 0 ? schedule.num_stages : 0),
+      microbatches_(schedule.microbatches > 0 ? schedule.microbatches : 0) {
+  // A valid schedule fills a few percent of the table or more; a header that claims far more
+  // stages or micro-batches than its lists hold (a fuzzed file) gets no table, only the map.
+  size_t actions = 0;
+  for (const auto& list : schedule.actions) actions += list.size();
+  const double table = static_cast<double>(stages_) * kActionTypes * (microbatches_ + 2.0);
+  if (table > 64.0 * static_cast<double>(actions) + 4096.0) stages_ = microbatches_ = 0;
+  dense_.assign(
+      static_cast<size_t>(stages_) * kActionTypes * static_cast<size_t>(microbatches_ + 2), Slot{});
   for (size_t d = 0; d < schedule.actions.size(); ++d) {
     const auto& list = schedule.actions[d];
-    for (size_t i = 0; i < list.size(); ++i)
-      slots_.try_emplace(key_of(list[i]), Slot{static_cast<int>(d), static_cast<int>(i)});
+    for (size_t i = 0; i < list.size(); ++i) {
+      const Slot here{static_cast<int>(d), static_cast<int>(i)};
+      if (const int64_t k = dense_key(list[i]); k >= 0) {
+        if (dense_[static_cast<size_t>(k)].device < 0) dense_[static_cast<size_t>(k)] = here;
+      } else {
+        out_of_range_.try_emplace(key_of(list[i]), here);
+      }
+    }
   }
 }
 
 std::optional<Slot> ActionIndex::find(const Action& action) const {
-  const auto it = slots_.find(key_of(action));
-  if (it == slots_.end()) return std::nullopt;
+  if (const int64_t k = dense_key(action); k >= 0) {
+    const Slot s = dense_[static_cast<size_t>(k)];
+    if (s.device < 0) return std::nullopt;
+    return s;
+  }
+  const auto it = out_of_range_.find(key_of(action));
+  if (it == out_of_range_.end()) return std::nullopt;
   return it->second;
 }
 

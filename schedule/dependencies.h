@@ -22,6 +22,7 @@
 // backward, else B(s,m); and wgrad(s,m) is the weight-gradient action: W(s,m), else B(s,m).
 // Stage 0 has no F(s-1) and the last stage no bwd(s+1). A SEND never waits for its RECV: sends
 // are non-blocking (the transport buffers), which the runtime's transports must honour.
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -47,13 +48,21 @@ struct Slot {
 
 // Finds actions by value. When an action appears more than once (an invalid schedule) the first
 // occurrence wins; the validator reports the duplicate.
+// Every lookup of the dry run, validator and simulator goes through here, so keys inside the
+// schedule's range (stage < S, micro-batch <= M, the UPDATE step < M) sit in a dense table (a
+// map made simulating S = 64, M = 1024, about 1M actions, take seconds); keys outside it (only
+// invalid schedules have them) go to a map.
 class ActionIndex {
  public:
   explicit ActionIndex(const Schedule& schedule);
   std::optional<Slot> find(const Action& action) const;
 
  private:
-  std::map<std::tuple<int, int, int>, Slot> slots_;  // (stage, type, micro-batch) -> slot
+  // The dense position of (stage, type, micro-batch + 1), or -1 when out of range.
+  int64_t dense_key(const Action& action) const;
+  int stages_ = 0, microbatches_ = 0;
+  std::vector<Slot> dense_;                                 // Slot{-1, -1}: none
+  std::map<std::tuple<int, int, int>, Slot> out_of_range_;  // (stage, type, micro-batch) -> slot
 };
 
 // bwd(s,m) and wgrad(s,m) of the table above, chosen by what the schedule holds.

@@ -1,7 +1,6 @@
 #include "schedule/validate.h"
 
 #include <algorithm>
-#include <set>
 #include <stdexcept>
 
 #include "schedule/dry_run.h"
@@ -22,7 +21,7 @@ class Checker {
   Validation run(const ValidateOptions& options) {
     if (check_shape()) {
       const ActionIndex index(s_);
-      check_actions();
+      check_actions(index);
       check_compute(index);
       if (form_ == Form::Lowered) {
         check_comm_actions(index);
@@ -76,8 +75,7 @@ class Checker {
     return errors_.empty();
   }
 
-  void check_actions() {
-    std::set<std::tuple<int, int, int>> seen;
+  void check_actions(const ActionIndex& index) {
     for (size_t d = 0; d < s_.actions.size(); ++d) {
       const auto& list = s_.actions[d];
       for (size_t i = 0; i < list.size(); ++i) {
@@ -108,7 +106,7 @@ class Checker {
         if (forward_only_ && a.type != ActionType::F && a.type != ActionType::SEND_F &&
             a.type != ActionType::RECV_F)
           error_at(at, a.str() + " in a forward-only schedule: it runs F, SEND_F and RECV_F only");
-        if (!seen.insert({a.stage, static_cast<int>(a.type), a.microbatch}).second)
+        if (index.find(a) != at)  // the index holds each action's first occurrence
           error_at(at, a.str() + " appears more than once");
       }
     }

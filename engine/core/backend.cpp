@@ -3,10 +3,35 @@
 // once: each backend's copy_to_peer handles only its own kind and knows no other backend.
 #include "engine/core/backend.h"
 
+#include <chrono>
 #include <cstddef>
+#include <stdexcept>
 #include <vector>
 
 namespace pt {
+
+namespace {
+
+// The host clock once the queued work is done.
+class HostTimingEvent final : public TimingEvent {
+ public:
+  double seconds_since(TimingEvent& earlier) override {
+    const auto* e = dynamic_cast<const HostTimingEvent*>(&earlier);
+    if (!e)
+      throw std::logic_error("TimingEvent::seconds_since: the events come from different backends");
+    return std::chrono::duration<double>(at_ - e->at_).count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point at_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace
+
+std::unique_ptr<TimingEvent> Backend::record_timing_event() {
+  synchronize();
+  return std::make_unique<HostTimingEvent>();
+}
 
 Tensor Backend::empty(const Shape& shape, DType dtype) {
   const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);

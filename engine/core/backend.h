@@ -38,6 +38,18 @@ class Event {
   virtual void synchronize() = 0;
 };
 
+// A point in a backend's work queue whose time can be read later, without waiting for the work
+// when it is recorded (a CUDA event with timing; on a backend whose ops complete before they
+// return, the host clock). For per-action traces: a synchronisation after each action would
+// serialise a GPU's streams, which are meant to overlap.
+class TimingEvent {
+ public:
+  virtual ~TimingEvent() = default;
+  // Seconds of device time from `earlier` (recorded before it on the same backend) to this event;
+  // waits until this event has completed.
+  virtual double seconds_since(TimingEvent& earlier) = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -87,6 +99,10 @@ class Backend {
   virtual bool copy_to_peer(Backend& dst_backend, void* dst, const void* src, size_t bytes) = 0;
   virtual std::unique_ptr<Event> record_event() = 0;
   virtual void synchronize() = 0;
+  // Marks the work queued so far, for timing (TimingEvent above). The default synchronises and
+  // reads the host clock: right for the CPU, whose synchronize() returns at once; a backend with
+  // a queue of its own overrides it with its events.
+  virtual std::unique_ptr<TimingEvent> record_timing_event();
 
   // ---- threads ----------------------------------------------------------------------------
   // The number of threads this device's ops use. bind_current_thread() must be called on each

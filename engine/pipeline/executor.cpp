@@ -33,31 +33,43 @@ Executor::Executor(const ExecutorSetup& setup, ScheduleRun& run, int device, Bac
 Executor::~Executor() = default;
 
 void Executor::run(const std::vector<Action>& actions, std::vector<ExecutedAction>* trace) {
-  const auto micros = [&](Clock::time_point t) {
-    return std::chrono::duration<double, std::micro>(t - run_.start).count();
-  };
   std::atomic<int>& position = run_.position[static_cast<size_t>(device_)];
   FlightRecorder& recorder = flight_recorder();
   FlightEvent event;
   event.kind = FlightKind::action;
   event.list = setup_.flight_list;
   event.device = setup_.flight_device_base + device_;
+  // A trace marks each action's start and end in the device's queue with timing events and reads
+  // them once the list is done: on a GPU a synchronisation per action would serialise the
+  // streams (and the measured bubble with them). `anchor` ties device time to the run's clock.
+  std::unique_ptr<TimingEvent> anchor;
+  std::vector<std::unique_ptr<TimingEvent>> marks;  // start and end of action i: 2i, 2i + 1
+  Clock::time_point anchor_at;
+  if (trace) {
+    anchor = backend_.record_timing_event();
+    anchor_at = Clock::now();
+    marks.reserve(2 * actions.size());
+  }
   for (size_t i = 0; i < actions.size(); ++i) {
     position = static_cast<int>(i);
-    const auto t0 = Clock::now();
+    if (trace) marks.push_back(backend_.record_timing_event());
     event.op = static_cast<uint8_t>(actions[i].type);
     event.stage = actions[i].stage;
     event.microbatch = actions[i].microbatch;
     event.index = static_cast<int>(i);
     recorder.record(event, [&] { execute(actions[i]); });
-    if (trace) {
-      backend_.synchronize();
-      trace->push_back({actions[i], micros(t0), micros(Clock::now())});
-    }
+    if (trace) marks.push_back(backend_.record_timing_event());
   }
   position = static_cast<int>(actions.size());
   setup_.transport->flush(
       device_, fmt::format("the completion of device {}'s sends to other processes", device_));
+  if (trace) {
+    // Microseconds from the run's start (ExecutedAction's time base).
+    const double at = std::chrono::duration<double, std::micro>(anchor_at - run_.start).count();
+    const auto micros = [&](size_t k) { return at + 1e6 * marks[k]->seconds_since(*anchor); };
+    for (size_t i = 0; i < actions.size(); ++i)
+      trace->push_back({actions[i], micros(2 * i), micros(2 * i + 1)});
+  }
   if (!states_.empty())
     throw std::logic_error(
         fmt::format("device {} finished its actions with {} micro-batch states still held: the "

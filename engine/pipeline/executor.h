@@ -79,8 +79,8 @@ class Executor {
            GradientReducer* reducer);
   ~Executor();
 
-  // Runs `actions` in order; appends each action's times to `trace` when given (the device is
-  // synchronised after each action then, so the times are the device's).
+  // Runs `actions` in order; appends each action's times to `trace` when given: the device's
+  // times, from timing events read once the list is done (Backend::record_timing_event).
   void run(const std::vector<sched::Action>& actions, std::vector<ExecutedAction>* trace);
 
  private:

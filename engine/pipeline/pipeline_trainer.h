@@ -90,6 +90,9 @@ class PipelineTrainer final : public TrainingEngine {
   int num_stages() const { return layout_.num_stages(); }
   StageParameters& stage_parameters(int s) { return *stages_.at(static_cast<size_t>(s)).params; }
   const PipelineConfig& config() const { return config_; }
+  // Whether the next steps record each action's times (last_trace()): the bubble report, --trace
+  // and --timeline need them; the benchmarks switch it to measure what recording costs.
+  void set_record_trace(bool on) { config_.record_trace = on; }
   // Actions executed in the last full-size step, per device (when record_trace): the latest step
   // whose batch was at least as large as every traced step's before it. An epoch's smaller
   // remainder batch does not replace it, so traces and measured bubbles describe a full step.

@@ -91,6 +91,17 @@ void check_device_memory(const PipelinePlan& plan, int64_t cap) {
 
 }  // namespace
 
+double boundary_transfer_s(const PlanRequest& r, const sched::Schedule& schedule, int k,
+                           double bytes) {
+  if (r.device_links.empty()) return bytes / r.transfer_bytes_per_second + r.transfer_latency_s;
+  if (k + 1 >= schedule.num_stages) return 0;
+  const int a = schedule.device_of(k), b = schedule.device_of(k + 1);
+  double slowest = 0;
+  for (int d = std::min(a, b); d < std::max(a, b); ++d)
+    slowest = std::max(slowest, r.device_links.at(static_cast<size_t>(d)).seconds(bytes));
+  return slowest;
+}
+
 sched::Schedule lower_schedule(const sched::Schedule& compute, bool data_parallel,
                                const std::string& name) {
   // A file may hold a compute-only or an already lowered schedule; lower only the former.
@@ -146,9 +157,9 @@ PipelinePlan plan_with_costs(sched::Schedule lowered, const std::vector<LayerPro
     }
     t.i += recompute_time_s(costs, st.first_layer, st.last_layer, r.recompute, k == S - 1);
     sim.stages.push_back(t);
-    sim.transfer.push_back(
-        static_cast<double>(costs[static_cast<size_t>(st.last_layer - 1)].output_bytes) /
-        r.transfer_bytes_per_second);
+    sim.transfer.push_back(boundary_transfer_s(
+        r, plan.schedule, k,
+        static_cast<double>(costs[static_cast<size_t>(st.last_layer - 1)].output_bytes)));
   }
   sim.transfer.pop_back();  // S - 1 boundaries
   plan.simulated = sched::simulate(plan.schedule, sim);

@@ -10,6 +10,7 @@
 
 #include "engine/partition/cost_source.h"
 #include "engine/partition/partitioner.h"
+#include "engine/pipeline/cluster.h"
 #include "engine/pipeline/recompute.h"
 #include "engine/pipeline/schedule_choice.h"
 #include "schedule/schedule.h"
@@ -27,6 +28,12 @@ struct PlanRequest {
   CostSource costs;                         // estimate by default
   int optimizer_slots = 1;                  // SGD momentum 1, AdamW 2
   double transfer_bytes_per_second = 30e9;  // for the simulated SEND/RECV times
+  double transfer_latency_s = 0;            // added to each
+  // The link between neighbouring pipeline devices d and d + 1 (D - 1 entries) where they
+  // differ (a cluster's nodes, cluster.h); a boundary between devices further apart
+  // (interleaved's last device -> first) takes the slowest link between them. Empty: the two
+  // figures above everywhere.
+  std::vector<Link> device_links;
   bool data_parallel = false;  // --dp > 1: add REDUCE_GRAD after each stage's last backward
   RecomputePolicy recompute;   // its extra forward is in the simulated backward (recompute_cost.h)
 };
@@ -61,6 +68,11 @@ PipelinePlan make_plan(const Model& model, const PlanRequest& request,
 // data_parallel) and validated; throws UsageError with the validator's report.
 sched::Schedule lower_schedule(const sched::Schedule& compute, bool data_parallel,
                                const std::string& name);
+// Seconds to send `bytes` across stage boundary k (stage k -> k + 1) of `schedule` by the
+// request's links (0 when both stages are on one device and links are given; the simulator
+// charges no transfer there anyway).
+double boundary_transfer_s(const PlanRequest& request, const sched::Schedule& schedule, int k,
+                           double bytes);
 // A lowered schedule + the costs of one micro-batch per layer -> partitioned (request.partition,
 // mem_cap_bytes, optimizer_slots) and simulated (transfer_bytes_per_second, recompute). Throws
 // UsageError from the partitioner (more stages than layers, a cap nothing fits).

@@ -17,6 +17,7 @@
 
 #include "engine/partition/layer_costs.h"
 #include "engine/partition/partition_method.h"
+#include "engine/pipeline/cluster.h"
 #include "engine/pipeline/recompute.h"
 
 namespace pt {
@@ -32,18 +33,29 @@ struct PlannerRequest {
   double transfer_bytes_per_second = 30e9;  // stage boundaries (as PlanRequest)
   double allreduce_bytes_per_second = 10e9;
   double allreduce_latency_s = 20e-6;
+  // A cluster (pipetrain-plan, cluster.h): nodes of devices_per_node devices (0: one node, as
+  // --plan auto), both placements of cluster.h searched where their links differ. A stage
+  // boundary or an all-reduce that crosses nodes uses inter_node instead of the figures above.
+  int devices_per_node = 0;
+  double transfer_latency_s = 0;  // per boundary transfer within a node
+  Link inter_node;
+  // 0: plan every candidate exactly (--plan auto). N > 0, for thousands of devices: estimate
+  // every candidate first (plan_estimate below) and plan exactly only the N best estimates.
+  int simulate_top = 0;
 };
 
 struct PlanCandidate {
   int stages = 1, replicas = 1, microbatches = 1;  // S (devices per replica), R, M
   std::string schedule;                            // a sched::generate() name
   RecomputePolicy recompute;
-  std::vector<int> layout;          // layers per (virtual) stage
-  PartitionMethod partition;        // how layout was found (time, or memory under the cap)
-  double step_s = 0;                // pipeline_s + allreduce_s
-  double pipeline_s = 0;            // the timed simulation of one replica's step
-  double allreduce_s = 0;           // R > 1: the gradient all-reduce
-  double bubble = 0;                // 1 - mean device busy time / step_s
+  Placement placement = Placement::stages;  // on a cluster (devices_per_node > 0), cluster.h
+  std::vector<int> layout;                  // layers per (virtual) stage
+  PartitionMethod partition;                // how layout was found (time, or memory under the cap)
+  double step_s = 0;                        // pipeline_s + allreduce_s
+  double pipeline_s = 0;                    // the timed simulation of one replica's step
+  double allreduce_s = 0;                   // R > 1: the gradient all-reduce
+  double bubble = 0;                        // 1 - mean device busy time / step_s
+  double estimate_s = 0;            // simulate_top > 0: the estimate that chose it for planning
   std::vector<int64_t> peak_bytes;  // per device of one replica
   int64_t max_peak_bytes() const;
 };
@@ -59,6 +71,7 @@ struct PlannerResult {
   std::vector<PlanCandidate> ranked;  // fastest first; ties: less memory, then search order
   std::vector<PlanRejection> rejected;
   int considered = 0;                // candidates tried
+  int simulated = 0;                 // of them, planned exactly (all, unless simulate_top)
   int64_t smallest_fitting_cap = 0;  // the smallest cap some candidate fits (0: none planned)
 
   // The top k as a table (rank, predicted step, bubble, peak MiB per device, S x R, M,
@@ -69,6 +82,15 @@ struct PlannerResult {
 // Costs of one micro-batch of `microbatch_size` samples, one entry per layer.
 using CostsFor = std::function<std::vector<LayerProfile>(int64_t microbatch_size)>;
 
+// With simulate_top > 0 each candidate is first estimated, without its full schedule: the
+// schedule is simulated with unit times at M' = min(M, 6 S) micro-batches (cached per schedule,
+// S and M'); its idle time (fill and drain, which do not grow with M) is added to the slowest
+// device's real busy time for M micro-batches, in the mean device's time per unit, plus each
+// boundary's transfer twice (the fill forward, the drain backward). Peak in-flight micro-batches
+// are the unit run's (all M where it held all M'). Candidates over the cap by this estimate are
+// rejected; the best simulate_top by estimated step (+ all-reduce) are then planned exactly as
+// without it, and only they are ranked.
+//
 // Throws UsageError when nothing can be planned: a cap nothing fits (naming the smallest cap
 // that would), or every candidate refused (naming the reasons).
 PlannerResult search_plans(const CostsFor& costs, const PlannerRequest& request);

@@ -1,10 +1,14 @@
 #include "engine/setup/auto_plan.h"
 
+#include <span>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "engine/core/error.h"
 #include "engine/devices.h"
+#include "engine/io/atomic_file.h"
+#include "engine/partition/cost_file.h"
 #include "engine/partition/layer_costs.h"
 
 namespace pt {
@@ -22,12 +26,26 @@ AutoPlan plan_automatically(const TrainingOptions& opt, const Model& model, int 
   request.mem_cap_bytes = static_cast<int64_t>(opt.mem_cap_mib * 1024 * 1024);
   request.optimizer_slots = optimizer_slots;
   Backend& first = *devices.backends[0];
+  CostTables used;  // for --write-costs
   const CostsFor costs = [&](int64_t microbatch) {
-    return opt.costs.kind == CostSource::Kind::profile ? profile_costs(model, first, microbatch)
-                                                       : estimate_costs(model, microbatch);
+    std::vector<LayerProfile> c = opt.costs.kind == CostSource::Kind::profile
+                                      ? profile_costs(model, first, microbatch)
+                                      : estimate_costs(model, microbatch);
+    used.by_samples[microbatch] = c;
+    return c;
   };
   AutoPlan a;
   a.result = search_plans(costs, request);
+  if (!opt.write_costs.empty()) {
+    const std::string text =
+        cost_file_text(used, fmt::format("layer costs --plan auto planned with ({}, {} layers)",
+                                         opt.costs.kind == CostSource::Kind::profile
+                                             ? fmt::format("profiled on {}", first.device().str())
+                                             : std::string("estimated from FLOPs and bytes"),
+                                         model.num_layers()));
+    write_file_atomically(opt.write_costs, std::as_bytes(std::span(text)));
+    if (opt.print) fmt::print("plan auto: wrote the layer costs to {}\n", opt.write_costs);
+  }
   // The registry and ScheduleChoice are kept in step; a name only the registry knows cannot be
   // run, so it is passed over (and said so) rather than chosen.
   for (const PlanCandidate& c : a.result.ranked) {
@@ -45,6 +63,7 @@ AutoPlan plan_automatically(const TrainingOptions& opt, const Model& model, int 
     throw UsageError("--plan auto: no planned schedule can be run by this program");
   TrainingOptions& o = a.options;
   o.plan_auto = false;
+  o.write_costs.clear();  // written above; the chosen plan's run writes nothing
   o.stages = a.chosen.stages;
   o.dp = a.chosen.replicas;
   o.microbatches = a.chosen.microbatches;

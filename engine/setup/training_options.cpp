@@ -37,6 +37,11 @@ void TrainingOptions::check(int64_t batch) const {
           "drop --plan auto");
     check_integer("--plan-top", plan_top_k, 1, 1000);
   }
+  if (!write_costs.empty() && !plan_auto)
+    throw UsageError(
+        "--write-costs writes the layer costs --plan auto plans with: add --plan auto (and "
+        "--plan-only to stop there)");
+  check_output_path(write_costs, "--write-costs");
   // More threads per device than the machine has hardware threads only oversubscribe (ARCHITECTURE
   // notes halved throughput); up to 4x is allowed for experiments, more is surely a typo.
   const int cores = available_cores();

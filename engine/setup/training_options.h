@@ -54,6 +54,9 @@ struct TrainingOptions {
   // be left at their defaults. plan_top_k: rows of the ranked table it prints.
   bool plan_auto = false;
   int plan_top_k = 10;
+  // --write-costs FILE (with --plan auto): the layer costs the planner used, one table per
+  // micro-batch size, as a cost file for pipetrain-plan (engine/partition/cost_file.h).
+  std::string write_costs;
   // --update async: PipeDream-2BW (engine/pipeline/weight_versions.h), --async-window steps per
   // schedule run. Only with 1f1b, --stages >= 2, --dp 1, --microbatches >= stages - 1, no --clip.
   bool async_update = false;

@@ -142,7 +142,10 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
   pc.layers_per_stage = s.plan->partition.layout();
   pc.recompute = opt.recompute;
   pc.timeout_s = opt.timeout_s;
-  pc.record_trace = true;  // a clock read per action: cheap, and the bubble is worth printing
+  // Two timing events per action, read once per step (Executor::run): no synchronisation per
+  // action, so a GPU's streams still overlap; on the CPU within the noise of a step
+  // (pipetrain-bench-flight-recorder, step_trace_train). The bubble report needs it.
+  pc.record_trace = true;
   pc.parallel.bucket_bytes = static_cast<size_t>(opt.bucket_mib * 1024 * 1024);
   pc.async_update = opt.async_update;
   pc.async_window = opt.async_window;

@@ -59,6 +59,9 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
   app.add_option("--plan-top", f.plan_top, "--plan auto: rows of the ranked table")
       ->capture_default_str()
       ->check(kIntText);
+  app.add_option("--write-costs", f.write_costs,
+                 "--plan auto: write the layer costs it planned with (one table per micro-batch "
+                 "size) as a cost file for pipetrain-plan --costs");
   // Which of the flags the planner chooses were given (CLI11 calls each() once per value).
   for (const char* name :
        {"--stages", "--dp", "--microbatches", "--schedule", "--recompute", "--partition"})
@@ -120,6 +123,7 @@ TrainingOptions training_options(const ParallelFlags& f) {
     o.plan_auto = true;
     o.plan_top_k = f.plan_top;
   }
+  o.write_costs = f.write_costs;
   if (f.ps != ParallelFlags::kNotGiven) {
     if (f.ps < 1)
       throw UsageError(fmt::format(

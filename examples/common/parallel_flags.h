@@ -23,6 +23,7 @@ struct ParallelFlags {
   bool plan_only = false;
   std::string plan;  // --plan auto: search the plan ("": the flags say it)
   int plan_top = 10;
+  std::string write_costs;  // --plan auto: the layer costs it used, for pipetrain-plan
   // The flags --plan auto chooses that were given on the command line, even at their default
   // values (--stages 1 beside --plan auto is refused too: the planner would ignore it).
   std::vector<std::string> given;

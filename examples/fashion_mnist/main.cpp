@@ -27,6 +27,7 @@
 #include "engine/data/dataset.h"
 #include "engine/fit.h"
 #include "engine/preemption.h"
+#include "engine/resident_memory.h"
 #include "engine/setup/run_main.h"
 #include "engine/setup/training_run.h"
 #include "engine/trainer.h"
@@ -116,6 +117,9 @@ int run(const pt::examples::FashionFlags& f, pt::Communicator* world) {
                r.steps, r.seconds, r.samples_per_second, r.last_loss);
   fmt::print("test accuracy: {:.2f}% (test loss {:.4f}, {} samples)\n", 100.0 * r.test.accuracy,
              r.test.loss, r.test.samples);
+  // The kernel's high-water mark: model, optimizer, activations, data and libraries together.
+  fmt::print("peak resident memory: {:.1f} MiB (this process)\n",
+             static_cast<double>(pt::peak_resident_bytes()) / (1 << 20));
   pt::report_pipeline(par, setup, world);
   if (parity) return parity->verdict();
   return 0;

@@ -235,12 +235,15 @@ int run(const pt::examples::GptFlags& f, pt::Communicator* world) {
   else
     fmt::print("final validation loss {:.4f} nats/byte (of the checkpoint; no step trained)\n",
                val_loss);
+  fmt::print("peak resident memory: {:.1f} MiB (this process)\n",
+             static_cast<double>(pt::peak_resident_bytes()) / (1 << 20));
   metrics.write({{"event", std::string("done")},
                  {"step", engine.step()},
                  {"steps", steps_trained},
                  {"train_seconds", train_seconds},
                  {"tokens_per_s", tokens_per_s},
-                 {"val_loss", val_loss}});
+                 {"val_loss", val_loss},
+                 {"peak_rss_bytes", static_cast<int64_t>(pt::peak_resident_bytes())}});
   pt::report_pipeline(par, setup, world);
   int status = 0;
   if (parity) status = parity->verdict();

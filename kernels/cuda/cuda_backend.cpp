@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -64,6 +65,34 @@ class CudaEvent final : public Event {
   }
   void synchronize() override {
     cuda::check(cudaEventSynchronize(event_), where(), "cudaEventSynchronize");
+  }
+
+ private:
+  std::string where() const { return fmt::format("cuda:{}", device_); }
+  int device_;
+  cudaEvent_t event_ = nullptr;
+};
+
+// An event with timing, for per-action traces: recording it does not wait for the GPU.
+class CudaTimingEvent final : public TimingEvent {
+ public:
+  CudaTimingEvent(int device, cudaStream_t stream) : device_(device) {
+    DeviceGuard guard(device_);
+    cuda::check(cudaEventCreate(&event_), where(), "cudaEventCreate");
+    cuda::check(cudaEventRecord(event_, stream), where(), "cudaEventRecord");
+  }
+  ~CudaTimingEvent() override {
+    if (event_ != nullptr) (void)cudaEventDestroy(event_);
+  }
+  double seconds_since(TimingEvent& earlier) override {
+    const auto* e = dynamic_cast<const CudaTimingEvent*>(&earlier);
+    if (!e)
+      throw std::logic_error("TimingEvent::seconds_since: the events come from different backends");
+    DeviceGuard guard(device_);
+    cuda::check(cudaEventSynchronize(event_), where(), "cudaEventSynchronize");
+    float ms = 0;
+    cuda::check(cudaEventElapsedTime(&ms, e->event_, event_), where(), "cudaEventElapsedTime");
+    return static_cast<double>(ms) * 1e-3;
   }
 
  private:
@@ -257,6 +286,10 @@ bool CudaBackend::copy_to_peer(Backend& dst_backend, void* dst, const void* src,
 
 std::unique_ptr<Event> CudaBackend::record_event() {
   return std::make_unique<CudaEvent>(device_, compute_);
+}
+
+std::unique_ptr<TimingEvent> CudaBackend::record_timing_event() {
+  return std::make_unique<CudaTimingEvent>(device_, compute_);
 }
 
 void CudaBackend::synchronize() {

@@ -53,6 +53,7 @@ class CudaBackend final : public Backend {
   void copy_within(void* dst, const void* src, size_t bytes) override;
   bool copy_to_peer(Backend& dst_backend, void* dst, const void* src, size_t bytes) override;
   std::unique_ptr<Event> record_event() override;
+  std::unique_ptr<TimingEvent> record_timing_event() override;  // cudaEvent with timing
   void synchronize() override;
 
   // ---- threads: one host thread feeds a GPU; binding makes this GPU current ---------------

@@ -99,6 +99,13 @@ golden = "tests/schedule/golden"
 for name in sorted(os.listdir(golden)):
     put("schedule", name, open(os.path.join(golden, name), "rb").read())
 
+# ---- pipetrain-plan's inputs: first byte even = a layer-cost file, odd = a cluster file
+put("plan_inputs", "costs", b"\0# t\nsamples 4\n1.25e-4 1e-4 9e-5 802816 802816 1606144\n"
+    b"3e-7 0 0 0 8 0\nsamples 16\n5e-4 4e-4 3.6e-4 3211264 3211264 1606144\n1e-6 0 0 0 32 0\n")
+put("plan_inputs", "cluster", b"\1# 512 nodes of 8\ndevices 4096\nmemory_gib 80\n"
+    b"devices_per_node 8\nintra_node_gb_per_s 450\nintra_node_latency_us 3\n"
+    b"inter_node_gb_per_s 50\ninter_node_latency_us 10\nallreduce_gb_per_s 300\n")
+
 # ---- text corpus: 6 parameter bytes (fraction, context, batch, max windows, first, count; see
 # text_corpus_fuzz.cpp), then the text
 verses = ("Ge1:1 In the beginning God created the heaven and the earth.\n"
@@ -128,7 +135,8 @@ def command_lines(script):
         lines.append("\n".join(words))
     return lines
 for prog, script in (("fashion_flags", "tests/examples/fashion_cli.sh"),
-                     ("gpt_flags", "tests/examples/gpt_cli.sh")):
+                     ("gpt_flags", "tests/examples/gpt_cli.sh"),
+                     ("plan_flags", "tests/examples/plan_cli.sh")):
     for k, line in enumerate(command_lines(script)):
         put(prog, "case%03d" % k, line)
     put(prog, "defaults", "")

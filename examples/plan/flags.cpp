@@ -1,0 +1,113 @@
+#include "examples/plan/flags.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "engine/core/error.h"
+#include "engine/pipeline/planner.h"
+#include "examples/common/integer_text.h"
+
+namespace pt::examples {
+
+void add_plan_flags(CLI::App& app, PlanFlags& f) {
+  app.add_option("--costs", f.costs, "layer-cost file (engine/partition/cost_file.h)");
+  app.add_option("--write-costs", f.write_costs, "write the GPT's layer costs to this file");
+  app.add_option("--cluster", f.cluster, "cluster file (engine/pipeline/cluster.h)");
+  app.add_option("--gpt-layers", f.gpt.layers, "GPT: transformer blocks L")->check(kIntText);
+  app.add_option("--gpt-width", f.gpt.width, "GPT: width d")->check(kInt64Text);
+  app.add_option("--context", f.gpt.context, "GPT: tokens per sample T")->check(kInt64Text);
+  app.add_option("--vocab", f.gpt.vocab, "GPT: vocabulary V")->check(kInt64Text);
+  app.add_option("--flops", f.flops, "GPT: achieved FLOP/s per device, e.g. 300e12");
+  app.add_option("--batch", f.batch, "global batch B in samples")->check(kInt64Text);
+  app.add_option("--mem-cap", f.mem_cap_mib,
+                 "memory per device in MiB (default: the cluster's; 0: no cap)")
+      ->each([&f](const std::string&) { f.mem_cap_given = true; });
+  app.add_option("--top", f.top, "rows of the table")->capture_default_str()->check(kIntText);
+  app.add_option("--schedules", f.schedules, "comma-separated schedules to search (default: all)");
+  app.add_option("--max-microbatches", f.max_microbatches,
+                 "M among the divisors of B / R up to this")
+      ->capture_default_str()
+      ->check(kIntText);
+  app.add_option("--optimizer-slots", f.optimizer_slots,
+                 "optimizer state per parameter: SGD 0, momentum 1, AdamW 2")
+      ->capture_default_str()
+      ->check(kIntText);
+  app.add_option(
+         "--simulate", f.simulate,
+         "plan exactly (full timed simulation) the best N of the estimates (0: every candidate, as "
+         "--plan auto)")
+      ->capture_default_str()
+      ->check(kIntText);
+}
+
+std::vector<std::string> check_plan_flags(const PlanFlags& f) {
+  const bool gpt = f.gpt.layers != 0 || f.gpt.width != 0 || f.gpt.context != 0 ||
+                   f.gpt.vocab != 0 || f.flops != 0;
+  if (gpt && !f.costs.empty())
+    throw UsageError("--costs FILE and --gpt-layers ... are two sources of layer costs: give one");
+  if (!gpt && f.costs.empty())
+    throw UsageError(
+        "no layer costs: give --costs FILE (e.g. written by pipetrain-fashion --plan auto "
+        "--plan-only --write-costs FILE), or a GPT's --gpt-layers L --gpt-width d --context T "
+        "--vocab V --flops F");
+  if (gpt) {
+    for (const auto& [flag, v] : {std::pair{"--gpt-layers", static_cast<double>(f.gpt.layers)},
+                                  {"--gpt-width", static_cast<double>(f.gpt.width)},
+                                  {"--context", static_cast<double>(f.gpt.context)},
+                                  {"--vocab", static_cast<double>(f.gpt.vocab)},
+                                  {"--flops", f.flops}})
+      if (v == 0)
+        throw UsageError(fmt::format(
+            "{} is missing: a GPT's costs need --gpt-layers, --gpt-width, --context, --vocab and "
+            "--flops",
+            flag));
+  }
+  if (!f.write_costs.empty() && !gpt)
+    throw UsageError("--write-costs writes a GPT's costs: give --gpt-layers ... too, or drop it");
+  if (f.cluster.empty() && f.write_costs.empty())
+    throw UsageError(
+        "--cluster FILE is missing: the devices, their memory and links to plan for "
+        "(engine/pipeline/cluster.h)");
+  if (f.cluster.empty()) return {};
+  if (f.batch < 1 || f.batch > (int64_t{1} << 40))
+    throw UsageError(
+        fmt::format("--batch {} must be 1 to 2^40 samples (the global batch)", f.batch));
+  const auto in = [](const char* flag, int v, int lo, int hi) {
+    if (v < lo || v > hi) throw UsageError(fmt::format("{} {} must be {} to {}", flag, v, lo, hi));
+  };
+  in("--top", f.top, 1, 10000);
+  in("--max-microbatches", f.max_microbatches, 1, 65536);
+  in("--optimizer-slots", f.optimizer_slots, 0, 8);
+  in("--simulate", f.simulate, 0, 1000);
+  if (!std::isfinite(f.mem_cap_mib) || f.mem_cap_mib < 0 || f.mem_cap_mib > double(1 << 30))
+    throw UsageError(fmt::format("--mem-cap {} must be 0 to 2^30 MiB (0: no cap)", f.mem_cap_mib));
+  std::vector<std::string> names;
+  if (f.schedules.empty()) return names;
+  const std::vector<std::string> valid = planner_schedule_names();
+  size_t at = 0;
+  while (at <= f.schedules.size()) {
+    size_t end = f.schedules.find(',', at);
+    if (end == std::string::npos) end = f.schedules.size();
+    const std::string name = f.schedules.substr(at, end - at);
+    at = end + 1;
+    bool known = std::find(valid.begin(), valid.end(), name) != valid.end();
+    if (!known && name.starts_with("interleaved:")) {  // any V >= 2
+      const std::string v = name.substr(12);
+      known = !v.empty() && v.size() <= 3 &&
+              std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+              std::stoi(v) >= 2;
+    }
+    if (!known)
+      throw UsageError(
+          fmt::format("--schedules: unknown schedule '{}': valid are {} (and "
+                      "interleaved:V for any V >= 2)",
+                      name, fmt::join(valid, ", ")));
+    names.push_back(name);
+  }
+  return names;
+}
+
+}  // namespace pt::examples

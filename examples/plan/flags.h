@@ -1,0 +1,39 @@
+#pragma once
+// pipetrain-plan's flags, parsed and checked here (main() and a fuzz target can both call it):
+// where the layer costs come from (a cost file, or a GPT's shape and an achieved FLOP/s), the
+// cluster file, and the search's bounds.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "engine/partition/gpt_costs.h"
+
+namespace pt::examples {
+
+struct PlanFlags {
+  std::string costs;        // --costs FILE
+  std::string write_costs;  // --write-costs FILE (the GPT's costs)
+  std::string cluster;      // --cluster FILE
+  GptShape gpt;             // --gpt-layers --gpt-width --context --vocab
+  double flops = 0;         // --flops: achieved FLOP/s per device
+  int64_t batch = 0;        // --batch: global batch B (samples)
+  double mem_cap_mib = 0;   // --mem-cap MiB (0: no cap); not given: the cluster's memory
+  bool mem_cap_given = false;
+  int top = 10;           // --top K rows
+  std::string schedules;  // --schedules a,b ("": all the planner knows)
+  int max_microbatches = 1024;
+  int optimizer_slots = 2;  // AdamW
+  int simulate = 8;         // plan exactly the best N estimates; 0: all (as --plan auto)
+};
+
+void add_plan_flags(CLI::App& app, PlanFlags& f);
+
+// The checks that need no file: costs from exactly one source, --cluster (unless only writing a
+// GPT's costs), --batch, --top, --max-microbatches, --optimizer-slots, --simulate and --mem-cap
+// in range, each --schedules name known (listing the valid ones). Throws UsageError naming the
+// flag and the fix. Returns the schedules list (empty: all).
+std::vector<std::string> check_plan_flags(const PlanFlags& f);
+
+}  // namespace pt::examples

@@ -1,0 +1,131 @@
+// pipetrain-plan: the planner of --plan auto (engine/pipeline/planner.h) and its timed simulator,
+// for a cluster we do not have. Nothing runs: a model given by its layer costs (a cost file, or a
+// GPT's shape at a stated achieved FLOP/s) and a cluster file (devices, memory, nodes, links) in,
+// the best plans out, with step time, bubble, peak memory, throughput, S x R, M, schedule and
+// recomputation. At thousands of devices every candidate is estimated first and only the best
+// --simulate of them are planned exactly (planner.h says how).
+//
+//   pipetrain-plan --gpt-layers 96 --gpt-width 12288 --context 2048 --vocab 50304 --flops 300e12
+//                  --cluster cluster.txt --batch 8192     (one line)
+//   pipetrain-fashion --devices cpu:0,cpu:1 --plan auto --plan-only --write-costs mlp.costs
+//   pipetrain-plan --costs mlp.costs --cluster two-cpus.txt --batch 64
+//
+// Left out: tensor and sequence parallelism, overlap of the all-reduce with the backward, and
+// placements other than a replica's stages on neighbouring devices (cluster.h).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <span>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "engine/core/error.h"
+#include "engine/io/atomic_file.h"
+#include "engine/partition/cost_file.h"
+#include "engine/partition/gpt_costs.h"
+#include "engine/pipeline/cluster.h"
+#include "engine/pipeline/planner.h"
+#include "examples/plan/flags.h"
+
+namespace {
+
+double gib(int64_t bytes) { return static_cast<double>(bytes) / (int64_t{1} << 30); }
+
+int plan(const pt::examples::PlanFlags& f, const std::vector<std::string>& schedules) {
+  pt::CostTables tables;
+  std::string source;
+  if (f.costs.empty()) {
+    tables.by_samples[1] = pt::gpt_layer_costs(f.gpt, f.flops);
+    source = fmt::format("GPT L={} d={} T={} V={} at {:.3g} FLOP/s", f.gpt.layers, f.gpt.width,
+                         f.gpt.context, f.gpt.vocab, f.flops);
+  } else {
+    tables = pt::read_cost_file(f.costs);
+    source = f.costs;
+  }
+  if (!f.write_costs.empty()) {
+    const std::string text = pt::cost_file_text(
+        tables, fmt::format("pipetrain-plan: {} (per sample: one sequence of {} tokens)", source,
+                            f.gpt.context));
+    pt::write_file_atomically(f.write_costs, std::as_bytes(std::span(text)));
+    fmt::print("wrote the layer costs of {} ({} layers) to {}\n", source, tables.layers(),
+               f.write_costs);
+  }
+  if (f.cluster.empty()) return 0;
+  const pt::Cluster cluster = pt::read_cluster_file(f.cluster);
+
+  pt::PlannerRequest r;
+  r.devices = cluster.devices;
+  r.batch = f.batch;
+  r.mem_cap_bytes =
+      f.mem_cap_given ? static_cast<int64_t>(f.mem_cap_mib * (1 << 20)) : cluster.memory_bytes;
+  r.optimizer_slots = f.optimizer_slots;
+  r.schedules = schedules;
+  r.max_microbatches = f.max_microbatches;
+  r.transfer_bytes_per_second = cluster.intra_node.bytes_per_second;
+  r.transfer_latency_s = cluster.intra_node.latency_s;
+  r.allreduce_bytes_per_second = cluster.intra_node_allreduce.bytes_per_second;
+  r.allreduce_latency_s = cluster.intra_node_allreduce.latency_s;
+  r.devices_per_node = cluster.devices_per_node;
+  r.inter_node = cluster.inter_node;
+  r.simulate_top = f.simulate;
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const pt::PlannerResult res =
+      pt::search_plans([&](int64_t mb) { return tables.for_samples(mb); }, r);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  fmt::print(
+      "pipetrain-plan: {} devices ({} per node; links {:.0f} GB/s + {:.1f} us within a node, "
+      "{:.0f} GB/s + {:.1f} us between), cap {:.1f} GiB per device, batch {}, costs {} ({} "
+      "layers)\n",
+      cluster.devices, cluster.devices_per_node, cluster.intra_node.bytes_per_second / 1e9,
+      cluster.intra_node.latency_s * 1e6, cluster.inter_node.bytes_per_second / 1e9,
+      cluster.inter_node.latency_s * 1e6, gib(r.mem_cap_bytes), f.batch, source, tables.layers());
+  fmt::print("searched {} plans (M <= {}), {} {} exactly, in {:.2f} s\n", res.considered,
+             f.max_microbatches, f.simulate > 0 ? "estimated all, simulated the best" : "simulated",
+             res.simulated, wall);
+  fmt::print("{:>4}  {:>10}  {:>7}  {:>9}  {:>10}  {:>10}  {:<10} {:>11} {:>5}  {:<14} {}\n",
+             "rank", "step (ms)", "bubble", "peak GiB", "samples/s", "allreduce", "neighbours",
+             "S x R", "M", "schedule", "recompute");
+  for (size_t i = 0; i < res.ranked.size() && i < static_cast<size_t>(f.top); ++i) {
+    const pt::PlanCandidate& c = res.ranked[i];
+    fmt::print(
+        "{:>4}  {:>10.3f}  {:>6.1f}%  {:>9.2f}  {:>10.1f}  {:>8.3f}ms  {:<10} {:>11} {:>5}  {:<14} "
+        "{}\n",
+        i + 1, c.step_s * 1e3, 100 * c.bubble, gib(c.max_peak_bytes()),
+        static_cast<double>(f.batch) / c.step_s, c.allreduce_s * 1e3,
+        pt::placement_name(c.placement), fmt::format("{} x {}", c.stages, c.replicas),
+        c.microbatches, c.schedule, c.recompute.str());
+  }
+  if (f.simulate > 0) {  // how far the estimates that chose the finalists were off
+    double worst = 0;
+    for (const pt::PlanCandidate& c : res.ranked)
+      worst = std::max(worst, std::abs(c.estimate_s / c.step_s - 1));
+    fmt::print("the {} simulated plans' estimates were within {:.1f}% of their simulation\n",
+               res.ranked.size(), 100 * worst);
+  }
+  for (const pt::PlanRejection& j : res.rejected)
+    fmt::print("rejected {} ({} plan{}): {}, e.g. {}\n", j.schedule, j.count,
+               j.count == 1 ? "" : "s", j.why, j.example);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"pipetrain-plan: the planner and simulator for a cluster given as a file"};
+  pt::examples::PlanFlags f;
+  pt::examples::add_plan_flags(app, f);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return plan(f, pt::examples::check_plan_flags(f));
+  } catch (const pt::UsageError& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 1;
+  }
+}

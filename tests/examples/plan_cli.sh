@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# pipetrain-plan (examples/plan), the what-if planner:
+#  - writes a GPT's layer-cost file from FLOPs, plans it for 4,096 devices (512 nodes of 8) in a
+#    few seconds, and the table's fields hold together (peak under the cap, samples/s = B / step,
+#    bubble in [0, 100), no NaN), the estimates that chose the finalists within 10% of them (5.8% here);
+#  - the MLP's costs written by pipetrain-fashion --plan auto --plan-only --costs profile
+#    --write-costs give the same ranking (plan, predicted step) as that --plan auto printed;
+#  - malformed cost and cluster files name the file and line, a cap nothing fits names the
+#    smallest that would, an unknown schedule lists the valid ones, missing inputs are named.
+#
+#   plan_cli.sh <pipetrain-plan> <pipetrain-fashion>
+set -uo pipefail
+exe=$1
+fashion=$2
+here=$(dirname "$0")
+fails=0
+source "$here/expect.sh"  # expect_refused
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+cat >"$tmp/cluster.txt" <<'CLUSTER'
+# 512 nodes of 8 GPUs
+devices                4096
+memory_gib             80
+devices_per_node       8
+intra_node_gb_per_s    450
+intra_node_latency_us  3
+inter_node_gb_per_s    50
+inter_node_latency_us  10
+CLUSTER
+gpt=(--gpt-layers 96 --gpt-width 12288 --context 2048 --vocab 50304 --flops 300e12)
+
+# The GPT's cost file: one table of one sample, 96 blocks + embedding + head.
+out=$("$exe" "${gpt[@]}" --write-costs "$tmp/gpt.costs" 2>&1); rc=$?
+layers=$(grep -cE '^[0-9.e+-]+( [0-9.e+-]+){5}$' "$tmp/gpt.costs" 2>/dev/null)
+if [ $rc -ne 0 ] || [ "$layers" != 98 ] || ! grep -q '^samples 1$' "$tmp/gpt.costs"; then
+  echo "FAIL: --write-costs (rc=$rc, $layers layer lines):"; echo "$out"; fails=$((fails+1))
+else
+  echo "ok: $out"
+fi
+
+# 4,096 devices from that file.
+out=$("$exe" --costs "$tmp/gpt.costs" --cluster "$tmp/cluster.txt" --batch 8192 --top 5 2>&1); rc=$?
+rows=$(grep -E '^ +[0-9]+ +[0-9.]+ +[0-9.]+% ' <<<"$out")
+bad=$(awk -v B=8192 '{ step = $2 / 1e3; bubble = $3 + 0; peak = $4; sps = $5;
+        if (!(step > 0) || bubble < 0 || bubble >= 100 || !(peak > 0) || peak > 80 ||
+            sps < 0.999 * B / step || sps > 1.001 * B / step || $8 * $10 != 4096 || ($7 != "stages" && $7 != "replicas")) print }' <<<"$rows")
+if [ $rc -ne 0 ] || [ "$(wc -l <<<"$rows")" -ne 5 ] || [ -n "$bad" ] || grep -qi nan <<<"$out" ||
+   ! grep -qE '^searched [0-9]+ plans .* simulated the best 8 exactly, in [0-9.]+ s' <<<"$out" ||
+   ! awk '/^the 8 simulated plans. estimates were within/ { ok = ($8 + 0 < 10) } END { exit !ok }' <<<"$out"; then
+  echo "FAIL: 4096 devices (rc=$rc, bad rows: '$bad'):"; echo "$out"; fails=$((fails+1))
+else
+  echo "ok: 4096 devices: $(grep '^searched' <<<"$out"); best: $(head -1 <<<"$rows")"
+fi
+
+# The MLP: the costs --plan auto profiled and planned with, and its ranking, against ours.
+cat >"$tmp/two.txt" <<'CLUSTER'
+# --plan auto's figures: 30 GB/s between stages, all-reduce 10 GB/s + 20 us per ring step
+devices 2
+memory_gib 1024
+devices_per_node 2
+intra_node_gb_per_s 30
+intra_node_latency_us 0
+inter_node_gb_per_s 30
+inter_node_latency_us 0
+allreduce_gb_per_s 10
+allreduce_latency_us 20
+CLUSTER
+auto=$("$fashion" --devices cpu:0,cpu:1 --threads 1 --plan auto --plan-only --costs profile \
+       --batch 64 --plan-top 1000 --write-costs "$tmp/mlp.costs" 2>&1); rc1=$?
+ours=$("$exe" --costs "$tmp/mlp.costs" --cluster "$tmp/two.txt" --batch 64 --mem-cap 0 \
+       --optimizer-slots 1 --max-microbatches 32 --simulate 0 --top 1000 2>&1); rc2=$?
+ranking() {  # step (ms), S x R, M, schedule, recompute of each row
+  grep -E '^ +[0-9]+ +[0-9.]+ +[0-9.]+% ' | awk '{ print $2, $(NF-5) $(NF-4) $(NF-3), $(NF-2), $(NF-1), $NF }'
+}
+a=$(ranking <<<"$auto"); b=$(ranking <<<"$ours")
+# The same plans in the same order, the steps equal to the 0.01 ms --plan auto prints.
+differ=$(paste -d' ' <(echo "$a") <(echo "$b") | awk '{ d = $1 - $6; if (d < 0) d = -d;
+           if (NF != 10 || d > 0.0051 || $2 != $7 || $3 != $8 || $4 != $9 || $5 != $10) print }')
+if [ $rc1 -ne 0 ] || [ $rc2 -ne 0 ] || [ -z "$a" ] || [ "$(wc -l <<<"$a")" != "$(wc -l <<<"$b")" ] ||
+   [ -n "$differ" ]; then
+  echo "FAIL: the MLP's ranking differs (rc $rc1, $rc2):"; diff <(echo "$a") <(echo "$b") | head -20
+  echo "$auto" | head -5; echo "$ours" | head -5; fails=$((fails+1))
+else
+  echo "ok: the MLP's costs from --plan auto --write-costs: the same $(wc -l <<<"$a") plans in the same order; best $(head -1 <<<"$a")"
+fi
+
+# Refusals.
+exe=$fashion expect_refused "--write-costs writes the layer costs --plan auto plans with" --write-costs "$tmp/y.costs" --steps 1
+printf 'samples 1\n1e-3 1e-3 1e-3 16 16 64\n1e-3 nan 1e-3 16 16 64\n' >"$tmp/bad.costs"
+expect_refused "bad.costs:3: backward_input_s is 'nan'" --costs "$tmp/bad.costs" --cluster "$tmp/cluster.txt" --batch 64
+sed 's/^devices_per_node.*/devices_per_node eight/' "$tmp/cluster.txt" >"$tmp/bad.txt"
+expect_refused "bad.txt:4: devices_per_node is 'eight'" --costs "$tmp/gpt.costs" --cluster "$tmp/bad.txt" --batch 64
+expect_refused "raise --mem-cap to at least" --costs "$tmp/gpt.costs" --cluster "$tmp/cluster.txt" --batch 8192 --mem-cap 1000
+expect_refused "unknown schedule 'zb-h3': valid are gpipe, 1f1b" --costs "$tmp/gpt.costs" --cluster "$tmp/cluster.txt" --batch 64 --schedules 1f1b,zb-h3
+expect_refused "--cluster FILE is missing" --costs "$tmp/gpt.costs" --batch 64
+expect_refused "no layer costs" --cluster "$tmp/cluster.txt" --batch 64
+expect_refused "two sources of layer costs" "${gpt[@]}" --costs "$tmp/gpt.costs" --cluster "$tmp/cluster.txt" --batch 64
+expect_refused "--vocab is missing" --gpt-layers 4 --gpt-width 256 --context 64 --flops 1e12 --write-costs "$tmp/x.costs"
+expect_refused "--mem-cap -5 must be 0 to 2^30 MiB" --costs "$tmp/gpt.costs" --cluster "$tmp/cluster.txt" --batch 64 --mem-cap -5
+expect_refused "--batch 0 must be" --costs "$tmp/gpt.costs" --cluster "$tmp/cluster.txt"
+
+[ $fails -eq 0 ] && echo "all plan_cli checks passed"
+exit $((fails > 0))
