@@ -10,11 +10,12 @@
 # python3 has no torch); pipetrain-fashion 3 epochs on 2 threads; pipetrain-bench-pipeline;
 # mpirun -np 2 pipetrain-bench-allreduce (to 64 MiB); mpirun -np 2 pipetrain-bench-data-parallel
 # at batch 128, 256, 512; pipetrain-bench-gpt; pipetrain-bench-attention at T = 128 and 512;
+# pipetrain-bench-memory (2,000 steps); pipetrain-bench-flight-recorder (the per-action trace);
 # pipetrain-bench-checkpoint (1 process with 1 and 2
 # stages, mpirun -np 2 --stages 2, -np 4 --stages 2 --dp 2); pipetrain-gpt 200 steps, tied and
 # --untied. The first line says which machine it ran on (CPU, cores, load average, date, commit).
 #
-# Takes about 6 minutes on a quiet 2-core machine (estimated from its parts; half of it the two
+# Takes about 7 minutes on a quiet 2-core machine (estimated from its parts; half of it the two
 # GPT example runs; a "run_time" line per command says how long each took); under load average 9
 # it took 36 minutes. Every figure is only as good as the machine is quiet: run it with nothing
 # else running (the load average at the start and the end is in the table's heading; the script
@@ -22,8 +23,8 @@
 #
 # Needs: the benchmarks and the examples built (ninja -C BUILD_DIR pipetrain-bench-train-step
 # pipetrain-bench-pipeline pipetrain-bench-gpt pipetrain-bench-data-parallel
-# pipetrain-bench-allreduce pipetrain-bench-attention pipetrain-bench-checkpoint pipetrain-fashion
-# pipetrain-gpt), Open MPI
+# pipetrain-bench-allreduce pipetrain-bench-attention pipetrain-bench-memory
+# pipetrain-bench-flight-recorder pipetrain-bench-checkpoint pipetrain-fashion pipetrain-gpt), Open MPI
 # (mpirun; MPIRUN_FLAGS overrides "--oversubscribe --bind-to none"), python3, the Fashion-MNIST
 # and bible-kjv packages. A command that fails leaves a "failed" line, its rows say "not
 # measured", and the script exits 1 after printing the table.
@@ -35,7 +36,8 @@ read -r -a mpi_flags <<<"${MPIRUN_FLAGS:---oversubscribe --bind-to none}"
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 for exe in bench/pipetrain-bench-train-step bench/pipetrain-bench-pipeline bench/pipetrain-bench-gpt \
   bench/pipetrain-bench-data-parallel bench/pipetrain-bench-allreduce \
-  bench/pipetrain-bench-attention bench/pipetrain-bench-checkpoint examples/pipetrain-fashion \
+  bench/pipetrain-bench-attention bench/pipetrain-bench-memory bench/pipetrain-bench-flight-recorder \
+  bench/pipetrain-bench-checkpoint examples/pipetrain-fashion \
   examples/pipetrain-gpt; do
   [ -x "$build/$exe" ] || {
     echo "bench-all: $build/$exe not found: build it first (see the comment at the top)" >&2
@@ -139,6 +141,8 @@ done
 run gpt "$b/pipetrain-bench-gpt" --steps 5
 run attention "$b/pipetrain-bench-attention"
 run attention_t512 "$b/pipetrain-bench-attention" --context 512 --iters 5
+run memory "$b/pipetrain-bench-memory"
+run flight_recorder "$b/pipetrain-bench-flight-recorder"
 run ckpt_p1_s1 "$b/pipetrain-bench-checkpoint" --stages 1
 run ckpt_p1_s2 "$b/pipetrain-bench-checkpoint" --stages 2
 run ckpt_p2_s2 mpirun_np 2 "$b/pipetrain-bench-checkpoint" --stages 2

@@ -294,6 +294,31 @@ def checkpoint(rows, bench, who):
     return f"{size:.0f} MiB; " + "; ".join(parts)
 
 
+def memory(rows):
+    one = pick(rows, "memory", "memory", config="1 device")
+    two = pick(rows, "memory", "memory", config="2 stages")
+    return (
+        f"batch {one['batch']}, {num(one['steps'])} steps: peak {one['peak_rss_mib']:.1f} MiB on 1 "
+        f"device, {two['peak_rss_mib']:.1f} MiB as 2 stages (1F1B, M = {two['microbatches']}); "
+        f"after warm-up {one['growth_mib']:+.2f} MiB on 1 device "
+        f"({one['growth_second_half_mib']:+.2f} over the second half), "
+        f"{two['growth_mib']:+.2f} as 2 stages; live device bytes "
+        f"{one['device_live_growth_bytes']:+d} / {two['device_live_growth_bytes']:+d}"
+    )
+
+
+def step_trace(rows):
+    r = pick(rows, "flight_recorder", "step_trace_train")
+    return (
+        f"{r['trace_ns_per_action']:.0f} ns per action: {r['actions_per_step']} actions of a "
+        f"2-stage MLP step (M = {r['microbatches']}, batch {r['batch']}) cost at most "
+        f"{r['bound_pct']:.3f}% of it; steps traced vs not, median of {r['reps']}: "
+        f"{r['overhead_pct']:+.2f}% (traced {r['step_ms_traced_min']:.0f}–"
+        f"{r['step_ms_traced_max']:.0f} ms, untraced {r['step_ms_untraced_min']:.0f}–"
+        f"{r['step_ms_untraced_max']:.0f})"
+    )
+
+
 def gpt_example(rows):
     tied = pick(rows, "gpt_example", "gpt_example")
     text = (
@@ -343,6 +368,12 @@ ROWS = [
         lambda r: checkpoint(r, "checkpoint_save", "writers"),
     ),
     ("checkpoint load, same", lambda r: checkpoint(r, "checkpoint_load", "readers")),
+    ("resident memory, MLP training (`pipetrain-bench-memory`)", memory),
+    (
+        "per-action trace (the measured bubble, `--trace`, `--timeline`; "
+        "`pipetrain-bench-flight-recorder`)",
+        step_trace,
+    ),
     ("GPT example, 200 steps, defaults (tied embeddings)", gpt_example),
 ]
 
