@@ -15,7 +15,7 @@
 # stages, mpirun -np 2 --stages 2, -np 4 --stages 2 --dp 2); pipetrain-gpt 200 steps, tied and
 # --untied. The first line says which machine it ran on (CPU, cores, load average, date, commit).
 #
-# Takes about 7 minutes on a quiet 2-core machine (estimated from its parts; half of it the two
+# Takes about 7 minutes on a quiet 2-core machine (estimated from its parts; a third of it the two
 # GPT example runs; a "run_time" line per command says how long each took); under load average 9
 # it took 36 minutes. Every figure is only as good as the machine is quiet: run it with nothing
 # else running (the load average at the start and the end is in the table's heading; the script
