@@ -1,13 +1,17 @@
 // bench/train_step: how close one training step of the Fashion-MNIST MLP comes to the machine's
 // GEMM limit. Prints JSON lines; compares figures measured in this one run (the machine is noisy):
-//   {"bench":"sgemm", "threads":1, "n":2048, "gflops", "gflops_min", "gflops_max", "reps"}
-//   {"bench":"mlp_step", "threads":1, "batch":256, "step_ms", "step_ms_min", "step_ms_max",
-//    "samples_per_s" (+ _min, _max), "model_gflops", "ratio_to_sgemm" (+ _min, _max), "reps"}
-// Every figure is the median of the timed repetitions with its spread (bench/repeated_seconds.h:
-// _max of a rate is the old best-of-N figure); ratio_to_sgemm = median step's model GFLOP/s over
-// the median sgemm rate, its _min and _max from the slowest and fastest step.
+//   {"bench":"sgemm", "threads":1, "n":2048, "gflops":..., "gflops_min":..., "gflops_max":...}
+//   {"bench":"mlp_step", "threads":1, "batch":256, "step_ms":..., "samples_per_s":...,
+//    "model_gflops":..., "ratio_to_sgemm":..., "ratio_min":..., "ratio_max":..., "reps":...}
+// Each of `reps` repetitions times `steps` training steps (their median) between two sgemm calls
+// (their mean), so both sides of a ratio see the same load; the figures are the medians over the
+// repetitions and the spread (min, max) of the per-repetition ratios.
+// With --breakdown, one line per op of the step (median ms): each layer's forward (F), input
+// gradient (I) and weight gradient (W), and the epilogue's gradient norm and optimizer update.
 // Model FLOPs per sample count GEMMs only: forward 2W, weight gradient 2W, input gradient 2W
 // except for the first layer (W = weights of the linear layers).
+#include <algorithm>
+#include <chrono>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -16,24 +20,31 @@
 #include "bench/json_line.h"
 #include "bench/repeated_seconds.h"
 #include "engine/core/random.h"
+#include "engine/partition/layer_costs.h"
 #include "engine/trainer.h"
+#include "engine/training_engine.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "layers/zoo.h"
 
 namespace {
 
-using pt::bench::Spread;
+using Clock = std::chrono::steady_clock;
 
-// GFLOP/s of an n x n x n sgemm: the median of `reps` calls after one warm-up, with its spread.
-Spread sgemm_gflops(pt::Backend& b, int64_t n, int reps) {
-  pt::Tensor A = b.empty({n, n}), B = b.empty({n, n}), C = b.zeros({n, n});
-  b.fill(A.f32(), 0.5f, n * n);
-  b.fill(B.f32(), 0.25f, n * n);
-  const Spread s = pt::bench::spread_of(pt::bench::repeated_seconds(1, reps, [&] {
-    b.gemm(false, false, n, n, n, 1.f, A.f32(), n, B.f32(), n, 0.f, C.f32(), n);
-    b.synchronize();
-  }));
-  return pt::bench::rate_of(s, 2.0 * static_cast<double>(n * n * n) / 1e9);
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Median seconds of `reps` calls of `f` (after one warm-up call).
+template <class F>
+double median_seconds(int reps, F&& f) {
+  f();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    f();
+    t.push_back(seconds_since(t0));
+  }
+  return pt::bench::spread_of(t).median;
 }
 
 double mlp_gemm_flops_per_sample(const pt::Model& m) {
@@ -48,23 +59,54 @@ double mlp_gemm_flops_per_sample(const pt::Model& m) {
   return 2 * w_all + 2 * w_all + 2 * (w_all - w_first);
 }
 
+// One line per op of the step: the layers' F/I/W (profile_costs: each call timed alone) and the
+// epilogue's passes over all parameters, on the trainer's own gradients and optimizer.
+void print_breakdown(pt::Trainer& trainer, const pt::Model& model, pt::Backend& backend,
+                     int64_t rows, int threads) {
+  const auto costs = pt::profile_costs(model, backend, rows, 7);
+  for (int l = 0; l < model.num_layers(); ++l) {
+    const pt::LayerProfile& p = costs[static_cast<size_t>(l)];
+    pt::bench::emit({{"bench", std::string("mlp_op")},
+                     {"threads", int64_t{threads}},
+                     {"layer", int64_t{l}},
+                     {"kind", std::string(model.layer(l).kind())},
+                     {"forward_ms", p.forward_s * 1e3},
+                     {"backward_input_ms", p.backward_input_s * 1e3},
+                     {"backward_weight_ms", p.backward_weight_s * 1e3}});
+  }
+  pt::StageParameters& params = trainer.parameters();
+  const pt::Tensor g = params.grads_flat(), w = params.params_flat();
+  const double norm_s = median_seconds(7, [&] { pt::global_grad_norm({&params}); });
+  const double update_s = median_seconds(7, [&] { trainer.optimizer().step(w, g, 0.f); });
+  const double zero_s = median_seconds(7, [&] { params.zero_grads(); });
+  pt::bench::emit({{"bench", std::string("mlp_op")},
+                   {"threads", int64_t{threads}},
+                   {"kind", std::string("epilogue")},
+                   {"params", g.numel()},
+                   {"grad_norm_ms", norm_s * 1e3},
+                   {"optimizer_ms", update_s * 1e3},
+                   {"zero_grads_ms", zero_s * 1e3}});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"bench/train_step: MLP training step vs the sgemm limit (JSON lines)"};
   int64_t batch = 256, n = 2048;
-  int steps = 20, microbatches = 1, sgemm_reps = 5;
+  int steps = 10, microbatches = 1, reps = 5;
+  bool breakdown = false;
   std::vector<int> threads{1, 2};
-  app.add_option("--batch", batch)->capture_default_str();
-  app.add_option("--microbatches", microbatches)->capture_default_str();
-  app.add_option("--steps", steps, "timed steps per measurement (median and spread)")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app.add_option("--sgemm-reps", sgemm_reps, "timed sgemm calls (median and spread)")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app.add_option("--gemm-n", n)->capture_default_str();
+  app.add_option("--batch", batch)->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--microbatches", microbatches)->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--steps", steps, "timed steps per repetition (their median counts)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--reps", reps, "repetitions of (sgemm, steps); medians and spread over them")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--gemm-n", n)->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--threads", threads, "thread counts to measure")->capture_default_str();
+  app.add_flag("--breakdown", breakdown, "also print the median time of each op of the step");
   CLI11_PARSE(app, argc, argv);
 
   // Synthetic inputs: the speed does not depend on the values.
@@ -79,11 +121,14 @@ int main(int argc, char** argv) {
   for (int t : threads) {
     auto backend = pt::make_cpu_backend(0, t);
     backend->bind_current_thread();
-    const Spread limit = sgemm_gflops(*backend, n, sgemm_reps);
-    pt::bench::Fields line{{"bench", std::string("sgemm")}, {"threads", int64_t{t}}, {"n", n}};
-    pt::bench::add_spread(line, "gflops", limit);
-    line.emplace_back("reps", int64_t{limit.reps});
-    pt::bench::emit(line);
+    pt::Tensor A = backend->empty({n, n}), B = backend->empty({n, n}), C = backend->zeros({n, n});
+    backend->fill(A.f32(), 0.5f, n * n);
+    backend->fill(B.f32(), 0.25f, n * n);
+    const auto sgemm = [&] {
+      backend->gemm(false, false, n, n, n, 1.f, A.f32(), n, B.f32(), n, 0.f, C.f32(), n);
+      backend->synchronize();
+    };
+    sgemm();
 
     pt::Model model = pt::fashion_mlp();
     pt::TrainerConfig cfg;
@@ -92,23 +137,54 @@ int main(int argc, char** argv) {
     cfg.optimizer.lr = 0.01f;
     cfg.lr = {pt::LrSchedule::Kind::constant, 0.01f, 0, 0, 0.f};
     pt::Trainer trainer(model, *backend, cfg);
-    // 3 warm-up steps: caches and primitives.
-    const Spread step = pt::bench::spread_of(
-        pt::bench::repeated_seconds(3, steps, [&] { trainer.train_step(hx, hy); }));
-    const Spread sps = pt::bench::rate_of(step, static_cast<double>(batch));
-    const Spread gflops = pt::bench::rate_of(
-        step, static_cast<double>(batch) * mlp_gemm_flops_per_sample(model) / 1e9);
-    pt::bench::Fields out{{"bench", std::string("mlp_step")},
-                          {"threads", int64_t{t}},
-                          {"batch", batch},
-                          {"microbatches", int64_t{microbatches}}};
-    pt::bench::add_spread(out, "step_ms", step, 1e3);
-    pt::bench::add_spread(out, "samples_per_s", sps);
-    pt::bench::add_spread(out, "model_gflops", gflops);
-    out.emplace_back("sgemm_gflops", limit.median);
-    pt::bench::add_spread(out, "ratio_to_sgemm", gflops, 1.0 / limit.median);
-    out.emplace_back("reps", int64_t{step.reps});
-    pt::bench::emit(out);
+    for (int i = 0; i < 3; ++i) trainer.train_step(hx, hy);  // warm caches and primitives
+
+    const double flops_per_step = static_cast<double>(batch) * mlp_gemm_flops_per_sample(model);
+    std::vector<double> limits, step_s, ratios;
+    for (int r = 0; r < reps; ++r) {
+      // The sgemm before and after the steps, averaged: a load that changes during the steps
+      // weighs on both sides of the ratio.
+      const auto t0 = Clock::now();
+      sgemm();
+      const double before = seconds_since(t0);
+      std::vector<double> s;
+      for (int i = 0; i < steps; ++i) {
+        const auto t1 = Clock::now();
+        trainer.train_step(hx, hy);
+        s.push_back(seconds_since(t1));
+      }
+      const auto t2 = Clock::now();
+      sgemm();
+      const double after = seconds_since(t2);
+      const double limit = 2.0 * static_cast<double>(n * n * n) / ((before + after) / 2) / 1e9;
+      const double step = pt::bench::spread_of(s).median;
+      limits.push_back(limit);
+      step_s.push_back(step);
+      ratios.push_back(flops_per_step / step / 1e9 / limit);
+    }
+    const pt::bench::Spread lim = pt::bench::spread_of(limits), st = pt::bench::spread_of(step_s),
+                            ra = pt::bench::spread_of(ratios);
+    pt::bench::emit({{"bench", std::string("sgemm")},
+                     {"threads", int64_t{t}},
+                     {"n", n},
+                     {"gflops", lim.median},
+                     {"gflops_min", lim.min},
+                     {"gflops_max", lim.max}});
+    pt::bench::emit({{"bench", std::string("mlp_step")},
+                     {"threads", int64_t{t}},
+                     {"batch", batch},
+                     {"microbatches", int64_t{microbatches}},
+                     {"step_ms", st.median * 1e3},
+                     {"step_ms_min", st.min * 1e3},
+                     {"step_ms_max", st.max * 1e3},
+                     {"samples_per_s", static_cast<double>(batch) / st.median},
+                     {"model_gflops", flops_per_step / st.median / 1e9},
+                     {"sgemm_gflops", lim.median},
+                     {"ratio_to_sgemm", ra.median},
+                     {"ratio_min", ra.min},
+                     {"ratio_max", ra.max},
+                     {"reps", int64_t{reps}}});
+    if (breakdown) print_breakdown(trainer, model, *backend, batch / microbatches, t);
   }
   return 0;
 }

@@ -52,7 +52,8 @@ StepStats Trainer::train_step(const Tensor& inputs, const Tensor& targets) {
     for (int l = L - 1; l >= 0; --l) {
       LayerContext& c = ctx.layer(l);
       Layer& layer = model_->layer(l);
-      Tensor dx = l > 0 ? layer.backward_input(dy, c) : Tensor();  // no one needs dL/d(input)
+      // Nobody needs dL/d(input) of a layer with no parameters before it.
+      Tensor dx = model_->needs_input_gradient(l) ? layer.backward_input(dy, c) : Tensor();
       layer.backward_weight(dy, c);
       c.clear();
       dy = std::move(dx);

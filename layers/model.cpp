@@ -17,6 +17,9 @@ Model::Model(Shape input_shape, DType input_dtype, std::vector<std::unique_ptr<L
   if (!loss_)
     throw ShapeError("a model needs a loss: end the builder with .cross_entropy() or .mse()");
   loss_->check_input(output_shape());
+  first_param_layer_ = num_layers();
+  for (int l = num_layers() - 1; l >= 0; --l)
+    if (layers_[static_cast<size_t>(l)]->param_count() > 0) first_param_layer_ = l;
   for (int l = 0; l < num_layers(); ++l)
     if (const auto* save =
             dynamic_cast<const SaveActivation*>(layers_[static_cast<size_t>(l)].get()))

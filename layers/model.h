@@ -57,6 +57,10 @@ class Model {
   // shapes). Checkpoints store it to refuse loading into another model.
   std::string signature() const;
 
+  // False when no layer before layer l has parameters: then nothing uses dL/d(input of l), and
+  // training skips that layer's backward_input (an MLP's first GEMM-sized input gradient).
+  bool needs_input_gradient(int l) const { return l > first_param_layer_; }
+
   // The skip connections between top-level layers, in producer order.
   const std::vector<SkipEdge>& skip_edges() const { return skips_; }
 
@@ -75,6 +79,7 @@ class Model {
   std::unique_ptr<Loss> loss_;
   std::vector<ParameterTie> ties_;
   std::vector<SkipEdge> skips_;
+  int first_param_layer_ = 0;  // the first layer with parameters (num_layers() if none)
 };
 
 // "{global_layer_index}.{layer_name}.{param}", e.g. "0.linear.weight": the name of a parameter

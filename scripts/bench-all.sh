@@ -129,7 +129,7 @@ mpirun_np() {
 }
 
 b=$build/bench
-run train_step "$b/pipetrain-bench-train-step" --threads 1 2 --steps 20
+run train_step "$b/pipetrain-bench-train-step" --threads 1 2
 run torch "$here/torch-compare.sh" "$build" 20
 run fashion text_to_json fashion_example 2 "$build/examples/pipetrain-fashion" --devices cpu:0 \
   --threads 2 --epochs 3

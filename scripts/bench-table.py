@@ -77,9 +77,11 @@ def mlp_step(rows):
     for t in (1, 2):
         r = pick(rows, "train_step", "mlp_step", threads=t)
         unit = " samples/s" if t == 1 else ""
+        # The ratio's spread is over its repetitions, each against its own sgemm (train_step.cpp).
         parts.append(
             f"{spread(r, 'samples_per_s')}{unit} on {t} thread{'s' if t > 1 else ''} "
-            f"({ratio(r['ratio_to_sgemm'])} of sgemm)"
+            f"({ratio(r['ratio_to_sgemm'])} [{ratio(r['ratio_min'])}, {ratio(r['ratio_max'])}] "
+            "of sgemm)"
         )
     return ", ".join(parts)
 

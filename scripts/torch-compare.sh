@@ -12,7 +12,8 @@
 #   {"bench":"torch_compare", "threads", "pipetrain_samples_per_s", "torch_samples_per_s",
 #    "ratio" (pipetrain / torch tuned, medians), "torch_shipped_samples_per_s",
 #    "ratio_to_shipped"}
-# Each figure is the median of STEPS timed steps (after 3 warm-up steps) with min and max.
+# PyTorch's figures are the median of STEPS timed steps (after 3 warm-up steps) with min and max;
+# pipetrain's are its bench's defaults (medians of repetitions, each against its own sgemm).
 #
 #   scripts/torch-compare.sh [BUILD_DIR] [STEPS]      (defaults: build, 20)
 #
@@ -44,7 +45,7 @@ lines=$(mktemp)
 trap 'rm -f "$lines"' EXIT
 
 # pipetrain's own setting: the torch variables are unset (OMP_WAIT_POLICY would reach oneDNN).
-env -u OPENBLAS_CORETYPE -u OMP_WAIT_POLICY "$exe" --threads 1 2 --steps "$steps" \
+env -u OPENBLAS_CORETYPE -u OMP_WAIT_POLICY "$exe" --threads 1 2 \
   | grep '"mlp_step"' | tee -a "$lines"
 
 # One PyTorch process per (setting, threads): the BLAS reads its variables when it loads.

@@ -244,7 +244,9 @@ void Executor::backward(const Action& a, bool with_weights) {
     for (int l = seg.last_layer - 1; l >= seg.first_layer; --l) {
       LayerContext& c = st.ctx->layer(l);
       Layer& layer = model.layer(l);
-      Tensor dx = l > 0 ? layer.backward_input(dy, c) : Tensor();  // nobody needs dL/d(input)
+      // Nobody needs dL/d(input) of a layer with no parameters before it, unless a stage before
+      // this one waits for the gradient.
+      Tensor dx = s > 0 || model.needs_input_gradient(l) ? layer.backward_input(dy, c) : Tensor();
       if (with_weights) {
         layer.backward_weight(dy, c);
         c.clear();

@@ -9,9 +9,9 @@
 //
 // The op bodies live in one file per kind of op: cpu_gemm.cpp, cpu_elementwise.cpp,
 // cpu_activation.cpp, cpu_norm.cpp, cpu_loss.cpp, cpu_conv.cpp, cpu_pool.cpp,
-// cpu_embedding.cpp, cpu_optim.cpp; memory in engine/core/caching_allocator.* (shared with the
-// CUDA backend), shared loop helpers in cpu_loops.h, vectorisable exp/tanh/erf in cpu_math.h.
-// This header is all that other folders see.
+// cpu_embedding.cpp, cpu_optim.cpp (oneDNN primitives cached in dnnl_primitives.h); memory in
+// engine/core/caching_allocator.* (shared with the CUDA backend), shared loop helpers in
+// cpu_loops.h, vectorisable exp/tanh/erf in cpu_math.h. This header is all that other folders see.
 #include <memory>
 #include <string>
 
@@ -59,6 +59,9 @@ class CpuBackend final : public Backend {
   void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
             const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
             int64_t ldc) override;
+  void gemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
+                 int64_t lda, const float* B, int64_t ldb, const float* bias, float* C,
+                 int64_t ldc) override;
 
   // ---- elementwise ------------------------------------------------------------------------
   void fill(float* x, float value, int64_t n) override;

@@ -1,15 +1,7 @@
-// 2-D convolution on oneDNN primitives with plain NCHW / OIHW memory.
-//
-// Primitives are cached by (op, shape, thread count): making one costs milliseconds (its JIT
-// kernel and blocking depend on the shape and on the OpenMP thread count it is created under).
-// The cache is shared by all devices behind a mutex. Primitives use the "user" scratchpad mode,
-// which makes one primitive safe to run from several threads at once: each call gets its own
-// scratchpad, from the device's allocator so it shows in the memory accounting.
-#include <oneapi/dnnl/dnnl.hpp>
-
+// 2-D convolution on oneDNN primitives with plain NCHW / OIHW memory, cached by (op, shape,
+// thread count) as dnnl_primitives.h describes.
 #include <array>
 #include <memory>
-#include <mutex>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -17,11 +9,16 @@
 #include "engine/core/error.h"
 #include "engine/core/random.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/dnnl_primitives.h"
 
 namespace pt {
 
 namespace {
 
+using cpu::DnnlPrimitive;
+using cpu::Scratch;
+using cpu::user_scratchpad;
+using cpu::wrap_memory;
 using dnnl::algorithm;
 using dnnl::memory;
 using dnnl::prop_kind;
@@ -56,17 +53,6 @@ ConvKey make_key(ConvOp op, int threads, const Conv2dShape& s) {
       {s.N, s.C, s.H, s.W, s.K, s.R, s.S, s.stride_h, s.stride_w, s.pad_h, s.pad_w, s.P, s.Q}};
 }
 
-struct ConvPrimitive {
-  dnnl::primitive primitive;
-  size_t scratchpad_bytes = 0;
-  memory::desc scratchpad;
-};
-
-dnnl::engine& cpu_engine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
-
 // The memory descriptors of one shape, and the padding oneDNN wants: it takes the right/bottom
 // padding explicitly, which is whatever makes the output P x Q (may be below pad_h when the
 // stride does not divide evenly; oneDNN accepts pad_r > -stride).
@@ -89,12 +75,6 @@ ConvDescs make_descs(const Conv2dShape& s) {
   return d;
 }
 
-dnnl::primitive_attr user_scratchpad() {
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  return attr;
-}
-
 dnnl::convolution_forward::primitive_desc forward_pd(const ConvDescs& d, bool with_bias) {
   using F = dnnl::convolution_forward;
   const F::desc desc = with_bias
@@ -102,31 +82,23 @@ dnnl::convolution_forward::primitive_desc forward_pd(const ConvDescs& d, bool wi
                                      d.src, d.weights, d.bias, d.dst, d.strides, d.pad_l, d.pad_r)
                            : F::desc(prop_kind::forward_training, algorithm::convolution_direct,
                                      d.src, d.weights, d.dst, d.strides, d.pad_l, d.pad_r);
-  return F::primitive_desc(desc, user_scratchpad(), cpu_engine());
+  return F::primitive_desc(desc, user_scratchpad(), cpu::dnnl_engine());
 }
 
-template <class PrimitiveDesc, class Primitive>
-std::shared_ptr<const ConvPrimitive> wrap(const PrimitiveDesc& pd) {
-  auto cp = std::make_shared<ConvPrimitive>();
-  cp->primitive = Primitive(pd);
-  cp->scratchpad = pd.scratchpad_desc();
-  cp->scratchpad_bytes = cp->scratchpad.get_size();
-  return cp;
-}
-
-std::shared_ptr<const ConvPrimitive> create(ConvOp op, const Conv2dShape& s) {
+std::shared_ptr<const DnnlPrimitive> create(ConvOp op, const Conv2dShape& s) {
   const ConvDescs d = make_descs(s);
   switch (op) {
     case ConvOp::forward:
     case ConvOp::forward_bias:
-      return wrap<dnnl::convolution_forward::primitive_desc, dnnl::convolution_forward>(
+      return cpu::wrap_primitive<dnnl::convolution_forward::primitive_desc,
+                                 dnnl::convolution_forward>(
           forward_pd(d, op == ConvOp::forward_bias));
     case ConvOp::backward_data: {
       using B = dnnl::convolution_backward_data;
       const B::desc desc(algorithm::convolution_direct, d.src, d.weights, d.dst, d.strides, d.pad_l,
                          d.pad_r);
-      return wrap<B::primitive_desc, B>(
-          B::primitive_desc(desc, user_scratchpad(), cpu_engine(), forward_pd(d, false)));
+      return cpu::wrap_primitive<B::primitive_desc, B>(
+          B::primitive_desc(desc, user_scratchpad(), cpu::dnnl_engine(), forward_pd(d, false)));
     }
     case ConvOp::backward_weights:
     case ConvOp::backward_weights_bias: {
@@ -136,8 +108,8 @@ std::shared_ptr<const ConvPrimitive> create(ConvOp op, const Conv2dShape& s) {
                                           d.dst, d.strides, d.pad_l, d.pad_r)
                                 : B::desc(algorithm::convolution_direct, d.src, d.weights, d.dst,
                                           d.strides, d.pad_l, d.pad_r);
-      return wrap<B::primitive_desc, B>(
-          B::primitive_desc(desc, user_scratchpad(), cpu_engine(), forward_pd(d, bias)));
+      return cpu::wrap_primitive<B::primitive_desc, B>(
+          B::primitive_desc(desc, user_scratchpad(), cpu::dnnl_engine(), forward_pd(d, bias)));
     }
   }
   return nullptr;
@@ -151,22 +123,11 @@ std::string shape_text(const Conv2dShape& s) {
       s.P, s.Q);
 }
 
-std::shared_ptr<const ConvPrimitive> lookup(ConvOp op, int threads, const Conv2dShape& s) {
-  static std::mutex mutex;
-  static std::unordered_map<ConvKey, std::shared_ptr<const ConvPrimitive>, ConvKeyHash> cache;
-  const ConvKey key = make_key(op, threads, s);
-  std::lock_guard lock(mutex);
-  auto& slot = cache[key];
-  if (!slot) {
-    try {
-      slot = create(op, s);
-    } catch (const dnnl::error& e) {
-      cache.erase(key);
-      throw std::runtime_error(fmt::format("conv2d: oneDNN could not make a primitive for {}: {}",
-                                           shape_text(s), e.what()));
-    }
-  }
-  return slot;
+std::shared_ptr<const DnnlPrimitive> lookup(ConvOp op, int threads, const Conv2dShape& s) {
+  static cpu::PrimitiveCache<ConvKey, ConvKeyHash> cache;
+  return cache.get(
+      make_key(op, threads, s), [&] { return create(op, s); }, "conv2d",
+      [&] { return shape_text(s); });
 }
 
 void check_shape(const Conv2dShape& s) {
@@ -179,37 +140,6 @@ void check_shape(const Conv2dShape& s) {
         "conv2d: inconsistent shape {}: sizes must be positive and P = (H + 2 pad_h - R) / "
         "stride_h + 1, Q = (W + 2 pad_w - S) / stride_w + 1",
         shape_text(s)));
-}
-
-// Device memory for the duration of one call, returned on scope exit.
-class Scratch {
- public:
-  Scratch(Backend& backend, size_t bytes)
-      : backend_(backend), bytes_(bytes), ptr_(backend.allocate(bytes)) {}
-  ~Scratch() { backend_.deallocate(ptr_, bytes_); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  void* get() const { return ptr_; }
-
- private:
-  Backend& backend_;
-  size_t bytes_;
-  void* ptr_;
-};
-
-// Runs the primitive on the calling thread's OpenMP pool with a scratchpad of its own.
-void execute(Backend& backend, const ConvPrimitive& cp, std::unordered_map<int, memory> args) {
-  Scratch scratch(backend, cp.scratchpad_bytes);
-  if (cp.scratchpad_bytes)
-    args.emplace(DNNL_ARG_SCRATCHPAD, memory(cp.scratchpad, cpu_engine(), scratch.get()));
-  thread_local dnnl::stream stream(cpu_engine());
-  cp.primitive.execute(stream, args);
-  stream.wait();
-}
-
-memory wrap_memory(const memory::desc& desc, const void* ptr) {
-  // oneDNN takes a non-const handle even for inputs; it does not write them.
-  return memory(desc, cpu_engine(), const_cast<void*>(ptr));
 }
 
 }  // namespace
@@ -226,7 +156,7 @@ void CpuBackend::conv2d_forward(const Conv2dShape& s, const float* x, const floa
                                        {DNNL_ARG_WEIGHTS, wrap_memory(d.weights, w)},
                                        {DNNL_ARG_DST, wrap_memory(d.dst, y)}};
   if (bias) args.emplace(DNNL_ARG_BIAS, wrap_memory(d.bias, bias));
-  execute(*this, *cp, std::move(args));
+  cpu::execute(*this, *cp, std::move(args));
 }
 
 // dx (N, C, H, W) = conv_transpose(dy (N, K, P, Q), w); overwrites dx.
@@ -236,10 +166,10 @@ void CpuBackend::conv2d_backward_input(const Conv2dShape& s, const float* dy, co
   ensure_thread_binding();
   const auto cp = lookup(ConvOp::backward_data, threads_, s);
   const ConvDescs d = make_descs(s);
-  execute(*this, *cp,
-          {{DNNL_ARG_DIFF_DST, wrap_memory(d.dst, dy)},
-           {DNNL_ARG_WEIGHTS, wrap_memory(d.weights, w)},
-           {DNNL_ARG_DIFF_SRC, wrap_memory(d.src, dx)}});
+  cpu::execute(*this, *cp,
+               {{DNNL_ARG_DIFF_DST, wrap_memory(d.dst, dy)},
+                {DNNL_ARG_WEIGHTS, wrap_memory(d.weights, w)},
+                {DNNL_ARG_DIFF_SRC, wrap_memory(d.src, dx)}});
 }
 
 // dw (K, C, R, S) += ..., dbias (K) += sum over N, P, Q of dy. oneDNN overwrites its outputs,
@@ -259,7 +189,7 @@ void CpuBackend::conv2d_backward_weight(const Conv2dShape& s, const float* dy, c
                                        {DNNL_ARG_DIFF_DST, wrap_memory(d.dst, dy)},
                                        {DNNL_ARG_DIFF_WEIGHTS, wrap_memory(d.weights, tmp_w)}};
   if (dbias) args.emplace(DNNL_ARG_DIFF_BIAS, wrap_memory(d.bias, tmp_b));
-  execute(*this, *cp, std::move(args));
+  cpu::execute(*this, *cp, std::move(args));
   axpy(1.f, tmp_w, dw, nw);
   if (dbias) axpy(1.f, tmp_b, dbias, nb);
 }

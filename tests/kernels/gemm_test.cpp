@@ -69,6 +69,38 @@ TEST_CASE("gemm: all transposes, beta 0 and 1, odd sizes, padded strides") {
       }
 }
 
+// The Linear forward's case C = A B^T with N >= 64 runs on a matmul primitive (cpu_gemm.cpp),
+// gemm_bias with the bias inside it: checked here with padded strides, NaN in C and its padding
+// left alone, on 1 and 2 threads.
+TEST_CASE("gemm and gemm_bias: A B^T on the matmul primitive, padded strides, 1 and 2 threads") {
+  const int64_t M = 37, N = 70, K = 53, lda = K + 3, ldb = K + 5, ldc = N + 2;
+  const auto A = random_floats(static_cast<size_t>(M * lda), 41);
+  const auto B = random_floats(static_cast<size_t>(N * ldb), 42);
+  const auto bias = random_floats(static_cast<size_t>(N), 43);
+  std::vector<float> C(static_cast<size_t>(M * ldc), std::numeric_limits<float>::quiet_NaN());
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = N; j < ldc; ++j) C[static_cast<size_t>(i * ldc + j)] = 7.f;  // padding
+  auto ref = gemm_ref(false, true, M, N, K, 1.0, A, lda, B, ldb, 0.0, C, ldc);
+  auto ref_bias = ref;
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < ldc; ++j) {
+      const size_t at = static_cast<size_t>(i * ldc + j);
+      if (j >= N)
+        ref[at] = ref_bias[at] = 7.0;  // untouched
+      else
+        ref_bias[at] += bias[static_cast<size_t>(j)];
+    }
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    CpuBackend be(0, threads);
+    Floats a(be, A), b(be, B), bb(be, bias), c(be, C), cb(be, C);
+    be.gemm(false, true, M, N, K, 1.f, a.get(), lda, b.get(), ldb, 0.f, c.get(), ldc);
+    check_close(c.read(), ref, 1e-5, 1e-5, "gemm A B^T");
+    be.gemm_bias(false, true, M, N, K, a.get(), lda, b.get(), ldb, bb.get(), cb.get(), ldc);
+    check_close(cb.read(), ref_bias, 1e-5, 1e-5, "gemm_bias A B^T");
+  }
+}
+
 TEST_CASE("gemm: beta accumulates (calling twice with beta 1 doubles a product)") {
   CpuBackend be(0, 1);
   const int64_t M = 5, N = 7, K = 3;
