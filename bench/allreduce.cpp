@@ -2,10 +2,11 @@
 // machine's memcpy bandwidth measured in the same run (what shared memory can at best approach).
 // Prints JSON lines (world rank 0 only):
 //
-//   {"bench":"memcpy", "bytes", "gbps"}                      best of N memcpy of `bytes`
+//   {"bench":"memcpy", "bytes", "gbps", "gbps_min", "gbps_max", "reps"}
+//       memcpy of `bytes`: the median of 5 copies (after one warm-up) and the spread
 //   {"bench":"allreduce", "impl":"mpi"|"in_process", "ranks":R, "bytes", "reps", "time_us",
 //    "median_us", "min_us", "max_us", "algbw_gbps", "busbw_gbps", "busbw_median_gbps",
-//    "wrong"}                                                one line per (impl, size)
+//    "busbw_min_gbps", "wrong"}                              one line per (impl, size)
 //       time_us = min_us (the best call); algbw = bytes / time; busbw = algbw * 2(R-1)/R
 //       (nccl-tests' all-reduce bus bandwidth: the bytes each rank must send and receive,
 //       comparable across R); GB/s = 1e9 bytes/s
@@ -35,6 +36,7 @@
 #include <fmt/format.h>
 
 #include "bench/json_line.h"
+#include "bench/repeated_seconds.h"
 #include "engine/comm/in_process.h"
 #include "engine/comm/mpi.h"
 
@@ -56,12 +58,11 @@ struct Result {
 
 // Fills seconds, median and worst from the times of the timed calls.
 void summarise(std::vector<double> times, Result& r) {
-  std::sort(times.begin(), times.end());
-  const size_t n = times.size();
-  r.reps = static_cast<int>(n);
-  r.seconds = times.front();
-  r.worst = times.back();
-  r.median = n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
+  const pt::bench::Spread s = pt::bench::spread_of(std::move(times));
+  r.reps = s.reps;
+  r.seconds = s.min;
+  r.worst = s.max;
+  r.median = s.median;
 }
 
 // One size on one communicator; every rank of `c` calls it.
@@ -150,6 +151,7 @@ void emit_result(const std::string& impl, int ranks, size_t bytes, const Result&
       {"busbw_gbps", algbw * 2.0 * (ranks - 1) / ranks},
       {"busbw_median_gbps",
        static_cast<double>(bytes) / r.median / 1e9 * 2.0 * (ranks - 1) / ranks},
+      {"busbw_min_gbps", static_cast<double>(bytes) / r.worst / 1e9 * 2.0 * (ranks - 1) / ranks},
       {"wrong", r.wrong},
   });
 }
@@ -171,17 +173,13 @@ void emit_send_recv(int to, size_t bytes, const Result& r) {
   });
 }
 
-// memcpy of `bytes` between two buffers, best of 5, in GB/s of bytes copied.
-double memcpy_gbps(size_t bytes) {
+// memcpy of `bytes` between two buffers: GB/s of bytes copied, median of 5 after one warm-up.
+pt::bench::Spread memcpy_gbps(size_t bytes) {
   std::vector<char> a(bytes, 1), b(bytes, 0);
-  double best = 1e30;
-  for (int i = 0; i < 5; ++i) {
-    const auto t0 = Clock::now();
-    std::memcpy(b.data(), a.data(), bytes);
-    best = std::min(best, seconds_since(t0));
-  }
+  const pt::bench::Spread s = pt::bench::spread_of(
+      pt::bench::repeated_seconds(1, 5, [&] { std::memcpy(b.data(), a.data(), bytes); }));
   if (b[bytes / 2] != 1) std::abort();  // keeps the copy observable
-  return static_cast<double>(bytes) / best / 1e9;
+  return pt::bench::rate_of(s, static_cast<double>(bytes) / 1e9);
 }
 
 int64_t in_process_bench(const std::vector<size_t>& sizes, bool quick, double timeout_s) {
@@ -252,9 +250,12 @@ int main(int argc, char** argv) {
     if (printer) {
       const size_t copy_bytes =
           std::max<size_t>(sizes.empty() ? 1024 : sizes.back(), size_t{1} << 20);
-      emit({{"bench", std::string("memcpy")},
-            {"bytes", static_cast<int64_t>(copy_bytes)},
-            {"gbps", memcpy_gbps(copy_bytes)}});
+      const pt::bench::Spread copy = memcpy_gbps(copy_bytes);
+      pt::bench::Fields line{{"bench", std::string("memcpy")},
+                             {"bytes", static_cast<int64_t>(copy_bytes)}};
+      pt::bench::add_spread(line, "gbps", copy);
+      line.emplace_back("reps", int64_t{copy.reps});
+      emit(line);
       wrong += in_process_bench(sizes, quick, timeout_s);
     }
     if (world) world->barrier("end");

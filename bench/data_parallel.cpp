@@ -17,12 +17,13 @@
 //    that overlapped backward, mean over steps)}          one line per --bucket-mb
 //   {"bench":"dp_sharded", "step_ms", "samples_per_s", "speedup", "optimizer_state_bytes" (rank
 //    0's replica), "unsharded_optimizer_state_bytes"}     with --shard-optimizer
-//   {"bench":"dp_summary", "speedup" (the best), "target":1.85, "met"}
-// Timing: warm-up steps, then the best of --steps (noisy shared machine: best-of-N, as nccl-tests).
+//   {"bench":"dp_summary", "speedup" (the best median), "target":1.85, "met"}
+// Timing: warm-up steps, then --steps timed ones (rank 0's clock; the step ends when rank 0's
+// all-reduce did). step_ms and samples_per_s are the median with _min and _max
+// (bench/repeated_seconds.h); speedup = the ratio of the medians, speedup_min and speedup_max
+// divide by the slowest and fastest data-parallel step.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +33,7 @@
 #include <fmt/format.h>
 
 #include "bench/json_line.h"
+#include "bench/repeated_seconds.h"
 #include "bench/synthetic_batch.h"
 #include "engine/comm/mpi.h"
 #include "engine/core/error.h"
@@ -46,8 +48,8 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using pt::bench::Fields;
+using pt::bench::Spread;
 
 struct Flags {
   std::string model = "mlp";
@@ -69,15 +71,8 @@ pt::Model make_model(const std::string& name) {
 using pt::bench::Batch;
 
 template <class Step>
-double best_step_s(const Flags& f, Step&& step) {
-  for (int i = 0; i < f.warmup; ++i) step();
-  double best = std::numeric_limits<double>::infinity();
-  for (int i = 0; i < f.steps; ++i) {
-    const auto t0 = Clock::now();
-    step();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return best;
+Spread step_seconds(const Flags& f, Step&& step) {
+  return pt::bench::spread_of(pt::bench::repeated_seconds(f.warmup, f.steps, step));
 }
 
 // Only rank 0 speaks under mpirun.
@@ -100,17 +95,19 @@ int run(const Flags& f, pt::Communicator* world) {
                {"steps", static_cast<int64_t>(f.steps)}});
 
   // 1. baseline: one replica on one core, alone on the machine.
-  double base_s = 0;
+  Spread base_s;
   if (speak) {
     auto backend = pt::make_cpu_backend(0, 1);
     backend->bind_current_thread();
     pt::Model m = make_model(f.model);
     pt::Trainer t(m, *backend, pt::bench::sgd_config(f.microbatches));
     const Batch b(f.batch);
-    base_s = best_step_s(f, [&] { t.train_step(b.hx, b.hy); });
-    emit(speak, {{"bench", std::string("dp_baseline")},
-                 {"step_ms", base_s * 1e3},
-                 {"samples_per_s", static_cast<double>(f.batch) / base_s}});
+    base_s = step_seconds(f, [&] { t.train_step(b.hx, b.hy); });
+    Fields out{{"bench", std::string("dp_baseline")}};
+    pt::bench::add_spread(out, "step_ms", base_s, 1e3);
+    pt::bench::add_spread(out, "samples_per_s", pt::bench::rate_of(base_s, f.batch));
+    out.emplace_back("reps", int64_t{base_s.reps});
+    emit(speak, out);
   }
   if (world) world->barrier("the end of the baseline");
 
@@ -142,7 +139,7 @@ int run(const Flags& f, pt::Communicator* world) {
                          : pt::make_local_data_parallel(factory, devices, pc, R);
     double hidden = 0, reduce_ms = 0;
     int buckets = 0, measured = 0;
-    const double dp_s = best_step_s(f, [&] {
+    const Spread dp_s = step_seconds(f, [&] {
       trainer->train_step(b.hx, b.hy);
       for (const pt::ReductionStats& s : trainer->replica(0).last_reduction_stats()) {
         hidden += s.hidden_fraction();
@@ -152,30 +149,31 @@ int run(const Flags& f, pt::Communicator* world) {
       }
     });
     if (!speak) continue;
-    const double base_rate = static_cast<double>(f.batch) / base_s;
-    const double dp_rate = static_cast<double>(f.batch * R) / dp_s;
-    const double speedup = dp_rate / base_rate;
+    const double base_rate = static_cast<double>(f.batch) / base_s.median;
+    const Spread dp_rate = pt::bench::rate_of(dp_s, static_cast<double>(f.batch * R));
+    const Spread speedup = pt::bench::rate_of(dp_s, static_cast<double>(f.batch * R) / base_rate);
+    Fields out{{"bench", std::string(pc.parallel.shard_optimizer ? "dp_sharded" : "dp")}};
+    if (!pc.parallel.shard_optimizer) {
+      out.emplace_back("bucket_mb", bucket_mb);
+      out.emplace_back("buckets", static_cast<int64_t>(buckets));
+    }
+    pt::bench::add_spread(out, "step_ms", dp_s, 1e3);
+    pt::bench::add_spread(out, "samples_per_s", dp_rate);
+    pt::bench::add_spread(out, "speedup", speedup);
+    out.emplace_back("reps", int64_t{dp_s.reps});
     if (pc.parallel.shard_optimizer) {
-      emit(speak, {{"bench", std::string("dp_sharded")},
-                   {"step_ms", dp_s * 1e3},
-                   {"samples_per_s", dp_rate},
-                   {"speedup", speedup},
-                   {"optimizer_state_bytes",
-                    static_cast<int64_t>(trainer->replica(0).optimizer_state_bytes())},
-                   {"unsharded_optimizer_state_bytes",
-                    static_cast<int64_t>(trainer->replica(0).unsharded_optimizer_state_bytes())}});
+      out.emplace_back("optimizer_state_bytes",
+                       static_cast<int64_t>(trainer->replica(0).optimizer_state_bytes()));
+      out.emplace_back("unsharded_optimizer_state_bytes",
+                       static_cast<int64_t>(trainer->replica(0).unsharded_optimizer_state_bytes()));
+      emit(speak, out);
       continue;
     }
-    best_speedup = std::max(best_speedup, speedup);
-    emit(speak, {{"bench", std::string("dp")},
-                 {"bucket_mb", bucket_mb},
-                 {"buckets", static_cast<int64_t>(buckets)},
-                 {"step_ms", dp_s * 1e3},
-                 {"samples_per_s", dp_rate},
-                 {"speedup", speedup},
-                 {"efficiency", speedup / R},
-                 {"allreduce_ms", measured ? reduce_ms / measured : 0.0},
-                 {"hidden_fraction", measured ? hidden / measured : 0.0}});
+    best_speedup = std::max(best_speedup, speedup.median);
+    out.emplace_back("efficiency", speedup.median / R);
+    out.emplace_back("allreduce_ms", measured ? reduce_ms / measured : 0.0);
+    out.emplace_back("hidden_fraction", measured ? hidden / measured : 0.0);
+    emit(speak, out);
   }
   const double target = 1.85 * R / 2;  // the target for R = 2, scaled
   emit(speak, {{"bench", std::string("dp_summary")},
@@ -200,7 +198,9 @@ int main(int argc, char** argv) {
   app.add_option("--bucket-mb", f.bucket_mb, "gradient bucket sizes to measure, e.g. 4,25")
       ->delimiter(',')
       ->capture_default_str();
-  app.add_option("--steps", f.steps, "timed steps (best is reported)")->capture_default_str();
+  app.add_option("--steps", f.steps, "timed steps (median and spread)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--warmup", f.warmup, "untimed steps first")->capture_default_str();
   app.add_flag("--shard-optimizer", f.shard_optimizer,
                "also measure the sharded optimizer (ZeRO-1) and its state bytes");

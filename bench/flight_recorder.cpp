@@ -15,7 +15,6 @@
 //    per-action trace (the bubble report's timing events, Backend::record_timing_event) recorded
 //    and not, interleaved the same way; bound_pct = the trace's own work per action (timed alone)
 //    times the actions of a step, over the untraced step
-#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -26,6 +25,7 @@
 #include <fmt/format.h>
 
 #include "bench/json_line.h"
+#include "bench/repeated_seconds.h"
 #include "bench/synthetic_batch.h"
 #include "engine/pipeline/executor.h"
 #include "engine/setup/training_run.h"
@@ -36,14 +36,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct Spread {
-  double median, min, max;
-};
-
-Spread spread(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return {v[v.size() / 2], v.front(), v.back()};
-}
+using pt::bench::Spread;
+using pt::bench::spread_of;
 
 // ns per begin()+finish() on each of `threads` threads recording at once.
 double event_ns(pt::FlightRecorder& r, int threads, int64_t events) {
@@ -85,7 +79,7 @@ int main(int argc, char** argv) {
       event_ns(r, threads, events / 10);  // warm-up
       std::vector<double> ns;
       for (int i = 0; i < reps; ++i) ns.push_back(event_ns(r, threads, events));
-      const Spread s = spread(ns);
+      const Spread s = spread_of(ns);
       pt::bench::emit({{"bench", "flight_recorder_event"},
                        {"threads", int64_t{threads}},
                        {"enabled", int64_t{enabled}},
@@ -124,7 +118,7 @@ int main(int argc, char** argv) {
     off.push_back(timed_steps(false));
   }
   recorder.set_enabled(true);
-  const Spread a = spread(on), b = spread(off);
+  const Spread a = spread_of(on), b = spread_of(off);
   pt::FlightRecorder probe(4096);
   const double one_event_ns = event_ns(probe, 1, events);
   // The fields of both step comparisons: the run, and the medians and spreads of the steps
@@ -165,7 +159,7 @@ int main(int argc, char** argv) {
     untraced.push_back(traced_steps(false));
   }
   run.pipeline->set_record_trace(true);
-  const Spread t = spread(traced), u = spread(untraced);
+  const Spread t = spread_of(traced), u = spread_of(untraced);
   // What the trace adds per action, alone: what Executor::run does for it (two timing events,
   // read once the list is done, into one ExecutedAction).
   const auto trace_ns = [&] {
@@ -186,7 +180,7 @@ int main(int argc, char** argv) {
   trace_ns();  // warm-up
   std::vector<double> per_action;
   for (int i = 0; i < reps; ++i) per_action.push_back(trace_ns());
-  const double action_ns = spread(per_action).median;
+  const double action_ns = spread_of(per_action).median;
   pt::bench::Fields trace_fields = comparison("step_trace_train", "traced", "untraced", t, u);
   trace_fields.push_back({"trace_ns_per_action", action_ns});
   trace_fields.push_back(

@@ -1,23 +1,26 @@
 // bench/gpt: training throughput of the GPT example's model (gpt(256, 128, 256, 4, 4), batch 16,
 // AdamW) against the machine's GEMM limit, all measured in this one run. Prints JSON lines:
-//   {"bench":"sgemm", "threads", "gflops"}                                   the limit
+//   {"bench":"sgemm", "threads", "gflops" (+ _min, _max), "reps"}           the limit
 //   {"bench":"gpt_step", "setup":"1 device x T threads" | "2 stages x 1 thread (1f1b, M=4)",
-//    "cores", "step_ms", "tokens_per_s", "model_gflops", "ratio_to_sgemm"}
+//    "cores", "step_ms", "tokens_per_s", "model_gflops", "ratio_to_sgemm" (each + _min, _max),
+//    "reps"}
 //   {"bench":"gpt_step_cpu", "setup":"1 device x 1 thread", "sgemm_cpu_gflops",
-//   "step_cpu_ms_median",
-//    "step_cpu_ms_min", "step_cpu_ms_max", "reps", "ratio_to_sgemm_cpu"}   the same 1-thread
-//    ratio in CPU seconds (medians of >= 5 repetitions): on a machine whose other core is busy,
-//    wall-time ratios move with the load between the sgemm and the steps; these do not.
+//    "step_cpu_ms_median", "step_cpu_ms_min", "step_cpu_ms_max", "reps", "ratio_to_sgemm_cpu"}
+//    the same 1-thread ratio in CPU seconds (medians of >= 5 repetitions): on a machine whose
+//    other core is busy, wall-time ratios move with the load between the sgemm and the steps;
+//    these do not.
 // Model FLOPs per token follow PaLM's accounting: 6 N + 12 L d T, N = the parameters that take
 // part in matrix products (all but the two embedding tables, the tied LM head counted once),
-// attention counted in full (not halved for the causal mask). Best of --steps timed steps.
+// attention counted in full (not halved for the causal mask). Each figure is the median of
+// --steps timed steps (after one warm-up) with its spread (bench/repeated_seconds.h); the ratio
+// divides by the median sgemm rate.
 #include <algorithm>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "bench/best_seconds.h"
+#include "bench/best_seconds.h"  // process_cpu_seconds
 #include "bench/json_line.h"
 #include "bench/repeated_seconds.h"
 #include "engine/core/random.h"
@@ -31,7 +34,7 @@
 
 namespace {
 
-using pt::bench::best_seconds;
+using pt::bench::Spread;
 constexpr int64_t kVocab = 256, kContext = 128, kDModel = 256, kBatch = 16;
 constexpr int kLayers = 4, kHeads = 4;
 
@@ -52,26 +55,33 @@ pt::TrainerConfig trainer_config(int M) {
   return c;
 }
 
-double sgemm_gflops(pt::Backend& b, int64_t n) {
+// Median of 5 calls after one warm-up, with the spread.
+Spread sgemm_gflops(pt::Backend& b, int64_t n) {
   pt::Tensor A = b.empty({n, n}), B = b.empty({n, n}), C = b.zeros({n, n});
   b.fill(A.f32(), 0.5f, n * n);
   b.fill(B.f32(), 0.25f, n * n);
-  const double s = best_seconds(
-      1, 5, [&] { b.gemm(false, false, n, n, n, 1.f, A.f32(), n, B.f32(), n, 0.f, C.f32(), n); });
-  return 2.0 * static_cast<double>(n * n * n) / s / 1e9;
+  const Spread s = pt::bench::spread_of(pt::bench::repeated_seconds(1, 5, [&] {
+    b.gemm(false, false, n, n, n, 1.f, A.f32(), n, B.f32(), n, 0.f, C.f32(), n);
+    b.synchronize();
+  }));
+  return pt::bench::rate_of(s, 2.0 * static_cast<double>(n * n * n) / 1e9);
 }
 
-void report(const std::string& setup, int cores, double step_s, double flops_token, double limit) {
-  const double tokens = static_cast<double>(kBatch * kContext) / step_s;
-  const double gflops = tokens * flops_token / 1e9;
-  pt::bench::emit({{"bench", std::string("gpt_step")},
-                   {"setup", setup},
-                   {"cores", int64_t{cores}},
-                   {"step_ms", step_s * 1e3},
-                   {"tokens_per_s", tokens},
-                   {"model_gflops", gflops},
-                   {"sgemm_gflops", limit},
-                   {"ratio_to_sgemm", gflops / limit}});
+// `step_s`: the timed steps' seconds; `limit`: the sgemm rate (its median is the divisor).
+void report(const std::string& setup, int cores, const std::vector<double>& step_s,
+            double flops_token, const Spread& limit) {
+  const Spread step = pt::bench::spread_of(step_s);
+  const double tokens_per_step = static_cast<double>(kBatch * kContext);
+  const Spread gflops = pt::bench::rate_of(step, tokens_per_step * flops_token / 1e9);
+  pt::bench::Fields out{
+      {"bench", std::string("gpt_step")}, {"setup", setup}, {"cores", int64_t{cores}}};
+  pt::bench::add_spread(out, "step_ms", step, 1e3);
+  pt::bench::add_spread(out, "tokens_per_s", pt::bench::rate_of(step, tokens_per_step));
+  pt::bench::add_spread(out, "model_gflops", gflops);
+  out.emplace_back("sgemm_gflops", limit.median);
+  pt::bench::add_spread(out, "ratio_to_sgemm", gflops, 1.0 / limit.median);
+  out.emplace_back("reps", int64_t{step.reps});
+  pt::bench::emit(out);
 }
 
 // The 1-thread ratio in CPU seconds: the median sgemm rate and the median step over `reps`.
@@ -108,8 +118,9 @@ void report_cpu(pt::Backend& b, pt::Trainer& trainer, const pt::Tensor& hx, cons
 
 int main(int argc, char** argv) {
   CLI::App app{"bench/gpt: GPT training tokens/s and model FLOP/s vs the sgemm limit (JSON lines)"};
-  int steps = 4;
-  app.add_option("--steps", steps, "timed steps per measurement (best is reported)")
+  int steps = 5;
+  app.add_option("--steps", steps, "timed steps per measurement (median and spread)")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -123,17 +134,20 @@ int main(int argc, char** argv) {
   const pt::Tensor hy = pt::Tensor::borrow(y.data(), {kBatch, kContext}, pt::DType::i32);
   const double fpt = flops_per_token(model());
 
-  double limit2 = 0;
+  Spread limit2;
   for (int t : {1, 2}) {
     auto backend = pt::make_cpu_backend(0, t);
     backend->bind_current_thread();
-    const double limit = sgemm_gflops(*backend, 2048);
+    const Spread limit = sgemm_gflops(*backend, 2048);
     if (t == 2) limit2 = limit;
-    pt::bench::emit({{"bench", std::string("sgemm")}, {"threads", int64_t{t}}, {"gflops", limit}});
+    pt::bench::Fields line{{"bench", std::string("sgemm")}, {"threads", int64_t{t}}};
+    pt::bench::add_spread(line, "gflops", limit);
+    line.emplace_back("reps", int64_t{limit.reps});
+    pt::bench::emit(line);
     pt::Model m = model();
     pt::Trainer trainer(m, *backend, trainer_config(1));
     report(fmt::format("1 device x {} thread{}", t, t == 1 ? "" : "s"), t,
-           best_seconds(1, steps, [&] { trainer.train_step(hx, hy); }), fpt, limit);
+           pt::bench::repeated_seconds(1, steps, [&] { trainer.train_step(hx, hy); }), fpt, limit);
     if (t == 1) report_cpu(*backend, trainer, hx, hy, std::max(steps, 5), fpt);
   }
   // Two stages of one core each (the limit: two cores' sgemm, as the 2-thread figure).
@@ -150,6 +164,6 @@ int main(int argc, char** argv) {
   pc.layers_per_stage = {4, 4};  // tok_emb pos_emb block0 block1 | block2 block3 ln_f lm_head
   pt::PipelineTrainer pipeline(m, devices, pc);
   report("2 stages x 1 thread (1f1b, M=4)", 2,
-         best_seconds(1, steps, [&] { pipeline.train_step(hx, hy); }), fpt, limit2);
+         pt::bench::repeated_seconds(1, steps, [&] { pipeline.train_step(hx, hy); }), fpt, limit2);
   return 0;
 }

@@ -6,13 +6,16 @@
 //   {"bench":"baseline", "devices":1, "threads":1|S, "microbatches":M, "step_ms", "samples_per_s"}
 //       one device (Trainer, gradient accumulation over the same M micro-batches)
 //   {"bench":"pipeline", "schedule", "microbatches":M, ...}   one line per (schedule, M):
-//       speedup            = baseline step (1 device, 1 core, same M) / pipeline step
+//       step_ms, samples_per_s: the median of the timed steps, with _min and _max (the
+//                            spread, bench/repeated_seconds.h) and "reps"
+//       speedup            = baseline median step (1 device, 1 core, same M) / pipeline median
+//                            step; speedup_min, speedup_max: over the slowest and fastest step
 //       ideal (analytic)   = S·M / (M + S − 1)                            gpipe, 1f1b
 //       ideal (simulated)  = Σ_s M·(F_s + I_s + W_s) / T_sim        zb-h1, zb-h2, interleaved:V
 //                            (profiled per-stage times, free transfers: the schedule's own limit)
-//       speedup_over_ideal = speedup / ideal; "ideal_kind" says which ideal was used
+//       speedup_over_ideal = speedup / ideal (+ _min, _max); "ideal_kind" says which ideal
 //       bubble_err_pp_d    = 100·(measured bubble of device d − analytic_bubble(schedule, D, M))
-//                            measured by measure_bubble on the fastest timed step's trace;
+//                            measured by measure_bubble on the median timed step's trace;
 //                            bubble_err_vs_sim_pp_d: the same against the simulated bubble with
 //                            profiled costs (what is left once stage imbalance is accounted for)
 //       predicted_over_measured = T_sim(profiled F/I/W, measured transfers) / measured span of
@@ -26,7 +29,8 @@
 //   {"bench":"zb_vs_1f1b", "microbatches":M, "sim_equal_ratio", "measured_ratio", ...}
 //   {"bench":"pipeline_summary", ...}  the headline figures and the targets
 //
-// Timing follows nccl-tests: verify (the loss check above), warm up, then the best of N steps.
+// Timing follows nccl-tests: verify (the loss check above), warm up, then N timed steps: the
+// median and the spread are reported, not only the best (which hides a noisy run).
 // Exits 3 when a pipeline's losses differ from the reference, 2 on bad flags, 1 on any failure
 // to run; performance targets are reported, never enforced.
 #include <algorithm>
@@ -47,6 +51,7 @@
 #include <fmt/format.h>
 
 #include "bench/json_line.h"
+#include "bench/repeated_seconds.h"
 #include "bench/synthetic_batch.h"
 #include "engine/core/error.h"
 #include "engine/core/random.h"
@@ -66,6 +71,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using pt::bench::emit;
 using pt::bench::Fields;
+using pt::bench::Spread;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();  // json_line writes null
 
 double seconds_since(Clock::time_point t0) {
@@ -95,26 +101,31 @@ using pt::bench::Batch;
 // ---- timing ------------------------------------------------------------------------------------
 
 struct Timed {
-  double best_s = 0;           // fastest of the timed steps
+  Spread step_s;               // median, min and max of the timed steps
+  int median_step = 0;         // index (among the timed steps) of the step at the median
   std::vector<double> losses;  // every step's loss, warm-up included
 };
 
-// Warm-up steps, then `steps` timed ones; `after_timed(is_fastest_so_far)` runs after each timed
-// step (outside the timing) so the caller can keep what it needs of the fastest one.
+// Warm-up steps, then `steps` timed ones; `after_timed()` runs after each timed step (outside
+// the timing) so the caller can keep what it needs of each (the median step's trace).
 template <class Step, class After>
 Timed time_steps(int warmup, int steps, Step&& step, After&& after_timed) {
   Timed t;
-  t.best_s = std::numeric_limits<double>::infinity();
+  std::vector<double> times;
   for (int i = 0; i < warmup; ++i) t.losses.push_back(step().loss);
   for (int i = 0; i < steps; ++i) {
     const auto t0 = Clock::now();
     const pt::StepStats s = step();
-    const double sec = seconds_since(t0);
+    times.push_back(seconds_since(t0));
     t.losses.push_back(s.loss);
-    const bool best = sec < t.best_s;
-    if (best) t.best_s = sec;
-    after_timed(best);
+    after_timed();
   }
+  // The lower median's step: a step that really ran, for its trace.
+  std::vector<int> order(times.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return times[a] < times[b]; });
+  if (!order.empty()) t.median_step = order[(order.size() - 1) / 2];
+  t.step_s = pt::bench::spread_of(std::move(times));
   return t;
 }
 
@@ -124,7 +135,7 @@ Timed time_single_device(const Flags& f, const Batch& batch, int M, int threads)
   pt::Model model = make_model(f.model);
   pt::Trainer trainer(model, *backend, pt::bench::sgd_config(M));
   return time_steps(
-      f.warmup, f.steps, [&] { return trainer.train_step(batch.hx, batch.hy); }, [](bool) {});
+      f.warmup, f.steps, [&] { return trainer.train_step(batch.hx, batch.hy); }, [] {});
 }
 
 // ---- profiled costs ----------------------------------------------------------------------------
@@ -191,14 +202,15 @@ std::vector<double> measured_transfers(const std::vector<std::vector<pt::Execute
 // ---- one pipeline run ---------------------------------------------------------------------------
 
 struct Baseline {
-  double one_core_s = 0, threads_s = 0;
+  Spread one_core_s, threads_s;
   std::vector<double> losses;  // the 1-core reference's
 };
 
 struct RunResult {
   std::string schedule;
   int M = 0;
-  double step_s = 0, speedup_over_ideal = kNaN, predicted_over_measured = kNaN;
+  Spread step_s, speedup_over_ideal;
+  double predicted_over_measured = kNaN;
   double bubble_err_pp_max = 0, bubble_err_vs_sim_pp_max = 0;  // largest |error| over the devices
   double sim_equal_s = kNaN, sim_profiled_s = kNaN;
   std::vector<size_t> peak_bytes;
@@ -248,12 +260,12 @@ std::optional<RunResult> run_pipeline(const Flags& f, pt::CostSource cost_source
   pc.record_trace = true;  // two timing events per action, read once per step
   pt::PipelineTrainer trainer(model, devices, pc);
 
-  std::vector<std::vector<pt::ExecutedAction>> best_trace;
+  std::vector<std::vector<std::vector<pt::ExecutedAction>>> traces;  // per timed step
   std::vector<size_t> peak;
   const Timed t = time_steps(
       f.warmup, f.steps, [&] { return trainer.train_step(batch.hx, batch.hy); },
-      [&](bool best) {
-        if (best) best_trace = trainer.last_trace();
+      [&] {
+        traces.push_back(trainer.last_trace());
         const std::vector<size_t> step_peak = trainer.last_peak_bytes();
         peak.resize(step_peak.size(), 0);
         for (size_t d = 0; d < step_peak.size(); ++d) peak[d] = std::max(peak[d], step_peak[d]);
@@ -263,12 +275,13 @@ std::optional<RunResult> run_pipeline(const Flags& f, pt::CostSource cost_source
   RunResult r;
   r.schedule = schedule;
   r.M = M;
-  r.step_s = t.best_s;
+  r.step_s = t.step_s;
+  const auto& step_trace = traces[static_cast<size_t>(t.median_step)];
   const size_t n = std::min(t.losses.size(), base.losses.size());
   for (size_t i = 0; i < n; ++i) r.wrong += t.losses[i] != base.losses[i];
 
-  // ---- bubble: measured on the fastest step vs the analytic formula ----
-  const pt::BubbleStats bubble = pt::measure_bubble(pt::step_trace(best_trace, devices, 0), 0);
+  // ---- bubble: measured on the median step vs the analytic formula ----
+  const pt::BubbleStats bubble = pt::measure_bubble(pt::step_trace(step_trace, devices, 0), 0);
   const double analytic = pt::sched::analytic_bubble(schedule, S, M);
 
   // ---- the simulator with profiled per-stage F/I/W and the measured transfers ----
@@ -277,7 +290,7 @@ std::optional<RunResult> run_pipeline(const Flags& f, pt::CostSource cost_source
   pt::sched::SimConfig sim;
   sim.stages = stage_times(plan.partition, costs);
   const pt::sched::SimResult free_comm = pt::sched::simulate(plan.schedule, sim);
-  sim.transfer = measured_transfers(best_trace, plan.schedule.num_stages);
+  sim.transfer = measured_transfers(step_trace, plan.schedule.num_stages);
   const pt::sched::SimResult predicted = pt::sched::simulate(plan.schedule, sim);
   const pt::sched::SimResult equal = pt::sched::simulate(plan.schedule);  // F = I = W = 1
   r.sim_equal_s = equal.step_time;
@@ -292,8 +305,9 @@ std::optional<RunResult> run_pipeline(const Flags& f, pt::CostSource cost_source
   const double ideal_analytic = S * (1.0 - analytic);  // = S·M/(M+S−1) for gpipe and 1f1b
   const bool analytic_kind = schedule == "gpipe" || schedule == "1f1b";
   const double ideal = analytic_kind ? ideal_analytic : ideal_sim;
-  const double speedup = base.one_core_s / t.best_s;
-  r.speedup_over_ideal = speedup / ideal;
+  // The baseline's median over the pipeline's median, slowest and fastest step.
+  const Spread speedup = pt::bench::rate_of(t.step_s, base.one_core_s.median);
+  r.speedup_over_ideal = pt::bench::rate_of(t.step_s, base.one_core_s.median / ideal);
   r.peak_bytes = peak;
   r.inflight = equal.peak_inflight;
   for (const pt::StagePlan& st : plan.partition.stages)
@@ -308,16 +322,18 @@ std::optional<RunResult> run_pipeline(const Flags& f, pt::CostSource cost_source
              {"devices", int64_t{S}},
              {"layout", layout},
              {"costs", plan.costs},
-             {"step_ms", t.best_s * 1e3},
-             {"samples_per_s", static_cast<double>(f.batch) / t.best_s},
-             {"speedup", speedup},
-             {"speedup_vs_threads", base.threads_s / t.best_s},
-             {"ideal", ideal},
-             {"ideal_kind", std::string(analytic_kind ? "analytic" : "simulated")},
-             {"ideal_analytic", ideal_analytic},
-             {"ideal_simulated", ideal_sim},
-             {"speedup_over_ideal", r.speedup_over_ideal},
-             {"bubble_analytic_pct", 100 * analytic}};
+             {"reps", int64_t{t.step_s.reps}}};
+  pt::bench::add_spread(out, "step_ms", t.step_s, 1e3);
+  pt::bench::add_spread(out, "samples_per_s",
+                        pt::bench::rate_of(t.step_s, static_cast<double>(f.batch)));
+  pt::bench::add_spread(out, "speedup", speedup);
+  out.emplace_back("speedup_vs_threads", base.threads_s.median / t.step_s.median);
+  out.emplace_back("ideal", ideal);
+  out.emplace_back("ideal_kind", std::string(analytic_kind ? "analytic" : "simulated"));
+  out.emplace_back("ideal_analytic", ideal_analytic);
+  out.emplace_back("ideal_simulated", ideal_sim);
+  pt::bench::add_spread(out, "speedup_over_ideal", r.speedup_over_ideal);
+  out.emplace_back("bubble_analytic_pct", 100 * analytic);
   for (size_t d = 0; d < bubble.bubble_fraction.size(); ++d) {
     const double err = 100 * (bubble.bubble_fraction[d] - analytic);
     const double err_sim = 100 * (bubble.bubble_fraction[d] - predicted.bubble_fraction[d]);
@@ -397,16 +413,20 @@ int run(Flags f, const CLI::App& app) {
     Baseline base;
     const Timed one = time_single_device(f, batch, M, 1);
     const Timed many = time_single_device(f, batch, M, f.stages);
-    base.one_core_s = one.best_s;
-    base.threads_s = many.best_s;
+    base.one_core_s = one.step_s;
+    base.threads_s = many.step_s;
     base.losses = one.losses;
-    for (const auto& [threads, t] : {std::pair{1, &one}, std::pair{f.stages, &many}})
-      emit({{"bench", std::string("baseline")},
-            {"devices", int64_t{1}},
-            {"threads", int64_t{threads}},
-            {"microbatches", int64_t{M}},
-            {"step_ms", t->best_s * 1e3},
-            {"samples_per_s", static_cast<double>(f.batch) / t->best_s}});
+    for (const auto& [threads, t] : {std::pair{1, &one}, std::pair{f.stages, &many}}) {
+      Fields out{{"bench", std::string("baseline")},
+                 {"devices", int64_t{1}},
+                 {"threads", int64_t{threads}},
+                 {"microbatches", int64_t{M}},
+                 {"reps", int64_t{t->step_s.reps}}};
+      pt::bench::add_spread(out, "step_ms", t->step_s, 1e3);
+      pt::bench::add_spread(out, "samples_per_s",
+                            pt::bench::rate_of(t->step_s, static_cast<double>(f.batch)));
+      emit(out);
+    }
     // ---- the pipelines ----
     for (const std::string& s : f.schedules)
       if (auto r = run_pipeline(f, costs, batch, profiles, s, M, base))
@@ -448,7 +468,7 @@ int run(Flags f, const CLI::App& app) {
           {"microbatches", int64_t{M}},
           {"sim_equal_ratio", zb->sim_equal_s / ob->sim_equal_s},
           {"sim_profiled_ratio", zb->sim_profiled_s / ob->sim_profiled_s},
-          {"measured_ratio", zb->step_s / ob->step_s}});
+          {"measured_ratio", zb->step_s.median / ob->step_s.median}});
   }
 
   // ---- summary ----
@@ -472,8 +492,8 @@ int run(Flags f, const CLI::App& app) {
   }
   const RunResult* ob8 = find(runs, "1f1b", 8);
   const RunResult* zb8 = find(runs, "zb-h1", 8);
-  const double ob8_ratio = ob8 ? ob8->speedup_over_ideal : kNaN;
-  const double zb_measured = ob8 && zb8 ? zb8->step_s / ob8->step_s : kNaN;
+  const Spread ob8_ratio = ob8 ? ob8->speedup_over_ideal : Spread{kNaN, kNaN, kNaN, 0};
+  const double zb_measured = ob8 && zb8 ? zb8->step_s.median / ob8->step_s.median : kNaN;
   const double zb_sim = ob8 && zb8 ? zb8->sim_equal_s / ob8->sim_equal_s : kNaN;
   auto meets = [](bool ok, bool known) {
     return known ? int64_t{ok} : int64_t{-1};
@@ -481,9 +501,11 @@ int run(Flags f, const CLI::App& app) {
   emit({{"bench", std::string("pipeline_summary")},
         {"model", f.model},
         {"runs", static_cast<int64_t>(runs.size())},
-        {"onef1b_speedup_over_ideal_m8", ob8_ratio},
+        {"onef1b_speedup_over_ideal_m8", ob8_ratio.median},
+        {"onef1b_speedup_over_ideal_m8_min", ob8_ratio.min},
+        {"onef1b_speedup_over_ideal_m8_max", ob8_ratio.max},
         {"target_speedup_over_ideal", 0.95},
-        {"meets_speedup", meets(ob8_ratio >= 0.95, ob8 != nullptr)},
+        {"meets_speedup", meets(ob8_ratio.median >= 0.95, ob8 != nullptr)},
         {"bubble_err_pp_max", runs.empty() ? kNaN : bubble_max},
         {"bubble_err_pp_max_1f1b", bubble_max_1f1b},
         {"bubble_err_vs_sim_pp_max", runs.empty() ? kNaN : bubble_vs_sim_max},
@@ -514,7 +536,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--batch", f.batch, "global batch size B")->capture_default_str();
   app.add_option("--stages", f.stages, "pipeline devices S, one core each")->capture_default_str();
-  app.add_option("--steps", f.steps, "timed steps per measurement (best is reported)")
+  app.add_option("--steps", f.steps, "timed steps per measurement (median and spread)")
       ->capture_default_str();
   app.add_option("--warmup", f.warmup, "untimed steps before timing")->capture_default_str();
   app.add_option("--microbatches", f.microbatches, "micro-batch counts M")

@@ -2,7 +2,8 @@
 # Compares the training-step and pipeline benchmarks of two builds in one run (for a refactoring
 # that must not slow anything down): the two builds' programs run alternately, REPS times each, and
 # the script prints one JSON line per measurement with the median and spread of each build's step
-# time and the ratio new/old of the medians (< 1: the new build is faster).
+# time (over the REPS runs of each; a run's step_ms is itself the median of its timed steps) and
+# the ratio new/old of the medians (< 1: the new build is faster).
 #
 #   scripts/bench-compare.sh OLD_BUILD_DIR NEW_BUILD_DIR [REPS]
 #
