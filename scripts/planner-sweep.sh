@@ -4,11 +4,12 @@
 # (predicted and measured ms per step) and a last line: the chosen plan's measured time against
 # the measured best of the K ("chosen_vs_best" 1.0: the planner chose the fastest).
 #
-#   scripts/planner-sweep.sh PIPETRAIN_FASHION [K] [STEPS] [extra flags for every run...]
+#   scripts/planner-sweep.sh PIPETRAIN_FASHION|PIPETRAIN_GPT [K] [STEPS] [extra flags for every run...]
 #   e.g. scripts/planner-sweep.sh build/examples/pipetrain-fashion 6 30 --costs profile
+#        scripts/planner-sweep.sh build/examples/pipetrain-gpt 6 40 --costs profile --eval-windows 16
 #
-# measured_ms is the mean step of the run (batch / the samples/s it prints: data batching
-# included);
+# measured_ms is the mean step of the run (pipetrain-fashion: batch / the samples/s it prints,
+# data batching included; pipetrain-gpt: its training seconds / steps, evaluation excluded);
 # last_step_ms is the last full step's span from the trace, which the prediction models.
 # Needs python3 and the Fashion-MNIST data. Run it on a quiet machine.
 set -euo pipefail
@@ -16,7 +17,7 @@ exe=$1 k=${2:-6} steps=${3:-30}
 shift $(($# < 3 ? $# : 3))
 devices=cpu:0,cpu:1
 lines=$(mktemp)
-trap 'rm -f "$lines"' EXIT
+trap 'rm -f "$lines" "$lines.run"' EXIT
 table=$("$exe" --devices "$devices" --plan auto --plan-only --plan-top 1000 "$@")
 # The top K, and the best of each S x R the top K leaves out (so every shape is measured).
 rows=$(grep -E '^ +[0-9]+ +[0-9.]+ +[0-9.]+% ' <<<"$table" | python3 -c '
@@ -34,16 +35,22 @@ while read -r rank step bubble rest; do
   recompute=${f[n - 1]} schedule=${f[n - 2]} M=${f[n - 3]} R=${f[n - 4]} S=${f[n - 6]}
   out=$("$exe" --devices "$devices" --stages "$S" --dp "$R" --microbatches "$M" \
     --schedule "$schedule" --recompute "$recompute" --steps "$steps" --log-every 1000000 "$@")
-  python3 - "$rank" "$step" "$S" "$R" "$M" "$schedule" "$recompute" "$steps" <<PY
+  printf '%s' "$out" >"$lines.run"  # a file: pipetrain-gpt's samples are not always UTF-8
+  python3 - "$rank" "$step" "$S" "$R" "$M" "$schedule" "$recompute" "$steps" "$lines.run" <<'PY'
 import json, re, sys
-rank, step, S, R, M, schedule, recompute, steps = sys.argv[1:]
-out = """$out"""
+rank, step, S, R, M, schedule, recompute, steps, run = sys.argv[1:]
+out = open(run, encoding="utf-8", errors="replace").read()
 t = re.search(r"trained \d+ steps in [0-9.]+ s \(([0-9.]+) samples/s\)", out)
 batch = re.search(r", batch (\d+)", out)
+if t and batch:
+    measured = 1e3 * int(batch.group(1)) / float(t.group(1))
+else:  # pipetrain-gpt: "trained N steps in T s (... tokens/s; ...)"
+    g = re.search(r"trained (\d+) steps in ([0-9.]+) s \(", out)
+    measured = 1e3 * float(g.group(2)) / int(g.group(1))
 last = re.search(r"last full step \(\d+\): ([0-9.]+) ms measured", out)
 print(json.dumps({"rank": int(rank), "stages": int(S), "replicas": int(R), "microbatches": int(M),
                   "schedule": schedule, "recompute": recompute, "predicted_ms": float(step),
-                  "measured_ms": round(1e3 * int(batch.group(1)) / float(t.group(1)), 2),
+                  "measured_ms": round(measured, 2),
                   "last_step_ms": float(last.group(1)) if last else None}))
 PY
 done <<<"$rows" | tee "$lines"
