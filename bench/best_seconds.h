@@ -29,17 +29,4 @@ inline double process_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-// best_seconds in process CPU seconds.
-template <class F>
-double best_cpu_seconds(int warmup, int reps, F&& f) {
-  for (int i = 0; i < warmup; ++i) f();
-  double best = 1e30;
-  for (int i = 0; i < reps; ++i) {
-    const double t0 = process_cpu_seconds();
-    f();
-    best = std::min(best, process_cpu_seconds() - t0);
-  }
-  return best;
-}
-
 }  // namespace pt::bench
