@@ -4,6 +4,7 @@
 //   estimate_costs - from LayerCost (FLOPs, saved bytes) and two machine rates; no device needed;
 //   profile_costs  - by running every layer on a real backend and timing each call.
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "engine/core/backend.h"
@@ -39,5 +40,15 @@ std::vector<LayerProfile> estimate_costs(const Model& model, int64_t microbatch_
 std::vector<LayerProfile> profile_costs(const Model& model, Backend& backend,
                                         int64_t microbatch_size, int repeats = 3,
                                         uint64_t seed = 0);
+
+// profile_costs on every device of `devices` at once, each on its own thread with its own model
+// from make_model(): a run keeps all its devices busy, and CPU devices share the machine's memory
+// bandwidth (and clock), so a layer timed alone is faster than the same layer in a run (about 10%
+// here, ARCHITECTURE.md). Per layer, the mean of the devices' times; bytes from the first device.
+// One device: profile_costs on it.
+std::vector<LayerProfile> profile_costs_together(const std::function<Model()>& make_model,
+                                                 const std::vector<Backend*>& devices,
+                                                 int64_t microbatch_size, int repeats = 3,
+                                                 uint64_t seed = 0);
 
 }  // namespace pt

@@ -1,6 +1,8 @@
 // profile_costs: the measured counterpart of estimate_costs (see layer_costs.h).
 #include <algorithm>
 #include <chrono>
+#include <exception>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -143,6 +145,42 @@ std::vector<LayerProfile> profile_costs(const Model& model, Backend& backend,
     out.push_back(p);
   };
   forward_layers(model, 0, L, x, pass, profile_layer);
+  return out;
+}
+
+std::vector<LayerProfile> profile_costs_together(const std::function<Model()>& make_model,
+                                                 const std::vector<Backend*>& devices,
+                                                 int64_t microbatch_size, int repeats,
+                                                 uint64_t seed) {
+  if (devices.empty()) throw UsageError("profiling needs at least one device");
+  std::vector<Model> models;
+  for (size_t d = 0; d < devices.size(); ++d) models.push_back(make_model());
+  if (devices.size() == 1)
+    return profile_costs(models[0], *devices[0], microbatch_size, repeats, seed);
+  std::vector<std::vector<LayerProfile>> each(devices.size());
+  std::vector<std::exception_ptr> failed(devices.size());
+  std::vector<std::thread> threads;
+  for (size_t d = 0; d < devices.size(); ++d)
+    threads.emplace_back([&, d] {
+      try {
+        each[d] = profile_costs(models[d], *devices[d], microbatch_size, repeats, seed);
+      } catch (...) {
+        failed[d] = std::current_exception();
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : failed)
+    if (e) std::rethrow_exception(e);
+  std::vector<LayerProfile> out = each[0];
+  const auto n = static_cast<double>(devices.size());
+  for (size_t l = 0; l < out.size(); ++l) {
+    out[l].forward_s = out[l].backward_input_s = out[l].backward_weight_s = 0;
+    for (const auto& device : each) {
+      out[l].forward_s += device[l].forward_s / n;
+      out[l].backward_input_s += device[l].backward_input_s / n;
+      out[l].backward_weight_s += device[l].backward_weight_s / n;
+    }
+  }
   return out;
 }
 

@@ -1,8 +1,11 @@
 // Where costs come from: the roofline estimate and the measurement on the CPU backend.
 #include <doctest/doctest.h>
 
+#include <cmath>
+
 #include "engine/core/error.h"
 #include "engine/partition/layer_costs.h"
+#include "engine/partition/step_overheads.h"
 #include "engine/stage_parameters.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "layers/zoo.h"
@@ -99,4 +102,58 @@ TEST_CASE(
     CHECK((c[static_cast<size_t>(l)].backward_input_s > 0) == (l > 0));  // none for the first
     CHECK(c[static_cast<size_t>(l)].output_bytes == 4 * m.layer(l).output_shape().numel() * 4);
   }
+}
+
+TEST_CASE("profile_costs_together: every device at once, each with its own model") {
+  auto a = make_cpu_backend(0, 1), b = make_cpu_backend(1, 1);
+  const auto make = [] { return deep_mlp(2, 64); };
+  const Model m = make();
+  const auto alone = profile_costs(m, *a, 8, 3, 5);
+  const auto together = profile_costs_together(make, {a.get(), b.get()}, 8, 3, 5);
+  REQUIRE(together.size() == alone.size());
+  for (size_t l = 0; l < alone.size(); ++l) {
+    INFO("layer ", l);
+    CHECK(std::isfinite(together[l].total_s()));
+    CHECK(together[l].forward_s > 0);
+    CHECK((together[l].backward_input_s > 0) == (alone[l].backward_input_s > 0));
+    CHECK((together[l].backward_weight_s > 0) == (alone[l].backward_weight_s > 0));
+    CHECK(together[l].total_s() < 1.0);
+    CHECK(together[l].param_bytes == alone[l].param_bytes);
+    CHECK(together[l].activation_bytes == alone[l].activation_bytes);
+    CHECK(together[l].output_bytes == alone[l].output_bytes);
+  }
+  // One device: profile_costs itself (the same bytes; times measured again).
+  const auto one = profile_costs_together(make, {a.get()}, 8, 3, 5);
+  REQUIRE(one.size() == alone.size());
+  CHECK(one[1].param_bytes == alone[1].param_bytes);
+  CHECK_THROWS_AS(profile_costs_together(make, {}, 8), UsageError);
+}
+
+TEST_CASE("step overheads: measured per parameter on every device at once; estimated by bytes") {
+  auto a = make_cpu_backend(0, 1), b = make_cpu_backend(1, 1);
+  OptimizerConfig sgd;  // momentum 0.9: one state tensor
+  const StepOverheads m = measure_step_overheads({a.get(), b.get()}, sgd, 1 << 20, 3);
+  // A pass over a parameter takes between a picosecond and a microsecond on any machine.
+  for (const double s : {m.serial_s_per_param, m.update_s_per_param}) {
+    CHECK(std::isfinite(s));
+    CHECK(s > 1e-12);
+    CHECK(s < 1e-6);
+  }
+  CHECK(m.seconds(1000, 10) ==
+        doctest::Approx(1000 * m.serial_s_per_param + 10 * m.update_s_per_param));
+  // The estimate: zero + norm stream 8 bytes per parameter; the update 4 x (3 + 2 slots).
+  const StepOverheads e = estimate_step_overheads(2, 40e9);
+  CHECK(e.serial_s_per_param == doctest::Approx(8 / 40e9));
+  CHECK(e.update_s_per_param == doctest::Approx(28 / 40e9));
+  CHECK_THROWS_AS(measure_step_overheads({}, sgd, 16), UsageError);
+  CHECK_THROWS_AS(measure_step_overheads({a.get()}, sgd, 0), UsageError);
+
+  const AllReduceRate r = measure_in_process_allreduce({a.get(), b.get()}, 4 << 20, 3);
+  CHECK(std::isfinite(r.bytes_per_second));
+  CHECK(r.bytes_per_second > 1e7);   // 10 MB/s: far below any memory
+  CHECK(r.bytes_per_second < 1e13);  // 10 TB/s: far above this machine's
+  CHECK(std::isfinite(r.latency_s));
+  CHECK(r.latency_s >= 0);
+  CHECK(r.latency_s < 0.1);
+  CHECK_THROWS_AS(measure_in_process_allreduce({a.get()}, 1024), UsageError);
 }
