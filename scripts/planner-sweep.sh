@@ -8,9 +8,11 @@
 #   e.g. scripts/planner-sweep.sh build/examples/pipetrain-fashion 6 30 --costs profile
 #        scripts/planner-sweep.sh build/examples/pipetrain-gpt 6 40 --costs profile --eval-windows 16
 #
-# measured_ms is the mean step of the run (pipetrain-fashion: batch / the samples/s it prints,
-# data batching included; pipetrain-gpt: its training seconds / steps, evaluation excluded);
-# last_step_ms is the last full step's span from the trace, which the prediction models.
+# measured_ms is the run's whole training step ("whole training step: X ms", the median wall time
+# of train_step over the last full steps: what the prediction models); mean_ms the mean step of
+# the whole run (pipetrain-fashion: batch / the samples/s it prints, the first step and data
+# batching included; pipetrain-gpt: its training seconds / steps, evaluation excluded);
+# last_step_ms the last full step's schedule span from the trace.
 # Needs python3 and the Fashion-MNIST data. Run it on a quiet machine.
 set -euo pipefail
 exe=$1 k=${2:-6} steps=${3:-30}
@@ -43,14 +45,16 @@ out = open(run, encoding="utf-8", errors="replace").read()
 t = re.search(r"trained \d+ steps in [0-9.]+ s \(([0-9.]+) samples/s\)", out)
 batch = re.search(r", batch (\d+)", out)
 if t and batch:
-    measured = 1e3 * int(batch.group(1)) / float(t.group(1))
+    mean = 1e3 * int(batch.group(1)) / float(t.group(1))
 else:  # pipetrain-gpt: "trained N steps in T s (... tokens/s; ...)"
     g = re.search(r"trained (\d+) steps in ([0-9.]+) s \(", out)
-    measured = 1e3 * float(g.group(2)) / int(g.group(1))
+    mean = 1e3 * float(g.group(2)) / int(g.group(1))
+whole = re.search(r"whole training step: ([0-9.]+) ms", out)
+measured = float(whole.group(1)) if whole else mean
 last = re.search(r"last full step \(\d+\): ([0-9.]+) ms measured", out)
 print(json.dumps({"rank": int(rank), "stages": int(S), "replicas": int(R), "microbatches": int(M),
                   "schedule": schedule, "recompute": recompute, "predicted_ms": float(step),
-                  "measured_ms": round(measured, 2),
+                  "measured_ms": round(measured, 2), "mean_ms": round(mean, 2),
                   "last_step_ms": float(last.group(1)) if last else None}))
 PY
 done <<<"$rows" | tee "$lines"

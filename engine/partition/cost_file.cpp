@@ -61,7 +61,26 @@ CostTables parse_cost_text(std::string_view text, const std::string& name) {
           "layers",
           name, table_line, table->size(), first_line, first_count));
   };
+  int epilogue_line = 0;
   for (const TextLine& line : text_lines(text, name)) {
+    if (line.words[0] == "epilogue") {
+      if (epilogue_line)
+        throw FileError(
+            fmt::format("{}:{}: a second 'epilogue' line (the first is line {}): give "
+                        "it once",
+                        name, line.number, epilogue_line));
+      if (line.words.size() != 3)
+        throw FileError(fmt::format(
+            "{}:{}: expected 'epilogue SERIAL UPDATE' (seconds per parameter: zeroing and norm, "
+            "optimizer update)",
+            name, line.number));
+      epilogue_line = line.number;
+      out.epilogue.serial_s_per_param = number_field(line.words[1], 0, 1, name, line.number,
+                                                     "epilogue SERIAL", "seconds, 0 to 1");
+      out.epilogue.update_s_per_param = number_field(line.words[2], 0, 1, name, line.number,
+                                                     "epilogue UPDATE", "seconds, 0 to 1");
+      continue;
+    }
     if (line.words[0] == "samples") {
       check_count();
       if (line.words.size() != 2)
@@ -135,6 +154,11 @@ std::string cost_file_text(const CostTables& tables, std::string_view comment) {
   out +=
       "# one table per micro-batch size; per layer: forward_s backward_input_s "
       "backward_weight_s activation_bytes output_bytes param_bytes\n";
+  if (tables.epilogue.serial_s_per_param > 0 || tables.epilogue.update_s_per_param > 0)
+    out += fmt::format(
+        "# the step's epilogue, seconds per parameter: zeroing and norm, optimizer update\n"
+        "epilogue {} {}\n",
+        tables.epilogue.serial_s_per_param, tables.epilogue.update_s_per_param);
   for (const auto& [samples, layers] : tables.by_samples) {
     out += fmt::format("samples {}\n", samples);
     for (const LayerProfile& p : layers)

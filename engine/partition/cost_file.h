@@ -13,6 +13,11 @@
 // micro-batch size the planner asked for, so pipetrain-plan with the same batch plans with the
 // very same numbers; a size without a table is scaled linearly from the nearest one below it (or
 // the smallest): times and activation and output bytes by the ratio of sizes, parameters not.
+//
+// Optional, once, anywhere: `epilogue SERIAL UPDATE`, the step's epilogue in seconds per
+// parameter (step_overheads.h: zeroing and the norm over a replica's parameters; the optimizer
+// update over the fullest device's). --plan auto --costs profile writes the ones it measured;
+// without the line the epilogue costs nothing.
 #include <cstdint>
 #include <map>
 #include <string>
@@ -20,11 +25,13 @@
 #include <vector>
 
 #include "engine/partition/layer_costs.h"
+#include "engine/partition/step_overheads.h"
 
 namespace pt {
 
 struct CostTables {
   std::map<int64_t, std::vector<LayerProfile>> by_samples;  // micro-batch size -> per layer
+  StepOverheads epilogue;                                   // the `epilogue` line, or zeros
 
   // The table for `samples`, or one scaled linearly as above. Needs a table; samples >= 1.
   std::vector<LayerProfile> for_samples(int64_t samples) const;
@@ -32,8 +39,9 @@ struct CostTables {
 };
 
 // Throws FileError "NAME:LINE: ..." with what was expected: a line before any `samples N`, a
-// size twice, a layer line without exactly six numbers or with one out of range (seconds
-// 0..1e6, bytes 0..2^50, whole), tables of different layer counts, or no table at all.
+// size twice, a second `epilogue` line or one without two seconds, a layer line without exactly six
+// numbers or with one out of range (seconds 0..1e6, bytes 0..2^50, whole), tables of different
+// layer counts, or no table at all.
 CostTables parse_cost_text(std::string_view text, const std::string& name);
 CostTables read_cost_file(const std::string& path);
 

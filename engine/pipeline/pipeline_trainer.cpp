@@ -321,6 +321,7 @@ StepStats PipelineTrainer::train_step(const Tensor& inputs, const Tensor& target
     const HostBatch one{inputs, targets};
     return train_steps({&one, 1}).at(0);
   }
+  const auto started = std::chrono::steady_clock::now();
   const int64_t batch = inputs.shape()[0];
   if (targets.shape()[0] != batch)
     throw UsageError(
@@ -416,8 +417,27 @@ StepStats PipelineTrainer::train_step(const Tensor& inputs, const Tensor& target
   stats.skipped = end.skipped;
   for (int d : local_devices_)
     stats.reserved_bytes += devices_[at(d)]->memory_stats().reserved_bytes;
+  if (step_ > 0 && batch >= recent_batch_) {
+    if (batch > recent_batch_) recent_step_s_.clear(), recent_next_ = 0;
+    recent_batch_ = batch;
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    constexpr size_t kRecent = 32;
+    if (recent_step_s_.size() < kRecent)
+      recent_step_s_.push_back(s);
+    else
+      recent_step_s_[recent_next_] = s;
+    recent_next_ = (recent_next_ + 1) % kRecent;
+  }
   ++step_;
   return stats;
+}
+
+double PipelineTrainer::recent_step_seconds() const {
+  if (recent_step_s_.empty()) return 0;
+  std::vector<double> v = recent_step_s_;
+  std::nth_element(v.begin(), v.begin() + static_cast<ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
 }
 
 EpilogueResult PipelineTrainer::exchange_with_servers() {

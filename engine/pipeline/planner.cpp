@@ -75,6 +75,15 @@ std::pair<std::vector<int64_t>, std::vector<int64_t>> device_memory(
   return {peak, grads};
 }
 
+// The step's epilogue (step_overheads.h) for a replica with these gradient bytes per device.
+double epilogue_s(const PlannerRequest& r, const std::vector<int64_t>& grad_bytes) {
+  int64_t total = 0;
+  for (int64_t b : grad_bytes) total += b;
+  const int64_t most = *std::max_element(grad_bytes.begin(), grad_bytes.end());
+  constexpr auto f32 = static_cast<int64_t>(sizeof(float));
+  return r.overheads.seconds(total / f32, most / f32);
+}
+
 // One point of the search: S x R devices, M micro-batches of `mb` samples, a schedule, a policy.
 struct Point {
   int S = 1, R = 1, M = 1;
@@ -202,11 +211,13 @@ PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
       c.pipeline_s = plan.simulated.step_time;
       c.allreduce_s = allreduce_s(r, p.S, p.R, grads, p.placement);
       c.placement = p.placement;
-      c.step_s = c.pipeline_s + c.allreduce_s;
+      c.epilogue_s = epilogue_s(r, grads);
+      c.step_s = c.pipeline_s + c.allreduce_s + c.epilogue_s;
       c.estimate_s = p.estimate_s;
       double busy = 0;
       for (double b : plan.simulated.busy) busy += b;
-      c.bubble = 1 - busy / static_cast<double>(plan.simulated.busy.size()) / c.step_s;
+      c.bubble = 1 - busy / static_cast<double>(plan.simulated.busy.size()) /
+                         (c.pipeline_s + c.allreduce_s);
       c.peak_bytes = std::move(peak);
       out.ranked.push_back(std::move(c));
     } catch (const std::exception& e) {
@@ -301,7 +312,7 @@ PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
                 costs[static_cast<size_t>(part.stages[static_cast<size_t>(k)].last_layer - 1)]
                     .output_bytes));
     p.estimate_s = p.M * real[slow] + idle_units * per_unit + 2 * transfers +
-                   allreduce_s(r, p.S, p.R, grads, p.placement);
+                   allreduce_s(r, p.S, p.R, grads, p.placement) + epilogue_s(r, grads);
     estimated.push_back(std::move(p));
   };
 

@@ -8,8 +8,9 @@
 // Each candidate is planned exactly as a run with those flags is (plan.h: generate, lower,
 // partition by time, the timed simulator), with per-device memory from recompute_cost.h. With
 // R > 1 the gradient all-reduce is added after the step, not overlapped (an upper bound): a ring
-// of R, 2(R-1)/R x the device's gradient bytes / allreduce_bytes_per_second + 2(R-1) x latency;
-// the bandwidth is stated (the request's default), not measured.
+// of R, 2(R-1)/R x the device's gradient bytes / allreduce_bytes_per_second + 2(R-1) x latency
+// (stated by default; --plan auto measures it, step_overheads.h). Then the step's epilogue:
+// zeroing, the gradient norm and the optimizer update (step_overheads.h; zero by default).
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -17,6 +18,7 @@
 
 #include "engine/partition/layer_costs.h"
 #include "engine/partition/partition_method.h"
+#include "engine/partition/step_overheads.h"
 #include "engine/pipeline/cluster.h"
 #include "engine/pipeline/recompute.h"
 
@@ -33,6 +35,7 @@ struct PlannerRequest {
   double transfer_bytes_per_second = 30e9;  // stage boundaries (as PlanRequest)
   double allreduce_bytes_per_second = 10e9;
   double allreduce_latency_s = 20e-6;
+  StepOverheads overheads;  // zeroing, norm and optimizer update per parameter (default: free)
   // A cluster (pipetrain-plan, cluster.h): nodes of devices_per_node devices (0: one node, as
   // --plan auto), both placements of cluster.h searched where their links differ. A stage
   // boundary or an all-reduce that crosses nodes uses inter_node instead of the figures above.
@@ -51,10 +54,11 @@ struct PlanCandidate {
   Placement placement = Placement::stages;  // on a cluster (devices_per_node > 0), cluster.h
   std::vector<int> layout;                  // layers per (virtual) stage
   PartitionMethod partition;                // how layout was found (time, or memory under the cap)
-  double step_s = 0;                        // pipeline_s + allreduce_s
+  double step_s = 0;                        // pipeline_s + allreduce_s + epilogue_s
   double pipeline_s = 0;                    // the timed simulation of one replica's step
   double allreduce_s = 0;                   // R > 1: the gradient all-reduce
-  double bubble = 0;                        // 1 - mean device busy time / step_s
+  double epilogue_s = 0;                    // zeroing, norm, update (request.overheads)
+  double bubble = 0;                // 1 - mean device busy time / (pipeline_s + allreduce_s)
   double estimate_s = 0;            // simulate_top > 0: the estimate that chose it for planning
   std::vector<int64_t> peak_bytes;  // per device of one replica
   int64_t max_peak_bytes() const;

@@ -1,5 +1,6 @@
 #include "engine/setup/auto_plan.h"
 
+#include <algorithm>
 #include <span>
 
 #include <fmt/format.h>
@@ -10,39 +11,69 @@
 #include "engine/io/atomic_file.h"
 #include "engine/partition/cost_file.h"
 #include "engine/partition/layer_costs.h"
+#include "engine/partition/step_overheads.h"
 
 namespace pt {
 
-AutoPlan plan_automatically(const TrainingOptions& opt, const Model& model, int optimizer_slots,
-                            int64_t batch) {
+AutoPlan plan_automatically(const TrainingOptions& opt, const Model& model,
+                            const std::function<Model()>& make_model,
+                            const OptimizerConfig& optimizer, int64_t batch) {
   if (opt.devices == "auto")
     throw UsageError(
         "--plan auto plans over the devices it is given: list them, e.g. --devices cpu:0,cpu:1 "
         "(or cpu:0..3)");
   DeviceSet devices = open_devices(opt.devices, 1, opt.threads, opt.precision);
+  std::vector<Backend*> all;
+  for (auto& b : devices.backends) all.push_back(b.get());
   PlannerRequest request;
   request.devices = static_cast<int>(devices.backends.size());
   request.batch = batch;
   request.mem_cap_bytes = static_cast<int64_t>(opt.mem_cap_mib * 1024 * 1024);
-  request.optimizer_slots = optimizer_slots;
+  request.optimizer_slots = optimizer.state_slots();
   Backend& first = *devices.backends[0];
+  const bool profiling = opt.costs.kind == CostSource::Kind::profile;
+  const bool together = profiling && make_model && all.size() > 1;
+  const std::string profiled_on =
+      together ? fmt::format("{}..{} at once", first.device().str(), all.back()->device().str())
+               : first.device().str();
+  // The epilogue and the all-reduce are measured on arrays the size of the model's parameters
+  // (at most 2^24: the rate per parameter is what the planner uses).
+  const int64_t measured_params = std::clamp<int64_t>(model.param_count(), 1, int64_t{1} << 24);
+  std::string overheads_how = "estimated from bytes";
+  std::string allreduce_how = "stated, not measured";
+  if (profiling) {
+    request.overheads = measure_step_overheads(all, optimizer, measured_params);
+    overheads_how = fmt::format("measured on {}", profiled_on);
+    if (all.size() > 1) {
+      const AllReduceRate rate =
+          measure_in_process_allreduce(all, measured_params * static_cast<int64_t>(sizeof(float)));
+      request.allreduce_bytes_per_second = rate.bytes_per_second;
+      request.allreduce_latency_s = rate.latency_s;
+      allreduce_how = fmt::format("measured in-process on {}", profiled_on);
+    }
+  } else {
+    request.overheads = estimate_step_overheads(request.optimizer_slots);
+  }
   CostTables used;  // for --write-costs
   const CostsFor costs = [&](int64_t microbatch) {
-    std::vector<LayerProfile> c = opt.costs.kind == CostSource::Kind::profile
-                                      ? profile_costs(model, first, microbatch)
-                                      : estimate_costs(model, microbatch);
+    std::vector<LayerProfile> c = !profiling ? estimate_costs(model, microbatch)
+                                  : together ? profile_costs_together(make_model, all, microbatch)
+                                             : profile_costs(model, first, microbatch);
     used.by_samples[microbatch] = c;
     return c;
   };
   AutoPlan a;
   a.result = search_plans(costs, request);
   if (!opt.write_costs.empty()) {
-    const std::string text =
-        cost_file_text(used, fmt::format("layer costs --plan auto planned with ({}, {} layers)",
-                                         opt.costs.kind == CostSource::Kind::profile
-                                             ? fmt::format("profiled on {}", first.device().str())
-                                             : std::string("estimated from FLOPs and bytes"),
-                                         model.num_layers()));
+    used.epilogue = request.overheads;
+    const std::string text = cost_file_text(
+        used,
+        fmt::format("layer costs --plan auto planned with ({}, {} layers); its all-reduce, "
+                    "as cluster-file lines ({}):\nallreduce_gb_per_s {}\nallreduce_latency_us {}",
+                    profiling ? fmt::format("profiled on {}", profiled_on)
+                              : std::string("estimated from FLOPs and bytes"),
+                    model.num_layers(), allreduce_how, request.allreduce_bytes_per_second / 1e9,
+                    request.allreduce_latency_s * 1e6));
     write_file_atomically(opt.write_costs, std::as_bytes(std::span(text)));
     if (opt.print) fmt::print("plan auto: wrote the layer costs to {}\n", opt.write_costs);
   }
@@ -81,13 +112,15 @@ AutoPlan plan_automatically(const TrainingOptions& opt, const Model& model, int 
   if (opt.print) {
     fmt::print("{}", a.result.report(opt.plan_top_k));
     fmt::print(
-        "plan auto: costs {}, {} device{}, batch {}, all-reduce {:.0f} GB/s + {:.0f} us per ring "
-        "step (stated, not measured)\n",
-        opt.costs.kind == CostSource::Kind::profile
-            ? fmt::format("profiled on {}", first.device().str())
-            : std::string("estimated from FLOPs and bytes"),
+        "plan auto: costs {}, {} device{}, batch {}; all-reduce {:.1f} GB/s + {:.0f} us per ring "
+        "step ({}); epilogue {:.2f} ns per parameter of the replica (zeroing, norm) + {:.2f} ns "
+        "per parameter of the fullest device (optimizer update) ({})\n",
+        profiling ? fmt::format("profiled on {}", profiled_on)
+                  : std::string("estimated from FLOPs and bytes"),
         request.devices, request.devices == 1 ? "" : "s", batch,
-        request.allreduce_bytes_per_second / 1e9, request.allreduce_latency_s * 1e6);
+        request.allreduce_bytes_per_second / 1e9, request.allreduce_latency_s * 1e6, allreduce_how,
+        request.overheads.serial_s_per_param * 1e9, request.overheads.update_s_per_param * 1e9,
+        overheads_how);
     fmt::print(
         "plan auto chose (predicted {:.2f} ms per step); to run it again without the "
         "search:\n  {}\n",

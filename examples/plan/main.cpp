@@ -70,6 +70,7 @@ int plan(const pt::examples::PlanFlags& f, const std::vector<std::string>& sched
   r.devices_per_node = cluster.devices_per_node;
   r.inter_node = cluster.inter_node;
   r.simulate_top = f.simulate;
+  r.overheads = tables.epilogue;
 
   const auto t0 = std::chrono::steady_clock::now();
   const pt::PlannerResult res =
@@ -83,6 +84,12 @@ int plan(const pt::examples::PlanFlags& f, const std::vector<std::string>& sched
       cluster.devices, cluster.devices_per_node, cluster.intra_node.bytes_per_second / 1e9,
       cluster.intra_node.latency_s * 1e6, cluster.inter_node.bytes_per_second / 1e9,
       cluster.inter_node.latency_s * 1e6, gib(r.mem_cap_bytes), f.batch, source, tables.layers());
+  fmt::print(
+      "step epilogue (zeroing, norm, optimizer update): {}\n",
+      r.overheads.serial_s_per_param > 0 || r.overheads.update_s_per_param > 0
+          ? fmt::format("{:.3g} + {:.3g} ns per parameter (the cost file's)",
+                        r.overheads.serial_s_per_param * 1e9, r.overheads.update_s_per_param * 1e9)
+          : std::string("not modelled (no 'epilogue' line in the costs)"));
   fmt::print("searched {} plans (M <= {}), {} {} exactly, in {:.2f} s\n", res.considered,
              f.max_microbatches, f.simulate > 0 ? "estimated all, simulated the best" : "simulated",
              res.simulated, wall);

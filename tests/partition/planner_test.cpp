@@ -108,6 +108,56 @@ TEST_CASE("planner: an expensive all-reduce makes the pipeline win, with many mi
   CHECK(dp->allreduce_s == doctest::Approx(8.0 * (1 << 30) / 10e9 + 40e-6));
 }
 
+TEST_CASE("planner: the step's epilogue is added per replica and per fullest device") {
+  // Zeroing and the norm stream the replica's parameters on one thread; the update runs on every
+  // device at once, so the fullest device's parameters set it.
+  PlannerRequest r;
+  r.devices = 2;
+  r.batch = 16;
+  r.overheads = {1e-6, 3e-6};
+  const std::vector<SyntheticLayer> layers{
+      {1e-4, 4000, 256}, {1e-4, 12000, 256}, {1e-4, 8000, 256}, {1e-4, 4000, 256}};
+  const PlannerResult res = search_plans(linear_costs(layers), r);
+  REQUIRE(!res.ranked.empty());
+  PlannerRequest free_epilogue = r;
+  free_epilogue.overheads = {};
+  const PlannerResult without = search_plans(linear_costs(layers), free_epilogue);
+  int checked = 0;
+  for (const PlanCandidate& c : res.ranked) {
+    CHECK(finite_and_positive(c));
+    // Parameters per device of one replica, from the chosen layout.
+    std::vector<int64_t> params;
+    size_t l = 0;
+    for (int n : c.layout) {
+      int64_t sum = 0;
+      for (int i = 0; i < n; ++i, ++l) sum += layers[l].param_bytes / 4;
+      params.push_back(sum);
+    }
+    if (static_cast<int>(params.size()) != c.stages) continue;  // chunked: devices hold several
+    const int64_t total = 7000, most = *std::max_element(params.begin(), params.end());
+    CHECK(c.epilogue_s == doctest::Approx(1e-6 * total + 3e-6 * most).epsilon(1e-12));
+    CHECK(c.step_s == doctest::Approx(c.pipeline_s + c.allreduce_s + c.epilogue_s));
+    // The same plan without an epilogue: the same pipeline and all-reduce, epilogue_s shorter.
+    const auto same =
+        std::find_if(without.ranked.begin(), without.ranked.end(), [&](const auto& w) {
+          return w.stages == c.stages && w.replicas == c.replicas &&
+                 w.microbatches == c.microbatches && w.schedule == c.schedule &&
+                 w.recompute.str() == c.recompute.str() && w.layout == c.layout;
+        });
+    REQUIRE(same != without.ranked.end());
+    CHECK(same->epilogue_s == 0);
+    CHECK(c.step_s - same->step_s == doctest::Approx(c.epilogue_s));
+    ++checked;
+  }
+  CHECK(checked >= 4);
+  // One replica on two stages pays 7000 params serially + its fuller device's update; two
+  // replicas pay 7000 + 7000 per replica (each replica holds every layer).
+  const auto dp = std::find_if(res.ranked.begin(), res.ranked.end(),
+                               [](const PlanCandidate& c) { return c.replicas == 2; });
+  REQUIRE(dp != res.ranked.end());
+  CHECK(dp->epilogue_s == doctest::Approx(7000e-6 + 3 * 7000e-6));
+}
+
 TEST_CASE("planner: a tight memory cap forces recomputation, and the rejected are listed") {
   // Activations dominate: 1 MiB per sample per layer, tiny parameters. Two layers: on two
   // devices there is one split, so no other split could fit without recomputation.

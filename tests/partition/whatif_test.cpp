@@ -92,6 +92,14 @@ TEST_CASE("cost file: round trip, and sizes without a table scaled from the near
   CHECK(two[0].backward_input_s == doctest::Approx(6.25e-5));
   CHECK(two[0].activation_bytes == 2048);
   CHECK(back.for_samples(32)[0].output_bytes == 4096);  // from 16
+  // Without an epilogue line the epilogue is free; with one it comes back bit for bit.
+  CHECK(back.epilogue.serial_s_per_param == 0);
+  CHECK(back.epilogue.update_s_per_param == 0);
+  t.epilogue = {5.123456789e-10, 7.0000000000000001e-10};
+  const CostTables with = parse_cost_text(cost_file_text(t, "x"), "t.costs");
+  CHECK(with.epilogue.serial_s_per_param == t.epilogue.serial_s_per_param);
+  CHECK(with.epilogue.update_s_per_param == t.epilogue.update_s_per_param);
+  CHECK(with.by_samples.size() == 2);
 }
 
 TEST_CASE("cost file: a malformed file names the file, the line and what was expected") {
@@ -121,6 +129,15 @@ TEST_CASE("cost file: a malformed file names the file, the line and what was exp
   CHECK_FILE_ERROR(parse_cost_text(std::string("samples 1\n1 1 1 1 1 \0\n", 22), "c.costs"),
                    "c.costs:2: a NUL byte");
   CHECK_FILE_ERROR(read_cost_file("/nonexistent/x.costs"), "--costs /nonexistent/x.costs");
+  CHECK_FILE_ERROR(parse_cost_text("epilogue 1e-9\n" + head + "1 1 1 1 1 1\n", "c.costs"),
+                   "c.costs:1: expected 'epilogue SERIAL UPDATE'");
+  CHECK_FILE_ERROR(parse_cost_text(head + "epilogue 1e-9 nan\n1 1 1 1 1 1\n", "c.costs"),
+                   "c.costs:3: epilogue UPDATE is 'nan'");
+  CHECK_FILE_ERROR(parse_cost_text(head + "epilogue -1 0\n1 1 1 1 1 1\n", "c.costs"),
+                   "c.costs:3: epilogue SERIAL is '-1'");
+  CHECK_FILE_ERROR(
+      parse_cost_text("epilogue 0 0\n" + head + "epilogue 0 0\n1 1 1 1 1 1\n", "c.costs"),
+      "c.costs:4: a second 'epilogue' line (the first is line 1)");
 }
 
 TEST_CASE("cluster file: values, and every refusal names the line and the key") {
