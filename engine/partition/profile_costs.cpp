@@ -35,10 +35,19 @@ Tensor random_tensor(Backend& backend, const Shape& shape, DType dtype, int64_t 
   return t;
 }
 
-// Seconds `f` takes, with the device drained before and after (ops may be asynchronous).
+// In a run a layer rarely finds its weights and inputs in cache: the other stages, micro-batches
+// and (on a CPU) the other devices' cores ran in between. Timed warm, over and over on one
+// input, an MLP layer at micro-batch 32 took 0.75 of its time in a pipeline here; so every timed
+// call starts cold: first a write of more bytes than a last-level cache holds (32 MiB on our
+// CPUs, 50-60 MiB on an H100/H200).
+constexpr int64_t kEvictBytes = int64_t{64} << 20;
+
+// Seconds `f` takes, with the caches evicted by writing `evict` and the device drained before,
+// and drained after (ops may be asynchronous).
 template <class F>
-double timed(Backend& backend, F&& f) {
+double timed(Backend& backend, const Tensor& evict, F&& f) {
   using clock = std::chrono::steady_clock;
+  backend.fill(evict.f32(), 0.f, evict.numel());
   backend.synchronize();
   const auto t0 = clock::now();
   f();
@@ -93,6 +102,7 @@ std::vector<LayerProfile> profile_costs(const Model& model, Backend& backend,
   backend.bind_current_thread();
   const BindingGuard restore(model);
   StageParameters params(model, 0, L, backend, seed);  // binds every layer to device memory
+  const Tensor evict = backend.empty(Shape{kEvictBytes / static_cast<int64_t>(sizeof(float))});
 
   // Token ids must be valid rows of the first layer's table; 0..1 is safe for any vocabulary.
   int64_t vocab = 2;
@@ -123,13 +133,14 @@ std::vector<LayerProfile> profile_costs(const Model& model, Backend& backend,
       LayerContext ctx(backend, info, static_cast<uint64_t>(l));
       ctx.set_skips(&pass.skips());
       Tensor dx, timed_y;
-      const double f = timed(backend, [&] { timed_y = layer.forward(x, ctx); });
+      const double f = timed(backend, evict, [&] { timed_y = layer.forward(x, ctx); });
       p.activation_bytes = static_cast<int64_t>(ctx.saved_bytes());
       for (const SkipEdge& e : model.skip_edges())
         if (e.producer == l && !pass.skips().gradients.contains(e.name))
           pass.skips().gradients[e.name] = dy;
-      const double i = timed(backend, [&] { dx = layer.backward_input(dy, ctx); });
-      const double w = has_weights ? timed(backend, [&] { layer.backward_weight(dy, ctx); }) : 0.0;
+      const double i = timed(backend, evict, [&] { dx = layer.backward_input(dy, ctx); });
+      const double w =
+          has_weights ? timed(backend, evict, [&] { layer.backward_weight(dy, ctx); }) : 0.0;
       if (r < 0) continue;
       tf.push_back(f);
       ti.push_back(i);
