@@ -140,25 +140,30 @@ Timed time_single_device(const Flags& f, const Batch& batch, int M, int threads)
 
 // ---- profiled costs ----------------------------------------------------------------------------
 
-// Per-layer F/I/W of one micro-batch on a 1-thread CPU device, one profile per micro-batch size.
+// Per-layer F/I/W of one micro-batch, one profile per micro-batch size: timed on the S 1-thread
+// CPU devices at once (profile_costs_together: a run keeps every core busy), cold caches.
 class Profiles {
  public:
-  explicit Profiles(const Flags& f) : flags_(f), backend_(pt::make_cpu_backend(0, 1)) {}
+  explicit Profiles(const Flags& f) : flags_(f) {
+    for (int d = 0; d < std::max(f.stages, 1); ++d) {
+      owned_.push_back(pt::make_cpu_backend(d, 1));
+      devices_.push_back(owned_.back().get());
+    }
+  }
 
   const std::vector<pt::LayerProfile>& at(int64_t microbatch) {
     auto it = cache_.find(microbatch);
     if (it != cache_.end()) return it->second;
-    // A model of its own: profiling leaves its layers bound to the profiling parameters.
-    models_.push_back(std::make_unique<pt::Model>(make_model(flags_.model)));
-    auto costs = pt::profile_costs(*models_.back(), *backend_, microbatch, flags_.profile_repeats);
+    auto costs = pt::profile_costs_together([&] { return make_model(flags_.model); }, devices_,
+                                            microbatch, flags_.profile_repeats);
     return cache_.emplace(microbatch, std::move(costs)).first->second;
   }
-  pt::Backend& backend() { return *backend_; }
+  pt::Backend& backend() { return *devices_[0]; }
 
  private:
   const Flags& flags_;
-  std::unique_ptr<pt::Backend> backend_;  // outlives models_ (declared first, destroyed last)
-  std::vector<std::unique_ptr<pt::Model>> models_;
+  std::vector<std::unique_ptr<pt::Backend>> owned_;
+  std::vector<pt::Backend*> devices_;
   std::map<int64_t, std::vector<pt::LayerProfile>> cache_;
 };
 

@@ -1,5 +1,7 @@
 #include "engine/trainer.h"
 
+#include <chrono>
+
 #include <fmt/format.h>
 
 #include "engine/core/error.h"
@@ -23,6 +25,7 @@ Trainer::Trainer(Model& model, Backend& backend, const TrainerConfig& config)
 }
 
 StepStats Trainer::train_step(const Tensor& inputs, const Tensor& targets) {
+  const auto started = std::chrono::steady_clock::now();
   const int64_t batch = inputs.shape()[0];
   if (targets.shape()[0] != batch)
     throw UsageError(
@@ -69,6 +72,9 @@ StepStats Trainer::train_step(const Tensor& inputs, const Tensor& targets) {
   stats.grad_norm = end.grad_norm;
   stats.skipped = end.skipped;
   stats.reserved_bytes = backend_->memory_stats().reserved_bytes;
+  step_clock_.record(
+      step_, batch,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   ++step_;
   return stats;
 }

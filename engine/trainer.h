@@ -12,6 +12,7 @@
 #include "engine/lr_schedule.h"
 #include "engine/optimizer.h"
 #include "engine/stage_parameters.h"
+#include "engine/step_clock.h"
 #include "engine/training_engine.h"
 
 namespace pt {
@@ -44,6 +45,7 @@ class Trainer final : public TrainingEngine {
   const TrainerConfig& config() const { return config_; }
   // Optimizer steps taken so far (including skipped ones); the next step's index.
   int64_t step() const override { return step_; }
+  double recent_step_seconds() const override { return step_clock_.median_seconds(); }
   void set_step(int64_t step) override { step_ = step; }
 
  private:
@@ -53,6 +55,7 @@ class Trainer final : public TrainingEngine {
   std::unique_ptr<StageParameters> params_;
   std::unique_ptr<Optimizer> optimizer_;
   int64_t step_ = 0;
+  StepClock step_clock_;
 };
 
 // Copies rows [first, first + count) of a host tensor into a new tensor on `backend`.

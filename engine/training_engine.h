@@ -48,6 +48,9 @@ class TrainingEngine {
   }
   // The most batches one train_steps call takes (the training loop collects up to this many).
   virtual int window() const { return 1; }
+  // The median wall time of train_step over recent full-size steps (step_clock.h), what a
+  // prediction of the whole step is compared with; 0 where the engine does not keep it.
+  virtual double recent_step_seconds() const { return 0; }
   // Forward only, evaluation mode, over host tensors.
   virtual EvalStats evaluate(const Tensor& inputs, const Tensor& targets, int64_t chunk = 1000) = 0;
   virtual Model& model() const = 0;

@@ -111,6 +111,10 @@ class Backend {
   virtual void set_num_threads(int threads) = 0;
   virtual int num_threads() const = 0;
   virtual void bind_current_thread() = 0;
+  // Whether this device computes on the host's CPU cores (the CPU backend: cpu:0..N-1 are thread
+  // pools sharing them), so several such devices can be merged into one with all their threads:
+  // --plan auto weighs that against stages and replicas.
+  virtual bool computes_on_host_cores() const { return false; }
 
   // ---- GEMM -------------------------------------------------------------------------------
   // C(M,N) = alpha * op(A)(M,K) * op(B)(K,N) + beta * C. Row-major; op(X) = X^T when trans_x.

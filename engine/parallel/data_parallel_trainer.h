@@ -42,6 +42,7 @@ class DataParallelTrainer final : public TrainingEngine {
   // exchanged between processes.
   std::vector<StepStats> train_steps(std::span<const HostBatch> batches) override;
   int window() const override { return replica(0).window(); }
+  double recent_step_seconds() const override { return replica(0).recent_step_seconds(); }
   // Each replica evaluates its shard of the rows; the results are added up.
   EvalStats evaluate(const Tensor& inputs, const Tensor& targets, int64_t chunk = 1000) override;
   Model& model() const override { return replica(0).model(); }

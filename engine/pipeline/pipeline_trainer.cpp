@@ -417,27 +417,11 @@ StepStats PipelineTrainer::train_step(const Tensor& inputs, const Tensor& target
   stats.skipped = end.skipped;
   for (int d : local_devices_)
     stats.reserved_bytes += devices_[at(d)]->memory_stats().reserved_bytes;
-  if (step_ > 0 && batch >= recent_batch_) {
-    if (batch > recent_batch_) recent_step_s_.clear(), recent_next_ = 0;
-    recent_batch_ = batch;
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    constexpr size_t kRecent = 32;
-    if (recent_step_s_.size() < kRecent)
-      recent_step_s_.push_back(s);
-    else
-      recent_step_s_[recent_next_] = s;
-    recent_next_ = (recent_next_ + 1) % kRecent;
-  }
+  step_clock_.record(
+      step_, batch,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   ++step_;
   return stats;
-}
-
-double PipelineTrainer::recent_step_seconds() const {
-  if (recent_step_s_.empty()) return 0;
-  std::vector<double> v = recent_step_s_;
-  std::nth_element(v.begin(), v.begin() + static_cast<ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
 }
 
 EpilogueResult PipelineTrainer::exchange_with_servers() {

@@ -38,6 +38,7 @@
 #include "engine/pipeline/recompute.h"
 #include "engine/pipeline/transport.h"
 #include "engine/pipeline/weight_versions.h"
+#include "engine/step_clock.h"
 #include "engine/step_epilogue.h"
 #include "engine/trace/flight_recorder.h"
 #include "engine/trainer.h"
@@ -99,10 +100,7 @@ class PipelineTrainer final : public TrainingEngine {
   const std::vector<std::vector<ExecutedAction>>& last_trace() const { return trace_; }
   // The index of the step last_trace() holds (-1 before any).
   int64_t last_trace_step() const { return traced_step_; }
-  // The median wall time of train_step over the last (up to 32) full-size steps, as last_trace's,
-  // this trainer's first step excluded (first touches, primitive creation); 0 before any. What
-  // the planner's whole-step prediction is compared with.
-  double recent_step_seconds() const;
+  double recent_step_seconds() const override { return step_clock_.median_seconds(); }
   // Peak bytes of each device during the last step (0 for devices of other processes).
   std::vector<size_t> last_peak_bytes() const { return peak_bytes_; }
   // Asynchronous updates: the bytes of the second weight version on the devices held here, and
@@ -174,9 +172,7 @@ class PipelineTrainer final : public TrainingEngine {
   std::unique_ptr<RoutedTransport> transport_;
   std::vector<std::vector<ExecutedAction>> trace_;
   int64_t traced_step_ = -1, traced_batch_ = 0;
-  std::vector<double> recent_step_s_;  // recent_step_seconds(): a ring of the last 32
-  size_t recent_next_ = 0;
-  int64_t recent_batch_ = 0;
+  StepClock step_clock_;  // train_step's wall times (recent_step_seconds)
   std::vector<size_t> peak_bytes_;
   int64_t step_ = 0;
   int64_t runs_ = 0;  // schedule runs so far (the flight recorder's run numbers)

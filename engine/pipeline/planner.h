@@ -49,7 +49,9 @@ struct PlannerRequest {
 
 struct PlanCandidate {
   int stages = 1, replicas = 1, microbatches = 1;  // S (devices per replica), R, M
-  std::string schedule;                            // a sched::generate() name
+  int threads = 0;  // --plan auto's merged device (one device with every device's threads): its
+                    // threads; 0: the devices as given
+  std::string schedule;  // a sched::generate() name
   RecomputePolicy recompute;
   Placement placement = Placement::stages;  // on a cluster (devices_per_node > 0), cluster.h
   std::vector<int> layout;                  // layers per (virtual) stage

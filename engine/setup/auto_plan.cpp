@@ -1,6 +1,7 @@
 #include "engine/setup/auto_plan.h"
 
 #include <algorithm>
+#include <optional>
 #include <span>
 
 #include <fmt/format.h>
@@ -77,6 +78,27 @@ AutoPlan plan_automatically(const TrainingOptions& opt, const Model& model,
     write_file_atomically(opt.write_costs, std::as_bytes(std::span(text)));
     if (opt.print) fmt::print("plan auto: wrote the layer costs to {}\n", opt.write_costs);
   }
+  // The third way to use CPU devices, beside stages and replicas: one device with all their
+  // threads (computes_on_host_cores). Profiled on that device and searched like the others (one
+  // device: M only); reported beside the table, whose plans all use the devices as given (and
+  // which a cost file reproduces). Only measured costs can tell threads from devices.
+  std::optional<PlanCandidate> merged;
+  const bool can_merge = all.size() > 1 && std::all_of(all.begin(), all.end(), [](Backend* b) {
+                           return b->computes_on_host_cores();
+                         });
+  int merged_threads = 0;
+  for (Backend* b : all) merged_threads += b->num_threads();
+  if (can_merge && profiling) {
+    DeviceSet one = open_devices(first.device().str(), 1, merged_threads, opt.precision);
+    Backend& device = *one.backends[0];
+    PlannerRequest alone = request;
+    alone.devices = 1;
+    alone.overheads = measure_step_overheads({&device}, optimizer, measured_params);
+    const PlannerResult r = search_plans(
+        [&](int64_t microbatch) { return profile_costs(model, device, microbatch); }, alone);
+    merged = r.ranked.front();
+    merged->threads = merged_threads;
+  }
   // The registry and ScheduleChoice are kept in step; a name only the registry knows cannot be
   // run, so it is passed over (and said so) rather than chosen.
   for (const PlanCandidate& c : a.result.ranked) {
@@ -92,7 +114,16 @@ AutoPlan plan_automatically(const TrainingOptions& opt, const Model& model,
   }
   if (a.chosen.schedule.empty())
     throw UsageError("--plan auto: no planned schedule can be run by this program");
+  const double separate_s = a.chosen.step_s;
+  if (merged && merged->step_s < a.chosen.step_s) {
+    a.chosen = *merged;
+    a.options.schedule = ScheduleChoice::parse(merged->schedule);
+  }
   TrainingOptions& o = a.options;
+  if (a.chosen.threads > 0) {
+    o.devices = first.device().str();
+    o.threads = a.chosen.threads;
+  }
   o.plan_auto = false;
   o.write_costs.clear();  // written above; the chosen plan's run writes nothing
   o.stages = a.chosen.stages;
@@ -104,10 +135,11 @@ AutoPlan plan_automatically(const TrainingOptions& opt, const Model& model,
   // with it (recompute_cost.h), so the cap is passed on only where both models agree.
   if (a.chosen.recompute.kind != RecomputePolicy::Kind::never) o.mem_cap_mib = 0;
   a.flags = fmt::format(
-      "--devices {} --stages {} --dp {} --microbatches {} --schedule {} --recompute {} "
+      "--devices {}{} --stages {} --dp {} --microbatches {} --schedule {} --recompute {} "
       "--partition {}{}{}",
-      opt.devices, o.stages, o.dp, o.microbatches, o.schedule.str(), o.recompute.str(),
-      o.partition.str(), o.mem_cap_mib > 0 ? fmt::format(" --mem-cap {}", o.mem_cap_mib) : "",
+      o.devices, a.chosen.threads > 0 ? fmt::format(" --threads {}", o.threads) : "", o.stages,
+      o.dp, o.microbatches, o.schedule.str(), o.recompute.str(), o.partition.str(),
+      o.mem_cap_mib > 0 ? fmt::format(" --mem-cap {}", o.mem_cap_mib) : "",
       opt.costs.kind == CostSource::Kind::profile ? " --costs profile" : "");
   if (opt.print) {
     fmt::print("{}", a.result.report(opt.plan_top_k));
@@ -121,9 +153,25 @@ AutoPlan plan_automatically(const TrainingOptions& opt, const Model& model,
         request.allreduce_bytes_per_second / 1e9, request.allreduce_latency_s * 1e6, allreduce_how,
         request.overheads.serial_s_per_param * 1e9, request.overheads.update_s_per_param * 1e9,
         overheads_how);
+    if (merged)
+      fmt::print(
+          "plan auto: one device with all {} threads ({}): best M = {}, predicted {:.2f} ms per "
+          "step ({:.2f} compute + {:.2f} zeroing, norm and update), against {:.2f} for the best "
+          "plan of the {} devices as given\n",
+          merged->threads, first.device().str(), merged->microbatches, merged->step_s * 1e3,
+          merged->pipeline_s * 1e3, merged->epilogue_s * 1e3, separate_s * 1e3, all.size());
+    else if (can_merge)
+      fmt::print(
+          "plan auto: with --costs profile it also weighs one device with all {} threads "
+          "(estimated costs cannot tell threads from devices)\n",
+          merged_threads);
     fmt::print(
-        "plan auto chose (predicted {:.2f} ms per step); to run it again without the "
+        "plan auto chose {} (predicted {:.2f} ms per step); to run it again without the "
         "search:\n  {}\n",
+        a.chosen.threads > 0
+            ? fmt::format("one device with {} threads", a.chosen.threads)
+            : fmt::format("{} x {}, M = {}, {}", a.chosen.stages, a.chosen.replicas,
+                          a.chosen.microbatches, a.chosen.schedule),
         a.chosen.step_s * 1e3, a.flags);
   }
   return a;

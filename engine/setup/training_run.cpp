@@ -127,6 +127,7 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
               {"devices", s.backends[0]->describe()}};
   if (!pipelined) {
     s.engine = std::make_unique<Trainer>(model, *s.backends[0], trainer_config);
+    s.timed = s.engine.get();
     return s;
   }
   s.plan = make_plan(model, request, s.backends[0]);
@@ -183,6 +184,7 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
       s.pipeline = &p->workers().replica(0);
       s.engine = std::move(p);
     }
+    s.timed = s.engine.get();
     return s;
   }
   if (world) {
@@ -222,11 +224,41 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
         "note: delayed updates with heavy-ball momentum train slower (Fashion-MNIST, 3 epochs: "
         "3-5 points below synchronous); --nesterov compensates a one-step delay (README: "
         "\"Synchronous or asynchronous\")\n");
+  s.timed = s.engine.get();
   return s;
 }
 
+namespace {
+
+// The whole step as the training loop sees it (schedule, zeroing, all-reduce not hidden behind
+// backward, norm, update) and, after --plan auto, the chosen plan's prediction beside it.
+// `span_s`: the last step's schedule span (0 for one device, which has none).
+void report_whole_step(const TrainingRun& s, double span_s) {
+  const double whole_s = s.timed ? s.timed->recent_step_seconds() : 0;
+  if (whole_s > 0)
+    fmt::print("whole training step: {:.2f} ms (median of the last full steps)\n", whole_s * 1e3);
+  if (!s.auto_plan || whole_s <= 0) return;
+  const PlanCandidate& c = *s.auto_plan;
+  fmt::print(
+      "plan auto: the chosen plan ({}{} x {}, M = {}, {}, recompute {}) predicted {:.2f} ms per "
+      "step ({:.2f} pipeline + {:.2f} all-reduce + {:.2f} zeroing, norm and update), measured "
+      "{:.2f} ms ({:+.0f}%{})\n",
+      c.threads > 1 ? fmt::format("{} threads, ", c.threads) : "", c.stages, c.replicas,
+      c.microbatches, c.schedule, c.recompute.str(), c.step_s * 1e3, c.pipeline_s * 1e3,
+      c.allreduce_s * 1e3, c.epilogue_s * 1e3, whole_s * 1e3, 100 * (whole_s - c.step_s) / c.step_s,
+      span_s > 0 ? fmt::format("; the schedule's span {:.2f} ms vs {:.2f} predicted", span_s * 1e3,
+                               c.pipeline_s * 1e3)
+                 : "");
+}
+
+}  // namespace
+
 void report_pipeline(const TrainingOptions& opt, const TrainingRun& s, Communicator* world) {
-  if (!s.pipeline || s.pipeline->step() == 0) return;
+  if (!s.pipeline) {
+    if (!world) report_whole_step(s, 0);  // one device
+    return;
+  }
+  if (s.pipeline->step() == 0) return;
   // Resumed at (or past) the last step: no step ran in this process, so there is no last step to
   // report (its trace would be empty; measuring it used to fail with an internal trace error).
   if (s.pipeline->last_trace().empty()) {
@@ -271,21 +303,7 @@ void report_pipeline(const TrainingOptions& opt, const TrainingRun& s, Communica
     fmt::print(" {:.1f}% / {:.1f}%", 100 * bubble.bubble_fraction[d],
                100 * s.plan->simulated.bubble_fraction[d]);
   fmt::print("\n");
-  // The whole step, as the training loop sees it (the span above plus zeroing, the all-reduce
-  // not hidden behind backward, the norm and the update).
-  const double whole_s = s.pipeline->recent_step_seconds();
-  if (whole_s > 0)
-    fmt::print("whole training step: {:.2f} ms (median of the last full steps)\n", whole_s * 1e3);
-  if (s.auto_plan) {
-    const PlanCandidate& c = *s.auto_plan;
-    fmt::print(
-        "plan auto: the chosen plan ({} x {}, M = {}, {}, recompute {}) predicted {:.2f} ms per "
-        "step ({:.2f} pipeline + {:.2f} all-reduce + {:.2f} zeroing, norm and update), measured "
-        "{:.2f} ms ({:+.0f}%; the schedule's span {:.2f} ms vs {:.2f} predicted)\n",
-        c.stages, c.replicas, c.microbatches, c.schedule, c.recompute.str(), c.step_s * 1e3,
-        c.pipeline_s * 1e3, c.allreduce_s * 1e3, c.epilogue_s * 1e3, whole_s * 1e3,
-        100 * (whole_s - c.step_s) / c.step_s, bubble.step_span_us / 1e3, c.pipeline_s * 1e3);
-  }
+  report_whole_step(s, bubble.step_span_us * 1e-6);
   if (!opt.trace.empty()) {
     write_chrome_trace(opt.trace, trace);
     fmt::print("wrote the trace of the last full step to {} (open in https://ui.perfetto.dev)\n",

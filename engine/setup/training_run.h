@@ -36,6 +36,7 @@ struct TrainingRun {
   std::optional<PipelinePlan> plan;        // when pipelined
   std::unique_ptr<TrainingEngine> engine;  // null with plan_only
   PipelineTrainer* pipeline = nullptr;     // replica 0 of this process (trace, bubble, reduction)
+  const TrainingEngine* timed = nullptr;   // engine, also once moved out: its recent step times
   std::string description;                 // "cpu:0 (1 thread, ...), 2 stages, schedule 1f1b, ..."
   // How the model is laid out, as a checkpoint records it: stages, replicas, processes,
   // schedule, layers per stage.
@@ -64,7 +65,8 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
                           int64_t batch, Communicator* world = nullptr);
 
 // After training: the gradient reduction of the last step, its measured vs predicted bubble,
-// and opt.trace / opt.timeline files (single process only). Nothing for one device.
+// and opt.trace / opt.timeline files (single process only); the whole step's wall time and,
+// after --plan auto, the chosen plan's prediction beside it (one device too).
 void report_pipeline(const TrainingOptions& opt, const TrainingRun& run,
                      Communicator* world = nullptr);
 

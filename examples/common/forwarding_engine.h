@@ -20,6 +20,7 @@ class ForwardingEngine : public TrainingEngine {
   Model& model() const override { return inner_->model(); }
   uint64_t seed() const override { return inner_->seed(); }
   int64_t step() const override { return inner_->step(); }
+  double recent_step_seconds() const override { return inner_->recent_step_seconds(); }
   void set_step(int64_t step) override { inner_->set_step(step); }
   std::vector<StageState> stage_states() override { return inner_->stage_states(); }
   std::vector<StageState> all_stage_copies() override { return inner_->all_stage_copies(); }

@@ -53,6 +53,7 @@ class CpuBackend final : public Backend {
   // ---- threads ----------------------------------------------------------------------------
   void set_num_threads(int threads) override;
   int num_threads() const override { return threads_; }
+  bool computes_on_host_cores() const override { return true; }
   void bind_current_thread() override;
 
   // ---- GEMM -------------------------------------------------------------------------------

@@ -3,8 +3,10 @@
 #  - --plan-only prints the ranked table, the rejected classes, the chosen plan as flags and
 #    that plan's partition, and trains nothing;
 #  - the chosen flags, typed by hand, plan the same prediction as --plan auto did;
-#  - a --mem-cap keeps every listed plan under it; --costs profile times the layers;
-#  - --plan auto --steps 3 trains and prints the chosen plan's predicted vs measured step time;
+#  - a --mem-cap keeps every listed plan under it; --costs profile times the layers on both
+#    devices at once, measures the epilogue and the all-reduce, weighs one device with both
+#    threads against the best plan of the two devices and chooses the faster;
+#  - --plan auto --steps 4 trains and prints the chosen plan's predicted vs measured step time;
 #  - the flags it chooses itself, --plan other than auto, "auto" devices and a cap nothing fits
 #    are refused before anything runs, naming the flag and the fix.
 #
@@ -64,24 +66,35 @@ else
   echo "ok: --plan auto --mem-cap 30: $(grep -A1 'plan auto chose' <<<"$out" | tail -1)"
 fi
 
-# Profiled costs: timed on the first device, one table per micro-batch size.
+# Profiled costs: timed on both devices at once, one table per micro-batch size; the epilogue
+# and the all-reduce measured; one device with both threads weighed against the table's best,
+# and the faster of the two chosen.
 out=$("$exe" "${plan[@]}" --plan-only --plan-top 3 --costs profile --batch 32 2>&1); rc=$?
-if [ $rc -ne 0 ] || ! grep -q 'plan auto: costs profiled on cpu:0' <<<"$out" ||
-   ! grep -A1 'plan auto chose' <<<"$out" | grep -q -- '--costs profile'; then
-  echo "FAIL: --plan auto --costs profile (rc=$rc):"; echo "$out"; fails=$((fails+1))
+merged=$(sed -nE 's/^plan auto: one device with all 2 threads \(cpu:0\): best M = [0-9]+, predicted ([0-9.]+) ms per step .* against ([0-9.]+) for the best plan of the 2 devices as given$/\1 \2/p' <<<"$out")
+chose=$(grep -A1 'plan auto chose' <<<"$out" | tail -1)
+if [ -n "$merged" ]; then
+  read -r one two <<<"$merged"
+  want=$(awk -v a="$one" -v b="$two" 'BEGIN { print (a < b) ? "--devices cpu:0 --threads 2 --stages 1 --dp 1" : "--devices cpu:0,cpu:1 --stages" }')
+fi
+if [ $rc -ne 0 ] || ! grep -q 'plan auto: costs profiled on cpu:0..cpu:1 at once' <<<"$out" ||
+   ! grep -qE 'all-reduce [0-9.]+ GB/s .*measured in-process' <<<"$out" ||
+   ! grep -qE 'epilogue [0-9.]+ ns per parameter .*measured on' <<<"$out" ||
+   [ -z "$merged" ] || ! grep -q -- "$want" <<<"$chose" || ! grep -q -- '--costs profile' <<<"$chose"; then
+  echo "FAIL: --plan auto --costs profile (rc=$rc, one device with 2 threads / best as given: $merged):"
+  echo "$out"; fails=$((fails+1))
 else
-  echo "ok: --plan auto --costs profile: $(grep -A1 'plan auto chose' <<<"$out" | tail -1)"
+  echo "ok: --plan auto --costs profile (one device with 2 threads / best as given: $merged ms): $chose"
 fi
 
 if [ -f "$data/train-images-idx3-ubyte.gz" ] || [ -f "$data/train-images-idx3-ubyte" ]; then
-  out=$("$exe" "${plan[@]}" --data "$data" --steps 3 --batch 64 --plan-top 3 2>&1); rc=$?
+  out=$("$exe" "${plan[@]}" --data "$data" --steps 4 --batch 64 --plan-top 3 2>&1); rc=$?
   line=$(grep '^plan auto: the chosen plan' <<<"$out")
-  if [ $rc -ne 0 ] || ! grep -q '^trained 3 steps' <<<"$out" ||
+  if [ $rc -ne 0 ] || ! grep -q '^trained 4 steps' <<<"$out" ||
      ! grep -qE 'predicted [0-9.]+ ms per step .* measured [0-9.]+ ms' <<<"$line" ||
      grep -qiE 'nan|inf ms' <<<"$line"; then
-    echo "FAIL: --plan auto --steps 3 (rc=$rc):"; echo "$out"; fails=$((fails+1))
+    echo "FAIL: --plan auto --steps 4 (rc=$rc):"; echo "$out"; fails=$((fails+1))
   else
-    echo "ok: --plan auto --steps 3: $line"
+    echo "ok: --plan auto --steps 4: $line"
   fi
 else
   echo "skip: no Fashion-MNIST data in $data for the training run"
