@@ -35,7 +35,7 @@ std::vector<LayerProfile> estimate_costs(const Model& model, int64_t microbatch_
 // one by one and times forward, backward_input and backward_weight of each (a random upstream
 // gradient of the output's shape), reporting the median of `repeats` runs after one warm-up.
 // activation_bytes is what the layer really saved in its LayerContext. Each timed call starts
-// with cold caches (64 MiB written first, profile_costs.cpp), as a layer mostly finds them in a
+// with caches half cold (16 MiB read first, profile_costs.cpp), as a layer mostly finds them in a
 // run. Layers that were bound before (e.g. to a trainer's stages) are bound back afterwards; the
 // others are left unbound, as they were.
 std::vector<LayerProfile> profile_costs(const Model& model, Backend& backend,

@@ -35,19 +35,23 @@ Tensor random_tensor(Backend& backend, const Shape& shape, DType dtype, int64_t 
   return t;
 }
 
-// In a run a layer rarely finds its weights and inputs in cache: the other stages, micro-batches
-// and (on a CPU) the other devices' cores ran in between. Timed warm, over and over on one
-// input, an MLP layer at micro-batch 32 took 0.75 of its time in a pipeline here; so every timed
-// call starts cold: first a write of more bytes than a last-level cache holds (32 MiB on our
-// CPUs, 50-60 MiB on an H100/H200).
-constexpr int64_t kEvictBytes = int64_t{64} << 20;
+// In a run a layer rarely finds all its weights and inputs in cache: the other stages and
+// micro-batches ran in between, and on a CPU the other devices' cores share the last-level cache.
+// Timed warm, over and over on one input, a layer of the MLP at micro-batch 32 took 0.75 of its
+// time in a pipeline here; timed after a read of 64 MiB (every cache cold) the simulated
+// pipeline came out 1.02-1.10 of the measured one up to M = 8 but 1.2-1.25 at M = 16, where
+// consecutive micro-batches do find the weights. So every timed call starts after a read of
+// 16 MiB, half of our CPUs' 32 MiB L3 (what a second device sharing it leaves): 0.95-1.08 of the
+// measured pipeline at M = 2..8 (bench/pipeline). A read, not a write: written lines would be
+// written back while the timed call runs, a cost no run pays.
+constexpr int64_t kEvictBytes = int64_t{16} << 20;
 
-// Seconds `f` takes, with the caches evicted by writing `evict` and the device drained before,
+// Seconds `f` takes, with the caches evicted by reading `evict` and the device drained before,
 // and drained after (ops may be asynchronous).
 template <class F>
 double timed(Backend& backend, const Tensor& evict, F&& f) {
   using clock = std::chrono::steady_clock;
-  backend.fill(evict.f32(), 0.f, evict.numel());
+  static_cast<void>(backend.sum_squares(evict.f32(), evict.numel()));
   backend.synchronize();
   const auto t0 = clock::now();
   f();
@@ -103,6 +107,7 @@ std::vector<LayerProfile> profile_costs(const Model& model, Backend& backend,
   const BindingGuard restore(model);
   StageParameters params(model, 0, L, backend, seed);  // binds every layer to device memory
   const Tensor evict = backend.empty(Shape{kEvictBytes / static_cast<int64_t>(sizeof(float))});
+  backend.fill(evict.f32(), 0.f, evict.numel());
 
   // Token ids must be valid rows of the first layer's table; 0..1 is safe for any vocabulary.
   int64_t vocab = 2;
