@@ -34,9 +34,10 @@ AutoPlan plan_automatically(const TrainingOptions& opt, const Model& model,
   Backend& first = *devices.backends[0];
   const bool profiling = opt.costs.kind == CostSource::Kind::profile;
   const bool together = profiling && make_model && all.size() > 1;
-  const std::string profiled_on =
-      together ? fmt::format("{}..{} at once", first.device().str(), all.back()->device().str())
-               : first.device().str();
+  const std::string every = all.size() > 1 ? fmt::format("{}..{} at once", first.device().str(),
+                                                         all.back()->device().str())
+                                           : first.device().str();
+  const std::string profiled_on = together ? every : first.device().str();
   // The epilogue and the all-reduce are measured on arrays the size of the model's parameters
   // (at most 2^24: the rate per parameter is what the planner uses).
   const int64_t measured_params = std::clamp<int64_t>(model.param_count(), 1, int64_t{1} << 24);
@@ -44,13 +45,13 @@ AutoPlan plan_automatically(const TrainingOptions& opt, const Model& model,
   std::string allreduce_how = "stated, not measured";
   if (profiling) {
     request.overheads = measure_step_overheads(all, optimizer, measured_params);
-    overheads_how = fmt::format("measured on {}", profiled_on);
+    overheads_how = fmt::format("measured on {}", every);
     if (all.size() > 1) {
       const AllReduceRate rate =
           measure_in_process_allreduce(all, measured_params * static_cast<int64_t>(sizeof(float)));
       request.allreduce_bytes_per_second = rate.bytes_per_second;
       request.allreduce_latency_s = rate.latency_s;
-      allreduce_how = fmt::format("measured in-process on {}", profiled_on);
+      allreduce_how = fmt::format("measured in-process on {}", every);
     }
   } else {
     request.overheads = estimate_step_overheads(request.optimizer_slots);
