@@ -56,7 +56,7 @@ void on_every_device(const std::vector<Backend*>& devices,
 StepOverheads estimate_step_overheads(int optimizer_slots, double bytes_per_second) {
   const double per_param = sizeof(float) / bytes_per_second;
   StepOverheads o;
-  o.serial_s_per_param = 2 * per_param;                          // zero (write), norm (read)
+  o.serial_s_per_param = 2 * per_param;                            // zero (write), norm (read)
   o.update_s_per_param = (3 + 2.0 * optimizer_slots) * per_param;  // p, g, state in; p, state out
   return o;
 }
