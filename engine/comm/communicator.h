@@ -10,7 +10,9 @@
 //   order, and handed to all), so replicas stay bit-identical.
 // - Nothing waits forever: every blocking call gives up after timeout_s() and throws
 //   TimeoutError naming the operation (`what`), this rank, and the rank(s) it waited for
-//   (as world ranks, so the message points at a process the user can find).
+//   (as world ranks, so the message points at a process the user can find). MPI collectives
+//   wait up to min(2 s, timeout_s() / 2) longer, so that a rank which waits for a dead peer
+//   directly reports before the ranks that wait for it (engine/comm/mpi.cpp).
 // - Buffers are host memory (the CPU backend's device memory is host memory), except for a
 //   communicator whose device_memory() is true (NCCL: memory of its GPU).
 #include <chrono>
