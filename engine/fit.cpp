@@ -76,7 +76,11 @@ FitResult fit(TrainingEngine& trainer, const Dataset& train, const Dataset* test
   Progress progress("train", total, options.log_every);
   double loss_sum = 0;
   int64_t loss_count = 0;
-  while (trainer.step() < total) {
+  // Once a stop signal is agreed: the step to train to before the final save. Processes that do
+  // not train in lockstep (asynchronous parameter-server workers) stop at different steps; those
+  // behind catch up, without evaluations or saves, so the checkpoint holds equal steps from each.
+  std::optional<int64_t> stop_at;
+  while (trainer.step() < total && !(stop_at && trainer.step() >= *stop_at)) {
     const int64_t epoch = batches.position().epoch;
     // Up to window() batches (an asynchronous pipeline runs them as one schedule), never across
     // the end of the run or of an epoch (evaluation) or a checkpoint: those see a drained pipeline.
@@ -86,7 +90,8 @@ FitResult fit(TrainingEngine& trainer, const Dataset& train, const Dataset* test
       window.push_back(batches.next());
       const int64_t after = first + static_cast<int64_t>(window.size());
       if (static_cast<int64_t>(window.size()) >= trainer.window() || after >= total ||
-          batches.position().epoch != epoch || checkpoints.saves_after(after))
+          batches.position().epoch != epoch || checkpoints.saves_after(after) ||
+          (stop_at && after >= *stop_at))
         break;
     }
     std::vector<HostBatch> host;
@@ -125,7 +130,12 @@ FitResult fit(TrainingEngine& trainer, const Dataset& train, const Dataset* test
                                              loss_sum / static_cast<double>(loss_count)));
     }
 
+    if (stop_at) continue;  // catching up
     const bool epoch_done = batches.position().epoch != epoch;
+    // Where the processes meet anyway, they first agree whether one of them stops.
+    const bool meets =
+        (epoch_done && test && trainer.step() < total) || checkpoints.saves_after(trainer.step());
+    if (meets && (stop_at = trainer.agree_on_stop(false))) continue;
     if (epoch_done && test && trainer.step() < total) {
       progress.finish();
       const EvalStats ev = evaluate_dataset(trainer, *test);
@@ -142,11 +152,17 @@ FitResult fit(TrainingEngine& trainer, const Dataset& train, const Dataset* test
     }
     if (checkpoints.saves_after(trainer.step())) progress.finish();  // the message on its own line
     checkpoints.after_step(trainer, [&] { return state_of(trainer, batches, options); });
-    if (preemption && trainer.step() < total && preemption->requested(options.world)) {
+    if (preemption && trainer.step() < total &&
+        preemption->requested(options.world, trainer.peer_asked_to_stop())) {
       result.preempted = preemption->which();
-      break;
+      stop_at = trainer.agree_on_stop(true);
     }
   }
+  // The end meets a process that stopped before it.
+  if (!stop_at) stop_at = trainer.agree_on_stop(false);
+  if (stop_at && trainer.step() < total && !result.preempted)
+    result.preempted = "a stop signal in another process";
+  if (trainer.step() >= total) result.preempted = nullptr;  // caught up to the end: finished
   progress.finish();
   if (result.seconds > 0)
     result.samples_per_second = static_cast<double>(result.steps * options.batch) / result.seconds;

@@ -35,8 +35,8 @@ PreemptionWatch::~PreemptionWatch() {
   g_installed = false;
 }
 
-bool PreemptionWatch::requested(Communicator* world) {
-  int64_t mine = g_signal != 0 ? 1 : 0;
+bool PreemptionWatch::requested(Communicator* world, bool relayed) {
+  int64_t mine = g_signal != 0 || relayed ? 1 : 0;
   if (!world) return mine != 0;
   world->all_reduce(&mine, 1, ElemType::i64, ReduceOp::sum, "the check for a stop signal");
   return mine != 0;

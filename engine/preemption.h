@@ -25,9 +25,10 @@ class PreemptionWatch {
   PreemptionWatch(const PreemptionWatch&) = delete;
   PreemptionWatch& operator=(const PreemptionWatch&) = delete;
 
-  // Whether to stop now: a signal arrived in this process or, with `world` (collective: every
-  // rank calls it at the same point), in any process of it.
-  bool requested(Communicator* world);
+  // Whether to stop now: a signal arrived in this process (or `relayed`: another process's
+  // request reached this one otherwise) or, with `world` (collective: every rank calls it at the
+  // same point), in any process of it.
+  bool requested(Communicator* world, bool relayed = false);
   // The signal that arrived ("SIGTERM", "SIGINT", or "a signal in another process").
   const char* which() const;
 };

@@ -2,6 +2,7 @@
 // What the training loop (engine/fit.h) needs from a trainer, whether it runs the model on one
 // device (Trainer, the reference) or as a pipeline over several (PipelineTrainer).
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -69,6 +70,21 @@ class TrainingEngine {
   // What this process writes into a checkpoint: its stages, unless another process holds the
   // same stages as replica 0 (replicas of a stage are written once).
   virtual std::vector<StageState> stages_to_save() { return stage_states(); }
+  // Stop signals across processes that do not train in lockstep (asynchronous parameter-server
+  // workers under mpirun, engine/parallel/parameter_server.h). The training loop's own check
+  // (engine/preemption.h) covers the processes in lockstep with this one; beyond them:
+  // peer_asked_to_stop(): another process's stop reached this engine (a server's reply said so).
+  // agree_on_stop(stopping): called by the training loop wherever its processes would meet
+  // anyway (before an evaluation or a save, at the end) and when it stops; returns the step that
+  // every process trains to before the final save (the furthest one's, so that a checkpoint holds
+  // the same number of steps from each) once any of them stops, else nothing. The processes meet
+  // in the same order whatever their pace, so every call pairs with one on each other process.
+  // Engines in lockstep: `stopping ? step() : nothing`, no communication.
+  virtual bool peer_asked_to_stop() const { return false; }
+  virtual std::optional<int64_t> agree_on_stop(bool stopping) {
+    if (stopping) return step();
+    return std::nullopt;
+  }
 };
 
 // The global gradient norm over all stages: each parameter's sum of squares (double), added in

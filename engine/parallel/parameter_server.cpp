@@ -30,23 +30,25 @@ enum : int64_t { kInit = 0, kPush = 1, kStop = 2, kPause = 3, kResume = 4, kFetc
 constexpr int kTagToServer = 11, kTagToWorker = 12;
 
 // Worker -> server: kind, step (the worker's step counter), version computed on, optimizer
-// steps taken (INIT only).
+// steps taken (INIT only), stop (PAUSE and STOP: this worker stops early, on a stop signal).
 struct PushHeader {
-  int64_t kind = 0, step = 0, version = 0, optimizer_steps = 0;
+  int64_t kind = 0, step = 0, version = 0, optimizer_steps = 0, stop = 0;
 };
 // Server -> worker: the version sent, skipped (0/1), the step's global norm, optimizer steps
-// taken (the reply to FETCH only).
+// taken (the reply to FETCH only), stop (some worker or this server's process was asked to stop:
+// training stops early; how a signal reaches asynchronous workers, which never meet per step).
 struct PullHeader {
   int64_t version = 0, skipped = 0;
   double grad_norm = 0;
-  int64_t optimizer_steps = 0;
+  int64_t optimizer_steps = 0, stop = 0;
 };
-static_assert(sizeof(PushHeader) == 32 && sizeof(PullHeader) == 32);
+constexpr size_t kHeaderBytes = 40;  // the payload follows the header
+static_assert(sizeof(PushHeader) == kHeaderBytes && sizeof(PullHeader) == kHeaderBytes);
 
-size_t message_bytes(const PsPiece& p) { return 32 + p.bytes(); }
+size_t message_bytes(const PsPiece& p) { return kHeaderBytes + p.bytes(); }
 // INIT and the reply to FETCH carry the optimizer state too: header, parameters, then each slot.
 size_t state_message_bytes(const PsPiece& p, int slots) {
-  return 32 + p.bytes() * (1 + static_cast<size_t>(slots));
+  return kHeaderBytes + p.bytes() * (1 + static_cast<size_t>(slots));
 }
 
 // Layers [first, last) laid out as StageParameters lays out a stage: the table, and per layer
@@ -155,13 +157,14 @@ std::string PsServerStats::str(int workers) const {
   return fmt::format(
       "parameter server {}: {} pushes applied in {} updates; staleness max {} pushes ({:.2f} "
       "global steps), mean {:.3f} pushes ({:.3f} global steps); holds {:.2f} MiB; {:.1f} "
-      "pushes/s ({:.2f} global steps/s) while every worker ran{}",
+      "pushes/s ({:.2f} global steps/s) while every worker ran{}{}",
       server, pushes, updates, max_staleness, static_cast<double>(max_staleness) / workers,
       mean_staleness(), mean_staleness() / workers,
       static_cast<double>(held_bytes) / (1024.0 * 1024.0), pushes_per_s(),
       pushes_per_s() / (workers * pieces),
       pieces > 1 ? fmt::format(" (layers of {} stages: staleness counted per stage)", pieces)
-                 : std::string());
+                 : std::string(),
+      stopped_early ? "; stopped early on a stop signal" : "");
 }
 
 // ---- the server
@@ -172,8 +175,12 @@ namespace {
 class Server {
  public:
   Server(Communicator& ps, Communicator* servers, const PsConfig& config, const PsShard& shard,
-         Backend& backend)
-      : ps_(ps), servers_(servers), config_(config), backend_(backend) {
+         Backend& backend, std::function<bool()> stop_signal)
+      : ps_(ps),
+        servers_(servers),
+        config_(config),
+        backend_(backend),
+        stop_signal_(std::move(stop_signal)) {
     const size_t R = static_cast<size_t>(config.workers);
     for (const PsPiece& shape : shard.pieces) {
       auto p = std::make_unique<Piece>();
@@ -207,10 +214,10 @@ class Server {
       if (h.kind != kInit)
         throw std::runtime_error("parameter server: expected INIT from replica 0");
       const size_t bytes = p->shape.bytes();
-      std::memcpy(p->params.flat().f32(), msg.data() + 32, bytes);
+      std::memcpy(p->params.flat().f32(), msg.data() + kHeaderBytes, bytes);
       for (int i = 0; i < slots(); ++i)
         std::memcpy(p->optimizer->slots()[static_cast<size_t>(i)].state.flat().f32(),
-                    msg.data() + 32 + bytes * (1 + static_cast<size_t>(i)), bytes);
+                    msg.data() + kHeaderBytes + bytes * (1 + static_cast<size_t>(i)), bytes);
       p->optimizer->set_steps_taken(h.optimizer_steps);
       step_ = h.step;
       // Asynchronous: the learning rate follows version / R, the global step.
@@ -246,15 +253,16 @@ class Server {
   // Sends the current parameters to every worker at once, then waits for the sends (the
   // buffers are reused).
   void reply_all(bool skipped, double norm) {
+    const int64_t stop = stop_flag();  // the same for every worker: they stop at the same step
     std::vector<std::unique_ptr<CommRequest>> sent;
     std::vector<int> to;
     for (auto& p : pieces_)
       for (int r = 0; r < config_.workers; ++r) {
         std::vector<std::byte>& out = p->out[static_cast<size_t>(r)];
         out.resize(message_bytes(p->shape));
-        PullHeader h{p->version, skipped ? 1 : 0, norm, 0};
+        PullHeader h{p->version, skipped ? 1 : 0, norm, 0, stop};
         std::memcpy(out.data(), &h, sizeof h);
-        std::memcpy(out.data() + 32, p->params.flat().f32(), p->shape.bytes());
+        std::memcpy(out.data() + kHeaderBytes, p->params.flat().f32(), p->shape.bytes());
         sent.push_back(ps_.isend(out.data(), out.size(), worker_rank(r, *p), kTagToWorker));
         to.push_back(worker_rank(r, *p));
       }
@@ -273,13 +281,26 @@ class Server {
     out.resize(state_message_bytes(p.shape, slots()));
     PullHeader h{p.version, 0, 0.0, p.optimizer->steps_taken()};
     std::memcpy(out.data(), &h, sizeof h);
-    std::memcpy(out.data() + 32, p.params.flat().f32(), bytes);
+    std::memcpy(out.data() + kHeaderBytes, p.params.flat().f32(), bytes);
     for (int i = 0; i < slots(); ++i)
-      std::memcpy(out.data() + 32 + bytes * (1 + static_cast<size_t>(i)),
+      std::memcpy(out.data() + kHeaderBytes + bytes * (1 + static_cast<size_t>(i)),
                   p.optimizer->slots()[static_cast<size_t>(i)].state.flat().f32(), bytes);
     ps_.isend(out.data(), out.size(), worker_rank(r, p), kTagToWorker)
         ->wait(fmt::format("parameter server {}: sending its state to worker {}", stats_.server,
                            worker_rank(r, p)));
+  }
+
+  // A stop signal, relayed (called under the lock when asynchronous): a worker's PAUSE or STOP
+  // said it stops early, or this server's own process got the signal. Asynchronous workers never
+  // meet per step, so they learn it from the next reply (PullHeader::stop) and stop after their
+  // current step; every save then finds all of them stopped.
+  void note_stop(const PushHeader& h) {
+    if (h.stop) stop_asked_ = true;
+  }
+  int64_t stop_flag() {
+    if (!stop_asked_ && stop_signal_ && stop_signal_()) stop_asked_ = true;
+    stats_.stopped_early = stats_.stopped_early || stop_asked_;
+    return stop_asked_ ? 1 : 0;
   }
 
   // Called under the lock (async) or by the one thread (sync) for every push and STOP.
@@ -363,6 +384,8 @@ class Server {
           if (h.kind == kStop) {
             ++stops;
             count(true);
+            note_stop(h);
+            stop_flag();
             continue;
           }
           if (h.kind == kFetch) {  // a save, at a step boundary: every worker asks
@@ -375,9 +398,9 @@ class Server {
                 fmt::format("parameter server: unexpected message {} from worker {}", h.kind,
                             worker_rank(r, *p)));
           if (r == 0)
-            std::memcpy(p->grads.flat().f32(), msg.data() + 32, bytes);
+            std::memcpy(p->grads.flat().f32(), msg.data() + kHeaderBytes, bytes);
           else
-            accumulate(p->grads.flat().f32(), msg.data() + 32,
+            accumulate(p->grads.flat().f32(), msg.data() + kHeaderBytes,
                        static_cast<int64_t>(bytes / sizeof(float)), ElemType::f32);
           ++stats_.pushes;
         }
@@ -447,6 +470,8 @@ class Server {
       }
       if (h.kind == kStop || h.kind == kPause) {
         if (h.kind == kStop) count(true);
+        note_stop(h);
+        stop_flag();
         changed_.notify_all();
         if (h.kind == kStop) return;
         continue;
@@ -459,7 +484,7 @@ class Server {
         stats_.max_staleness = std::max(stats_.max_staleness, stale);
         stats_.sum_staleness += static_cast<double>(stale);
         ++stats_.pushes;
-        std::memcpy(p.grads.flat().f32(), msg.data() + 32, bytes);
+        std::memcpy(p.grads.flat().f32(), msg.data() + kHeaderBytes, bytes);
         // This piece's tensors only (--clip needs K = 1 and S = 1 here). With K > 1 a
         // non-finite gradient skips the update on the servers whose piece holds it.
         norm = global_norm(&p);
@@ -498,9 +523,9 @@ class Server {
       p.on[ri] = p.version;
       p.computing[ri] = true;
       p.out[ri].resize(message_bytes(p.shape));
-      PullHeader ph{p.version, skipped ? 1 : 0, norm, 0};
+      PullHeader ph{p.version, skipped ? 1 : 0, norm, 0, stop_flag()};
       std::memcpy(p.out[ri].data(), &ph, sizeof ph);
-      std::memcpy(p.out[ri].data() + 32, p.params.flat().f32(), bytes);
+      std::memcpy(p.out[ri].data() + kHeaderBytes, p.params.flat().f32(), bytes);
       lock.unlock();
       ps_.isend(p.out[ri].data(), p.out[ri].size(), worker_rank(r, p), kTagToWorker)
           ->wait(fmt::format("parameter server {}: sending parameters to worker {}", stats_.server,
@@ -520,15 +545,19 @@ class Server {
   std::condition_variable changed_;
   bool failed_ = false;
   bool stopped_ = false;  // some worker sent STOP
+  // Stop signals: this process's (polled; empty for a server thread) and the sticky flag.
+  std::function<bool()> stop_signal_;
+  bool stop_asked_ = false;
   std::chrono::steady_clock::time_point first_push_;
 };
 
 }  // namespace
 
 PsServerStats run_parameter_server(Communicator& ps, Communicator* servers, const PsConfig& config,
-                                   const PsShard& shard, Backend& backend) {
+                                   const PsShard& shard, Backend& backend,
+                                   std::function<bool()> stop_signal) {
   backend.bind_current_thread();
-  Server server(ps, servers, config, shard, backend);
+  Server server(ps, servers, config, shard, backend, std::move(stop_signal));
   return server.run();
 }
 
@@ -556,7 +585,7 @@ PsClient::~PsClient() {
   try {
     std::vector<std::unique_ptr<CommRequest>> sent;
     for (size_t k = 0; k < pieces_.size(); ++k) {
-      PushHeader h{kStop, 0, version_, 0};
+      PushHeader h{kStop, 0, version_, 0, stopping_ ? 1 : 0};
       std::memcpy(out_[k].data(), &h, sizeof h);
       sent.push_back(ps_.isend(out_[k].data(), out_[k].size(), server_rank(k), kTagToServer));
     }
@@ -575,7 +604,7 @@ void PsClient::push(StageParameters& stage, int64_t kind, int64_t step) {
     const PsPiece& p = pieces_[k];
     PushHeader h{kind, step, version_, 0};
     std::memcpy(out_[k].data(), &h, sizeof h);
-    std::memcpy(out_[k].data() + 32, src + p.begin, p.bytes());
+    std::memcpy(out_[k].data() + kHeaderBytes, src + p.begin, p.bytes());
     sent.push_back(ps_.isend(out_[k].data(), out_[k].size(), server_rank(k), kTagToServer));
   }
   for (size_t k = 0; k < sent.size(); ++k)
@@ -609,8 +638,9 @@ EpilogueResult PsClient::finish_pull(StageParameters& stage) {
     }
     PullHeader h;
     std::memcpy(&h, in_[k].data(), sizeof h);
-    std::memcpy(dst + p.begin, in_[k].data() + 32, p.bytes());
+    std::memcpy(dst + p.begin, in_[k].data() + kHeaderBytes, p.bytes());
     if (k == 0) version_ = h.version;
+    stop_asked_ = stop_asked_ || h.stop != 0;
     out.grad_norm = h.grad_norm;
     out.skipped = out.skipped || h.skipped != 0;
   }
@@ -630,10 +660,10 @@ void PsClient::send_init(StageParameters& stage, const Optimizer& optimizer, int
     out[k].resize(state_message_bytes(p, static_cast<int>(slots)));
     PushHeader h{kInit, step, version_, optimizer.steps_taken()};
     std::memcpy(out[k].data(), &h, sizeof h);
-    std::memcpy(out[k].data() + 32, params + p.begin, bytes);
+    std::memcpy(out[k].data() + kHeaderBytes, params + p.begin, bytes);
     for (size_t i = 0; i < slots; ++i)
       std::memcpy(
-          out[k].data() + 32 + bytes * (1 + i),
+          out[k].data() + kHeaderBytes + bytes * (1 + i),
           reinterpret_cast<const std::byte*>(optimizer.slots()[i].state.flat().f32()) + p.begin,
           bytes);
     sent.push_back(ps_.isend(out[k].data(), out[k].size(), server_rank(k), kTagToServer));
@@ -667,10 +697,10 @@ void PsClient::receive_state(StageParameters& stage, Optimizer& optimizer) {
                          servers_[k]));
     PullHeader h;
     std::memcpy(&h, in.data(), sizeof h);
-    std::memcpy(params + p.begin, in.data() + 32, bytes);
+    std::memcpy(params + p.begin, in.data() + kHeaderBytes, bytes);
     for (size_t i = 0; i < slots; ++i)
       std::memcpy(reinterpret_cast<std::byte*>(optimizer.slots()[i].state.flat().f32()) + p.begin,
-                  in.data() + 32 + bytes * (1 + i), bytes);
+                  in.data() + kHeaderBytes + bytes * (1 + i), bytes);
     // Every server steps once per update (synchronous) or push (asynchronous), skips included.
     if (k == 0) optimizer.set_steps_taken(h.optimizer_steps);
   }
@@ -699,6 +729,21 @@ void PsClient::pause() {
     sent.push_back(ps_.isend(out_[k].data(), out_[k].size(), server_rank(k), kTagToServer));
   }
   for (auto& s : sent) s->wait("a worker's PAUSE to the parameter servers");
+  paused_ = true;
+}
+
+void PsClient::announce_stop() {
+  stopping_ = true;
+  if (!started_ || stopped_ || config_.staleness == 0) return;
+  // A PAUSE that says why: the servers tell every other worker in its next reply. Sent even when
+  // already paused (after a save or an evaluation): a server takes a second PAUSE as the first.
+  std::vector<std::unique_ptr<CommRequest>> sent;
+  for (size_t k = 0; k < pieces_.size(); ++k) {
+    PushHeader h{kPause, 0, version_, 0, 1};
+    std::memcpy(out_[k].data(), &h, sizeof h);
+    sent.push_back(ps_.isend(out_[k].data(), out_[k].size(), server_rank(k), kTagToServer));
+  }
+  for (auto& s : sent) s->wait("a worker's stop to the parameter servers");
   paused_ = true;
 }
 

@@ -25,6 +25,13 @@
 //   asynchronous only:     PAUSE before an evaluation (the workers wait for each other there),
 //                          RESUME + PARAMS before the next step
 //
+// Stop signals (SIGTERM from a scheduler, Ctrl-C: engine/preemption.h). Synchronous workers meet
+// every step and agree on a stop there. Asynchronous ones never do, so the servers relay it: a
+// worker that stops early says so (PAUSE with its stop flag set), and every reply after that
+// carries the stop flag, so each other worker stops after the step it is in and all of them reach
+// the final save; a signal to a server process itself is relayed the same way (the server keeps
+// serving until the workers STOP, which say whether they stopped early).
+//
 // Staleness T (--staleness):
 // - T = 0 (synchronous): a server waits for all R pushes of a step for every piece it holds
 //   (R x its pieces messages), sums them in replica order
@@ -56,6 +63,8 @@
 // world rank; a dead server ends the worker likewise.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "engine/comm/communicator.h"
@@ -129,6 +138,8 @@ struct PsServerStats {
   int pieces = 1;  // stages whose layers it holds: a global step is workers x pieces pushes
   int64_t active_pushes = 0;
   double active_s = 0;
+  bool stopped_early =
+      false;  // a worker stopped on a stop signal, or this server's process got one
   double pushes_per_s() const {
     return active_s > 0 ? static_cast<double>(active_pushes - 1) / active_s : 0;
   }
@@ -138,9 +149,12 @@ struct PsServerStats {
 
 // Server k's loop, until every worker sent STOP. `ps`: the ps group (rank R + k); `servers`: the
 // servers' own group (rank k; null when K = 1), for the norm exchange. `backend`: host memory
-// for the shard (a CPU device). Throws TimeoutError naming the world rank of a silent worker.
+// for the shard (a CPU device). `stop_signal`: whether this server's process got a stop signal
+// (polled before each reply; empty for a server thread, whose process's training loop watches).
+// Throws TimeoutError naming the world rank of a silent worker.
 PsServerStats run_parameter_server(Communicator& ps, Communicator* servers, const PsConfig& config,
-                                   const PsShard& shard, Backend& backend);
+                                   const PsShard& shard, Backend& backend,
+                                   std::function<bool()> stop_signal = {});
 
 // A worker's side: replaces the step epilogue of its PipelineTrainer (ParallelContext).
 class PsClient {
@@ -171,6 +185,11 @@ class PsClient {
   // (fresh parameters; norm and skip as the servers saw them).
   void push_gradients(StageParameters& stage, int64_t step);
   EpilogueResult finish_pull(StageParameters& stage);
+  // Stop signals: whether a reply said some other worker (or a server's process) was asked to
+  // stop; and this worker's own early stop, announced to the servers when asynchronous (so they
+  // relay it) and carried by its STOP.
+  bool stop_asked() const { return stop_asked_; }
+  void announce_stop();
   int stage() const { return worker_ % config_.stages; }
   int replica() const { return worker_ / config_.stages; }
   bool started() const { return started_; }
@@ -189,6 +208,7 @@ class PsClient {
   std::vector<std::vector<std::byte>> out_, in_;  // per contact: header + payload
   int64_t version_ = 0;  // of the parameters this worker computes on (in pushes)
   bool started_ = false, stopped_ = false, paused_ = false;
+  bool stop_asked_ = false, stopping_ = false;
 };
 
 }  // namespace pt

@@ -1,5 +1,6 @@
 #include "engine/parallel/ps_trainer.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 
@@ -7,6 +8,7 @@
 
 #include "engine/comm/in_process.h"
 #include "engine/core/error.h"
+#include "engine/preemption.h"
 
 namespace pt {
 
@@ -89,13 +91,40 @@ std::vector<PsServerStats> ParameterServerTrainer::finish() {
   return parts_->stats;
 }
 
+std::optional<int64_t> ParameterServerTrainer::agree_on_stop(bool stopping) {
+  // Told first, so that the others learn it from their next reply and come to meet this one.
+  if (stopping)
+    for (auto& c : parts_->clients) c->announce_stop();
+  if (!parts_->asynchronous || !parts_->workers_group)  // the workers are in lockstep
+    return TrainingEngine::agree_on_stop(stopping);
+  // Paused while it waits here: the staleness bound must not hold back a worker that is behind
+  // (and has yet to come here) for this one, which computes nothing meanwhile.
+  for (auto& c : parts_->clients) c->pause();
+  // {anyone stopping, the furthest step}, as a sum of the flags and a sum of one-hot steps (the
+  // communicators reduce by sum): each worker writes its step into its own slot.
+  Communicator& workers = *parts_->workers_group;
+  std::vector<int64_t> v(static_cast<size_t>(workers.size()) + 1, 0);
+  v[0] = stopping ? 1 : 0;
+  v[static_cast<size_t>(workers.rank()) + 1] = step();
+  workers.all_reduce(v.data(), static_cast<int64_t>(v.size()), ElemType::i64, ReduceOp::sum,
+                     "the workers agreeing on a stop (an evaluation, a save or the end)");
+  if (v[0] == 0) return std::nullopt;
+  if (!stopping)  // its STOP says so too (the server's exit code)
+    for (auto& c : parts_->clients) c->announce_stop();
+  return *std::max_element(v.begin() + 1, v.end());
+}
+
 std::vector<StageState> ParameterServerTrainer::stages_to_save() {
   // Asynchronous workers of several processes reach a save's step at different times: they meet
   // first, so that the servers have applied every worker's pushes up to this step (R * step)
   // when they answer. (Synchronous: every push of the step was applied before any worker got
   // its reply.)
-  if (parts_->asynchronous && parts_->workers_group)
+  if (parts_->asynchronous && parts_->workers_group) {
+    // Paused first: a worker still catching up must not be held back by the staleness bound
+    // for this one, which computes nothing until the save is done.
+    for (auto& c : parts_->clients) c->pause();
     parts_->workers_group->barrier("the workers meeting before a save");
+  }
   // Every client asks before any waits: a synchronous server answers once all its workers
   // asked. Client i belongs to local replica i / clients_per_replica.
   std::vector<bool> asked;
@@ -201,10 +230,14 @@ PsProcess make_process_parameter_server(const std::function<Model()>& make_model
       fmt::print(stderr, "parameter server {} (world rank {}) holds layers [{}, {}): {:.2f} MiB\n",
                  k, rank, shard.first_layer, shard.last_layer,
                  static_cast<double>(shard.end - shard.begin) / (1024.0 * 1024.0));
-      const PsServerStats s = run_parameter_server(*w, servers, pc, shard, *backend);
+      // A stop signal does not end a server: the workers still need it for the final save. It is
+      // relayed to them, and the server ends when they STOP.
+      PreemptionWatch preemption;
+      const PsServerStats s = run_parameter_server(*w, servers, pc, shard, *backend,
+                                                   [&] { return preemption.requested(nullptr); });
       fmt::print(stderr, "{} (world rank {})\n", s.str(R), rank);
       *stats_out = s;
-      return 0;
+      return s.stopped_early ? kExitPreempted : 0;
     };
     return out;
   }
@@ -230,6 +263,7 @@ PsProcess make_process_parameter_server(const std::function<Model()>& make_model
                                     std::move(clients), pipeline.get()));
   if (pipeline) dp.communicators.push_back(std::move(pipeline));
   out.workers = side.get();
+  out.lockstep = ps.staleness > 0 ? dp.local_stats_group : side.get();
   parts->workers_group = side.get();
   parts->asynchronous = ps.staleness > 0;
   parts->communicators.push_back(std::move(side));

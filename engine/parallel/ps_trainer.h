@@ -61,6 +61,14 @@ class ParameterServerTrainer final : public TrainingEngine {
   // The servers' parameters and optimizer state, fetched into the workers' (collective: every
   // worker takes part, at a step boundary), then replica 0's as usual.
   std::vector<StageState> stages_to_save() override;
+  // A stop signal: relayed by the servers (a reply's stop flag); announced to them and, when
+  // asynchronous under mpirun, agreed with the other workers (the furthest one's step).
+  bool peer_asked_to_stop() const override {
+    for (const auto& c : parts_->clients)
+      if (c->stop_asked()) return true;
+    return false;
+  }
+  std::optional<int64_t> agree_on_stop(bool stopping) override;
 
   DataParallelTrainer& workers() const { return *parts_->workers; }
   // Stops the workers and the in-process servers, rethrows a server's failure and returns what
@@ -79,11 +87,15 @@ std::unique_ptr<ParameterServerTrainer> make_local_parameter_server(
     const PipelineConfig& config, int replicas, const PsOptions& ps);
 
 // One process of an mpirun job of R x S + K processes (collective over `world`). A worker gets an
-// engine and `workers` (the workers' group: the training loop's world); a server gets `serve`,
-// which runs its loop until the workers stop and returns 0.
+// engine, `workers` (the workers' group: the collectives of saves) and `lockstep` (the workers
+// that are always at this one's step: all of them when synchronous, this replica's stages when
+// asynchronous, null for one stage); a server gets `serve`, which runs its loop until the
+// workers stop and returns 0, or kExitPreempted when they stopped early on a stop signal (a
+// signal to the server's process is relayed to the workers, engine/parallel/parameter_server.h).
 struct PsProcess {
   std::unique_ptr<ParameterServerTrainer> engine;
   Communicator* workers = nullptr;
+  Communicator* lockstep = nullptr;
   std::function<int()> serve;
   // A server's: what it observed, filled when serve() returns (for benchmarks).
   std::shared_ptr<PsServerStats> server_stats;

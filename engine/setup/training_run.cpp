@@ -175,6 +175,7 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
       s.serve = std::move(p.serve);
       s.server_stats = std::move(p.server_stats);
       s.workers = p.workers;
+      s.lockstep = p.lockstep;
       if (p.engine) {
         s.pipeline = &p.engine->workers().replica(0);
         s.engine = std::move(p.engine);

@@ -47,6 +47,10 @@ struct TrainingRun {
   std::function<int()> serve;
   std::shared_ptr<PsServerStats> server_stats;  // that server's observations, once serve() returned
   Communicator* workers = nullptr;
+  // --ps under mpirun, on a worker: the workers always at this one's step (all of them when
+  // synchronous; this replica's stages when asynchronous, null with one stage), the training
+  // loop's stop-signal check (asynchronous workers learn of the others' through the servers).
+  Communicator* lockstep = nullptr;
   // Optimizer-state bytes on replica 0's devices of this process (with --shard-optimizer: its
   // shards, ~1/R of the unsharded figure); 0 for a single-device Trainer.
   size_t optimizer_state_bytes = 0, unsharded_optimizer_state_bytes = 0;

@@ -26,6 +26,10 @@ class ForwardingEngine : public TrainingEngine {
   std::vector<StageState> all_stage_copies() override { return inner_->all_stage_copies(); }
   void stage_copies_loaded() override { inner_->stage_copies_loaded(); }
   std::vector<StageState> stages_to_save() override { return inner_->stages_to_save(); }
+  bool peer_asked_to_stop() const override { return inner_->peer_asked_to_stop(); }
+  std::optional<int64_t> agree_on_stop(bool stopping) override {
+    return inner_->agree_on_stop(stopping);
+  }
 
  protected:
   TrainingEngine& inner() const { return *inner_; }

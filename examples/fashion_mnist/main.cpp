@@ -78,8 +78,9 @@ int run(const pt::examples::FashionFlags& f, pt::Communicator* world) {
   pt::TrainingRun setup = pt::make_training(par, model, make_model, cfg, f.batch, world);
   if (setup.serve) return setup.serve();  // --ps: this process is a parameter server
   // The training loop's collectives (stop-signal check every step, checkpoints) are the workers'
-  // only; asynchronous workers never meet per step (each stops on its own signal).
-  if (setup.workers) fit.world = par.staleness > 0 ? nullptr : setup.workers;
+  // only; asynchronous workers never meet per step: the stop check is over the workers in
+  // lockstep with this one, and the servers relay a stop to the others.
+  if (setup.workers) fit.world = setup.lockstep;
   // Saves are collective over the workers either way (replica 0 writes the servers' state).
   if (setup.workers) fit.checkpoint_world = setup.workers;
 #ifdef PIPETRAIN_FAULT_INJECTION

@@ -33,39 +33,13 @@ command -v python3 >/dev/null || { echo "python3 not found"; exit 77; }
 work=$(mktemp -d)
 trap 'pkill -9 -f "$work" 2>/dev/null; rm -rf "$work"' EXIT
 fails=0
+source "$here/mpi_runs.sh"  # mpi_bg, rank_pid, wait_for, all_gone, metrics_at_step
 fail() { echo "FAIL: $*"; fails=$((fails+1)); }
 steps=20
 timeout_s=10
 # One thread per process everywhere: the GEMMs' arithmetic depends on the thread count.
 common=(--data "$data" --batch 32 --seed 7 --log-every 1 --threads 1)
 mpi() { mpirun -np "$1" --oversubscribe "${@:2}" --steps $steps --timeout $timeout_s; }
-# In the background, with mpirun_pid set to mpirun's own pid (its children are the ranks).
-mpi_bg() {  # mpi_bg OUT NP args...
-  local out=$1; shift
-  (exec mpirun -np "$1" --oversubscribe "${@:2}" > "$out" 2>&1) &
-  mpirun_pid=$!
-}
-
-# The world rank of a process started by mpirun (Open MPI exports it to each process).
-rank_pid() {  # rank_pid MPIRUN_PID RANK
-  local pid
-  for pid in $(pgrep -P "$1"); do
-    if tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then echo "$pid"; return; fi
-  done
-}
-wait_for() {  # wait_for SECONDS command...: polls every 10 ms
-  local end=$((SECONDS + $1)); shift
-  until "$@"; do [ $SECONDS -ge $end ] && return 1; sleep 0.01; done
-}
-# True when none of the pids runs (a zombie waiting to be reaped counts as gone).
-all_gone() {
-  local p
-  for p in "$@"; do
-    [ -e /proc/$p ] && [ "$(awk '{print $3}' /proc/$p/stat 2>/dev/null)" != Z ] && return 1
-  done
-  return 0
-}
-metrics_at_step() { grep -q "\"step\": $2," "$1" 2>/dev/null; }
 
 # ---- 1. the uninterrupted reference ---------------------------------------------------------
 mpi 4 "$exe" "${common[@]}" --stages 2 --dp 2 --save "$work/ref" > "$work/ref.txt" 2>&1 \
