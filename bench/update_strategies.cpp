@@ -87,7 +87,7 @@ struct Row {
 struct Bench {
   const Flags& f;
   pt::Communicator& world;
-  int workers;                                // R: world ranks 0..R-1
+  int workers;                                 // R: world ranks 0..R-1
   std::unique_ptr<pt::Communicator> replicas;  // the workers of the all-reduce rows
   pt::bench::Batch batch;
   std::vector<Row> rows;
