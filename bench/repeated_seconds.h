@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bench/json_line.h"
+#include "engine/median.h"
 
 namespace pt::bench {
 
@@ -25,11 +26,10 @@ inline Spread spread_of(std::vector<double> values) {
   Spread s;
   s.reps = static_cast<int>(values.size());
   if (values.empty()) return s;
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  s.median = n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-  s.min = values.front();
-  s.max = values.back();
+  s.median = median_of(values);
+  const auto [lo, hi] = std::minmax_element(values.begin(), values.end());
+  s.min = *lo;
+  s.max = *hi;
   return s;
 }
 

@@ -1,6 +1,6 @@
 #include "engine/step_clock.h"
 
-#include <algorithm>
+#include "engine/median.h"
 
 namespace pt {
 
@@ -15,12 +15,6 @@ void StepClock::record(int64_t step, int64_t batch, double seconds) {
   next_ = (next_ + 1) % kRecent;
 }
 
-double StepClock::median_seconds() const {
-  if (seconds_.empty()) return 0;
-  std::vector<double> v = seconds_;
-  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
-  std::nth_element(v.begin(), mid, v.end());
-  return *mid;
-}
+double StepClock::median_seconds() const { return median_of(seconds_); }
 
 }  // namespace pt

@@ -1,15 +1,16 @@
 // profile_costs: the measured counterpart of estimate_costs (see layer_costs.h).
 #include <algorithm>
+#include <barrier>
 #include <chrono>
-#include <exception>
-#include <thread>
 
 #include <fmt/format.h>
 
 #include "engine/core/error.h"
 #include "engine/core/random.h"
 #include "engine/forward_pass.h"
+#include "engine/median.h"
 #include "engine/partition/layer_costs.h"
+#include "engine/partition/on_every_device.h"
 #include "engine/stage_parameters.h"
 #include "layers/embedding.h"
 
@@ -57,12 +58,6 @@ double timed(Backend& backend, const Tensor& evict, F&& f) {
   f();
   backend.synchronize();
   return std::chrono::duration<double>(clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // Profiling binds the layers to its own parameters (which unbind them again when they go away);
@@ -152,12 +147,12 @@ std::vector<LayerProfile> profile_costs(const Model& model, Backend& backend,
       tw.push_back(w);
     }
     pass_ctx.clear();  // the pass keeps only what the next layers need: the output and the skips
-    p.forward_s = std::max(median(tf), kMinSeconds);
+    p.forward_s = std::max(median_of(tf), kMinSeconds);
     // Timed for every layer, charged only where a step computes it: after the first layer with
     // parameters (layers/model.h; a later stage whose first layer comes before it, which no
     // balanced split makes, still computes it and is predicted a little fast).
-    p.backward_input_s = model.needs_input_gradient(l) ? std::max(median(ti), kMinSeconds) : 0.0;
-    p.backward_weight_s = has_weights ? std::max(median(tw), kMinSeconds) : 0.0;
+    p.backward_input_s = model.needs_input_gradient(l) ? std::max(median_of(ti), kMinSeconds) : 0.0;
+    p.backward_weight_s = has_weights ? std::max(median_of(tw), kMinSeconds) : 0.0;
     out.push_back(p);
   };
   forward_layers(model, 0, L, x, pass, profile_layer);
@@ -174,19 +169,9 @@ std::vector<LayerProfile> profile_costs_together(const std::function<Model()>& m
   if (devices.size() == 1)
     return profile_costs(models[0], *devices[0], microbatch_size, repeats, seed);
   std::vector<std::vector<LayerProfile>> each(devices.size());
-  std::vector<std::exception_ptr> failed(devices.size());
-  std::vector<std::thread> threads;
-  for (size_t d = 0; d < devices.size(); ++d)
-    threads.emplace_back([&, d] {
-      try {
-        each[d] = profile_costs(models[d], *devices[d], microbatch_size, repeats, seed);
-      } catch (...) {
-        failed[d] = std::current_exception();
-      }
-    });
-  for (std::thread& t : threads) t.join();
-  for (const std::exception_ptr& e : failed)
-    if (e) std::rethrow_exception(e);
+  on_every_device(devices, [&](size_t d, std::barrier<>&) {
+    each[d] = profile_costs(models[d], *devices[d], microbatch_size, repeats, seed);
+  });
   std::vector<LayerProfile> out = each[0];
   const auto n = static_cast<double>(devices.size());
   for (size_t l = 0; l < out.size(); ++l) {

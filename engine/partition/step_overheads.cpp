@@ -3,53 +3,23 @@
 #include <algorithm>
 #include <barrier>
 #include <chrono>
-#include <exception>
 #include <functional>
-#include <mutex>
 #include <string>
-#include <thread>
 
 #include <fmt/format.h>
 
 #include "engine/comm/in_process.h"
 #include "engine/core/arena.h"
 #include "engine/core/error.h"
+#include "engine/median.h"
 #include "engine/parallel/all_reduce_gradients.h"
+#include "engine/partition/on_every_device.h"
 
 namespace pt {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// Runs body(device index, barrier) on one thread per device, bound to it, and rethrows the
-// first failure. The barrier lets every timed round start on all devices together.
-void on_every_device(const std::vector<Backend*>& devices,
-                     const std::function<void(size_t, std::barrier<>&)>& body) {
-  std::barrier<> together(static_cast<std::ptrdiff_t>(devices.size()));
-  std::mutex failed;
-  std::exception_ptr error;
-  std::vector<std::thread> threads;
-  for (size_t d = 0; d < devices.size(); ++d)
-    threads.emplace_back([&, d] {
-      try {
-        devices[d]->bind_current_thread();
-        body(d, together);
-      } catch (...) {
-        const std::lock_guard lock(failed);
-        if (!error) error = std::current_exception();
-        together.arrive_and_drop();  // the others do not wait for this one's rounds
-      }
-    });
-  for (std::thread& t : threads) t.join();
-  if (error) std::rethrow_exception(error);
-}
 
 }  // namespace
 
@@ -91,8 +61,8 @@ StepOverheads measure_step_overheads(const std::vector<Backend*>& devices,
       zero_norm.push_back(std::chrono::duration<double>(t1 - t0).count());
       step.push_back(std::chrono::duration<double>(t2 - t1).count());
     }
-    serial[d] = median(zero_norm) / static_cast<double>(params);
-    update[d] = median(step) / static_cast<double>(params);
+    serial[d] = median_of(zero_norm) / static_cast<double>(params);
+    update[d] = median_of(step) / static_cast<double>(params);
   });
   StepOverheads o;
   for (size_t d = 0; d < devices.size(); ++d) {
@@ -135,8 +105,8 @@ AllReduceRate measure_in_process_allreduce(const std::vector<Backend*>& devices,
   });
   const double ring = 2.0 * (R - 1) / R;
   AllReduceRate rate;
-  rate.latency_s = median(slowest[0]) / (2.0 * (R - 1));
-  const double moving = std::max(median(slowest[1]) - 2.0 * (R - 1) * rate.latency_s, 1e-9);
+  rate.latency_s = median_of(slowest[0]) / (2.0 * (R - 1));
+  const double moving = std::max(median_of(slowest[1]) - 2.0 * (R - 1) * rate.latency_s, 1e-9);
   rate.bytes_per_second = ring * static_cast<double>(counts[1] * 4) / moving;
   return rate;
 }

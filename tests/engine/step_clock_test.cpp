@@ -24,7 +24,7 @@ TEST_CASE("step clock: the median of recent full-size steps, the first step excl
   for (int s = 1; s <= 40; ++s) ring.record(s, 8, 5.0);
   CHECK(ring.median_seconds() == 5.0);
   for (int s = 41; s <= 56; ++s) ring.record(s, 8, 1.0);
-  CHECK(ring.median_seconds() == 5.0);  // 16 of 1 s, 16 of 5 s: the upper middle
+  CHECK(ring.median_seconds() == 3.0);  // 16 of 1 s, 16 of 5 s: the two middle ones' mean
   ring.record(57, 8, 1.0);
   CHECK(ring.median_seconds() == 1.0);  // 17 of 1 s among the last 32
   for (int s = 58; s <= 90; ++s) ring.record(s, 8, 1.0);
