@@ -88,8 +88,8 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
                  "own")
       ->capture_default_str();
   app.add_option("--async-window", f.async_window,
-                 "--update async: steps per schedule run (the bubble is paid once per window)")
-      ->capture_default_str()
+                 "--update async: steps per schedule run (the bubble is paid once per window; "
+                 "default 8)")
       ->check(kIntText);
 }
 
@@ -160,7 +160,14 @@ TrainingOptions training_options(const ParallelFlags& f) {
     throw UsageError("--update " + f.update +
                      " is not a mode: use --update sync or --update async");
   o.async_update = f.update == "async";
-  o.async_window = f.async_window;
+  if (f.async_window != ParallelFlags::kNotGiven) {
+    if (!o.async_update)
+      throw UsageError(fmt::format(
+          "--async-window {} applies to --update async only (a synchronous pipeline flushes "
+          "every step): add --update async or drop --async-window",
+          f.async_window));
+    o.async_window = f.async_window;
+  }
   return o;
 }
 

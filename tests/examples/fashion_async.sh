@@ -31,6 +31,7 @@ dp2=(--data "$data" --stages 2 --dp 2 --devices cpu:0..3 --threads 1 --batch 32 
 expect_refused "--shard-optimizer with --update async" "${dp2[@]}" --shard-optimizer --steps 1
 expect_refused "--ps with --update async" "${common[@]}" --ps 1 --steps 1
 expect_refused "--async-window 0 must be an integer between 1 and" "${common[@]}" --async-window 0 --steps 1
+expect_refused "--async-window 4 applies to --update async only" --data "$data" --stages 2 --devices cpu:0,cpu:1 --async-window 4 --steps 1
 expect_refused "--parity-check compares with synchronous" "${common[@]}" --parity-check --steps 1
 
 check_run() {  # check_run NAME "must say" args...
