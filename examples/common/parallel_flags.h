@@ -34,7 +34,7 @@ struct ParallelFlags {
   static constexpr int kNotGiven = INT_MIN;
   int ps = kNotGiven, staleness = kNotGiven;
   std::string slow_worker;
-  std::string update = "sync";    // sync | async (PipeDream-2BW)
+  std::string update = "sync";   // sync | async (PipeDream-2BW)
   int async_window = kNotGiven;  // TrainingOptions' default when left out
 };
 
