@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <optional>
 #include <span>
+#include <string>
+#include <tuple>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -15,6 +18,65 @@
 #include "engine/partition/step_overheads.h"
 
 namespace pt {
+
+namespace {
+
+// The third way to use CPU devices, beside stages and replicas: one device with all their
+// threads (computes_on_host_cores). Profiled on that device and searched like the others (one
+// device: M only); reported beside the table, whose plans all use the devices as given (and
+// which a cost file reproduces). Only measured costs can tell threads from devices, so the
+// caller asks only when profiling.
+PlanCandidate one_device_with_all_threads(const std::vector<Backend*>& all, const Model& model,
+                                          const PlannerRequest& request,
+                                          const OptimizerConfig& optimizer, int64_t measured_params,
+                                          Precision precision) {
+  int threads = 0;
+  for (Backend* b : all) threads += b->num_threads();
+  DeviceSet one = open_devices(all.front()->device().str(), 1, threads, precision);
+  Backend& device = *one.backends[0];
+  PlannerRequest alone = request;
+  alone.devices = 1;
+  alone.overheads = measure_step_overheads({&device}, optimizer, measured_params);
+  const PlannerResult r = search_plans(
+      [&](int64_t microbatch) { return profile_costs(model, device, microbatch); }, alone);
+  PlanCandidate c = r.ranked.front();
+  c.threads = threads;
+  return c;
+}
+
+// The options that run `chosen` (given = the user's; one device with all the threads is the
+// first of the devices given), and the same as flags.
+std::pair<TrainingOptions, std::string> options_for(const TrainingOptions& given,
+                                                    const PlanCandidate& chosen,
+                                                    const ScheduleChoice& schedule,
+                                                    const Backend& first) {
+  TrainingOptions o = given;
+  o.schedule = schedule;
+  if (chosen.threads > 0) {
+    o.devices = first.device().str();
+    o.threads = chosen.threads;
+  }
+  o.plan_auto = false;
+  o.write_costs.clear();  // written by the search; the chosen plan's run writes nothing
+  o.stages = chosen.stages;
+  o.dp = chosen.replicas;
+  o.microbatches = chosen.microbatches;
+  o.recompute = chosen.recompute;
+  o.partition = {PartitionMethod::Kind::layout, chosen.layout};
+  // The partitioner's own cap check does not count recomputation; the planner checked the cap
+  // with it (recompute_cost.h), so the cap is passed on only where both models agree.
+  if (chosen.recompute.kind != RecomputePolicy::Kind::never) o.mem_cap_mib = 0;
+  std::string flags = fmt::format(
+      "--devices {}{} --stages {} --dp {} --microbatches {} --schedule {} --recompute {} "
+      "--partition {}{}{}",
+      o.devices, chosen.threads > 0 ? fmt::format(" --threads {}", o.threads) : "", o.stages, o.dp,
+      o.microbatches, o.schedule.str(), o.recompute.str(), o.partition.str(),
+      o.mem_cap_mib > 0 ? fmt::format(" --mem-cap {}", o.mem_cap_mib) : "",
+      given.costs.kind == CostSource::Kind::profile ? " --costs profile" : "");
+  return {std::move(o), std::move(flags)};
+}
+
+}  // namespace
 
 AutoPlan plan_automatically(const TrainingOptions& opt, const Model& model,
                             const std::function<Model()>& make_model,
@@ -79,33 +141,21 @@ AutoPlan plan_automatically(const TrainingOptions& opt, const Model& model,
     write_file_atomically(opt.write_costs, std::as_bytes(std::span(text)));
     if (opt.print) fmt::print("plan auto: wrote the layer costs to {}\n", opt.write_costs);
   }
-  // The third way to use CPU devices, beside stages and replicas: one device with all their
-  // threads (computes_on_host_cores). Profiled on that device and searched like the others (one
-  // device: M only); reported beside the table, whose plans all use the devices as given (and
-  // which a cost file reproduces). Only measured costs can tell threads from devices.
-  std::optional<PlanCandidate> merged;
   const bool can_merge = all.size() > 1 && std::all_of(all.begin(), all.end(), [](Backend* b) {
                            return b->computes_on_host_cores();
                          });
   int merged_threads = 0;
   for (Backend* b : all) merged_threads += b->num_threads();
-  if (can_merge && profiling) {
-    DeviceSet one = open_devices(first.device().str(), 1, merged_threads, opt.precision);
-    Backend& device = *one.backends[0];
-    PlannerRequest alone = request;
-    alone.devices = 1;
-    alone.overheads = measure_step_overheads({&device}, optimizer, measured_params);
-    const PlannerResult r = search_plans(
-        [&](int64_t microbatch) { return profile_costs(model, device, microbatch); }, alone);
-    merged = r.ranked.front();
-    merged->threads = merged_threads;
-  }
+  std::optional<PlanCandidate> merged;
+  if (can_merge && profiling)
+    merged =
+        one_device_with_all_threads(all, model, request, optimizer, measured_params, opt.precision);
   // The registry and ScheduleChoice are kept in step; a name only the registry knows cannot be
   // run, so it is passed over (and said so) rather than chosen.
+  std::optional<ScheduleChoice> schedule;
   for (const PlanCandidate& c : a.result.ranked) {
     try {
-      a.options = opt;
-      a.options.schedule = ScheduleChoice::parse(c.schedule);
+      schedule = ScheduleChoice::parse(c.schedule);
     } catch (const UsageError& e) {
       if (opt.print) fmt::print("plan auto: passing over {}: {}\n", c.schedule, e.what());
       continue;
@@ -118,30 +168,9 @@ AutoPlan plan_automatically(const TrainingOptions& opt, const Model& model,
   const double separate_s = a.chosen.step_s;
   if (merged && merged->step_s < a.chosen.step_s) {
     a.chosen = *merged;
-    a.options.schedule = ScheduleChoice::parse(merged->schedule);
+    schedule = ScheduleChoice::parse(merged->schedule);
   }
-  TrainingOptions& o = a.options;
-  if (a.chosen.threads > 0) {
-    o.devices = first.device().str();
-    o.threads = a.chosen.threads;
-  }
-  o.plan_auto = false;
-  o.write_costs.clear();  // written above; the chosen plan's run writes nothing
-  o.stages = a.chosen.stages;
-  o.dp = a.chosen.replicas;
-  o.microbatches = a.chosen.microbatches;
-  o.recompute = a.chosen.recompute;
-  o.partition = {PartitionMethod::Kind::layout, a.chosen.layout};
-  // The partitioner's own cap check does not count recomputation; the planner checked the cap
-  // with it (recompute_cost.h), so the cap is passed on only where both models agree.
-  if (a.chosen.recompute.kind != RecomputePolicy::Kind::never) o.mem_cap_mib = 0;
-  a.flags = fmt::format(
-      "--devices {}{} --stages {} --dp {} --microbatches {} --schedule {} --recompute {} "
-      "--partition {}{}{}",
-      o.devices, a.chosen.threads > 0 ? fmt::format(" --threads {}", o.threads) : "", o.stages,
-      o.dp, o.microbatches, o.schedule.str(), o.recompute.str(), o.partition.str(),
-      o.mem_cap_mib > 0 ? fmt::format(" --mem-cap {}", o.mem_cap_mib) : "",
-      opt.costs.kind == CostSource::Kind::profile ? " --costs profile" : "");
+  std::tie(a.options, a.flags) = options_for(opt, a.chosen, *schedule, first);
   if (opt.print) {
     fmt::print("{}", a.result.report(opt.plan_top_k));
     fmt::print(
