@@ -288,14 +288,15 @@ std::optional<RunResult> run_pipeline(const Flags& f, pt::CostSource cost_source
   // ---- bubble: measured on the median step vs the analytic formula ----
   const pt::BubbleStats bubble = pt::measure_bubble(pt::step_trace(step_trace, devices, 0), 0);
   // Each device's bubble: the median over the timed steps (one step's trace is noisy here).
-  std::vector<double> bubble_median(bubble.bubble_fraction.size(), 0.0);
-  for (size_t d = 0; d < bubble_median.size(); ++d) {
-    std::vector<double> each;
-    for (const auto& traced : traces)
-      each.push_back(
-          pt::measure_bubble(pt::step_trace(traced, devices, 0), 0).bubble_fraction.at(d));
-    bubble_median[d] = pt::bench::spread_of(std::move(each)).median;
+  std::vector<std::vector<double>> bubble_each(bubble.bubble_fraction.size());
+  for (const auto& traced : traces) {  // each trace measured once, for every device
+    const pt::BubbleStats b = pt::measure_bubble(pt::step_trace(traced, devices, 0), 0);
+    for (size_t d = 0; d < bubble_each.size(); ++d)
+      bubble_each[d].push_back(b.bubble_fraction.at(d));
   }
+  std::vector<double> bubble_median;
+  for (std::vector<double>& each : bubble_each)
+    bubble_median.push_back(pt::bench::spread_of(std::move(each)).median);
   const double analytic = pt::sched::analytic_bubble(schedule, S, M);
 
   // ---- the simulator with profiled per-stage F/I/W and the measured transfers ----
