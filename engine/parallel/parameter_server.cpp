@@ -296,6 +296,7 @@ class Server {
   // current step; every save then finds all of them stopped.
   void note_stop(const PushHeader& h) {
     if (h.stop) stop_asked_ = true;
+    stop_flag();  // the server's own signal too, for its exit code
   }
   int64_t stop_flag() {
     if (!stop_asked_ && stop_signal_ && stop_signal_()) stop_asked_ = true;
@@ -385,7 +386,6 @@ class Server {
             ++stops;
             count(true);
             note_stop(h);
-            stop_flag();
             continue;
           }
           if (h.kind == kFetch) {  // a save, at a step boundary: every worker asks
@@ -471,7 +471,6 @@ class Server {
       if (h.kind == kStop || h.kind == kPause) {
         if (h.kind == kStop) count(true);
         note_stop(h);
-        stop_flag();
         changed_.notify_all();
         if (h.kind == kStop) return;
         continue;
@@ -583,17 +582,21 @@ int PsClient::server_rank(size_t contact) const {
 PsClient::~PsClient() {
   if (!started_ || stopped_) return;
   try {
-    std::vector<std::unique_ptr<CommRequest>> sent;
-    for (size_t k = 0; k < pieces_.size(); ++k) {
-      PushHeader h{kStop, 0, version_, 0, stopping_ ? 1 : 0};
-      std::memcpy(out_[k].data(), &h, sizeof h);
-      sent.push_back(ps_.isend(out_[k].data(), out_[k].size(), server_rank(k), kTagToServer));
-    }
-    for (auto& s : sent) s->wait("a worker's STOP to the parameter servers");
+    tell_servers(kStop, "a worker's STOP to the parameter servers");
   } catch (const std::exception& e) {
     fmt::print(stderr, "worker {}: could not tell the parameter servers it stopped: {}\n", worker_,
                e.what());
   }
+}
+
+void PsClient::tell_servers(int64_t kind, const char* what) {
+  std::vector<std::unique_ptr<CommRequest>> sent;
+  for (size_t k = 0; k < pieces_.size(); ++k) {
+    PushHeader h{kind, 0, version_, 0, stopping_ ? 1 : 0};
+    std::memcpy(out_[k].data(), &h, sizeof h);
+    sent.push_back(ps_.isend(out_[k].data(), out_[k].size(), server_rank(k), kTagToServer));
+  }
+  for (auto& s : sent) s->wait(what);
 }
 
 void PsClient::push(StageParameters& stage, int64_t kind, int64_t step) {
@@ -674,13 +677,7 @@ void PsClient::send_init(StageParameters& stage, const Optimizer& optimizer, int
 
 bool PsClient::request_state() {
   if (!started_ || stopped_) return false;
-  std::vector<std::unique_ptr<CommRequest>> sent;
-  for (size_t k = 0; k < pieces_.size(); ++k) {
-    PushHeader h{kFetch, 0, version_, 0};
-    std::memcpy(out_[k].data(), &h, sizeof h);
-    sent.push_back(ps_.isend(out_[k].data(), out_[k].size(), server_rank(k), kTagToServer));
-  }
-  for (auto& s : sent) s->wait("a worker's request for the parameter servers' state");
+  tell_servers(kFetch, "a worker's request for the parameter servers' state");
   return true;
 }
 
@@ -722,28 +719,17 @@ bool PsClient::begin_step(StageParameters& stage, const Optimizer& optimizer, in
 
 void PsClient::pause() {
   if (!started_ || paused_ || config_.staleness == 0) return;
-  std::vector<std::unique_ptr<CommRequest>> sent;
-  for (size_t k = 0; k < pieces_.size(); ++k) {
-    PushHeader h{kPause, 0, version_, 0};
-    std::memcpy(out_[k].data(), &h, sizeof h);
-    sent.push_back(ps_.isend(out_[k].data(), out_[k].size(), server_rank(k), kTagToServer));
-  }
-  for (auto& s : sent) s->wait("a worker's PAUSE to the parameter servers");
+  tell_servers(kPause, "a worker's PAUSE to the parameter servers");
   paused_ = true;
 }
 
 void PsClient::announce_stop() {
   stopping_ = true;
   if (!started_ || stopped_ || config_.staleness == 0) return;
-  // A PAUSE that says why: the servers tell every other worker in its next reply. Sent even when
-  // already paused (after a save or an evaluation): a server takes a second PAUSE as the first.
-  std::vector<std::unique_ptr<CommRequest>> sent;
-  for (size_t k = 0; k < pieces_.size(); ++k) {
-    PushHeader h{kPause, 0, version_, 0, 1};
-    std::memcpy(out_[k].data(), &h, sizeof h);
-    sent.push_back(ps_.isend(out_[k].data(), out_[k].size(), server_rank(k), kTagToServer));
-  }
-  for (auto& s : sent) s->wait("a worker's stop to the parameter servers");
+  // A PAUSE that says why (stopping_ is set): the servers tell every other worker in its next
+  // reply. Sent even when already paused (after a save or an evaluation): a server takes a second
+  // PAUSE as the first.
+  tell_servers(kPause, "a worker's stop to the parameter servers");
   paused_ = true;
 }
 

@@ -138,8 +138,8 @@ struct PsServerStats {
   int pieces = 1;  // stages whose layers it holds: a global step is workers x pieces pushes
   int64_t active_pushes = 0;
   double active_s = 0;
-  bool stopped_early =
-      false;  // a worker stopped on a stop signal, or this server's process got one
+  // A worker stopped on a stop signal, or this server's process got one.
+  bool stopped_early = false;
   double pushes_per_s() const {
     return active_s > 0 ? static_cast<double>(active_pushes - 1) / active_s : 0;
   }
@@ -197,6 +197,9 @@ class PsClient {
  private:
   void push(StageParameters& stage, int64_t kind, int64_t step);
   void send_init(StageParameters& stage, const Optimizer& optimizer, int64_t step);
+  // A header-only message of `kind` (STOP, FETCH, PAUSE; stop flag = stopping_) to every server
+  // of this worker's stage, waited for.
+  void tell_servers(int64_t kind, const char* what);
   int server_rank(size_t contact) const;
 
   Communicator& ps_;
