@@ -131,12 +131,12 @@ FitResult fit(TrainingEngine& trainer, const Dataset& train, const Dataset* test
     }
 
     if (stop_at) continue;  // catching up
-    const bool epoch_done = batches.position().epoch != epoch;
+    const bool evaluates =
+        batches.position().epoch != epoch && test && trainer.step() < total;  // an epoch ended
     // Where the processes meet anyway, they first agree whether one of them stops.
-    const bool meets =
-        (epoch_done && test && trainer.step() < total) || checkpoints.saves_after(trainer.step());
+    const bool meets = evaluates || checkpoints.saves_after(trainer.step());
     if (meets && (stop_at = trainer.agree_on_stop(false))) continue;
-    if (epoch_done && test && trainer.step() < total) {
+    if (evaluates) {
       progress.finish();
       const EvalStats ev = evaluate_dataset(trainer, *test);
       fmt::print("epoch {}: train loss {:.4f}, test loss {:.4f}, test accuracy {:.2f}%\n",

@@ -25,14 +25,12 @@ namespace {
 // threads (computes_on_host_cores). Profiled on that device and searched like the others (one
 // device: M only); reported beside the table, whose plans all use the devices as given (and
 // which a cost file reproduces). Only measured costs can tell threads from devices, so the
-// caller asks only when profiling.
-PlanCandidate one_device_with_all_threads(const std::vector<Backend*>& all, const Model& model,
+// caller asks only when profiling. `threads`: all the devices' together.
+PlanCandidate one_device_with_all_threads(const Backend& first, int threads, const Model& model,
                                           const PlannerRequest& request,
                                           const OptimizerConfig& optimizer, int64_t measured_params,
                                           Precision precision) {
-  int threads = 0;
-  for (Backend* b : all) threads += b->num_threads();
-  DeviceSet one = open_devices(all.front()->device().str(), 1, threads, precision);
+  DeviceSet one = open_devices(first.device().str(), 1, threads, precision);
   Backend& device = *one.backends[0];
   PlannerRequest alone = request;
   alone.devices = 1;
@@ -148,8 +146,8 @@ AutoPlan plan_automatically(const TrainingOptions& opt, const Model& model,
   for (Backend* b : all) merged_threads += b->num_threads();
   std::optional<PlanCandidate> merged;
   if (can_merge && profiling)
-    merged =
-        one_device_with_all_threads(all, model, request, optimizer, measured_params, opt.precision);
+    merged = one_device_with_all_threads(first, merged_threads, model, request, optimizer,
+                                         measured_params, opt.precision);
   // The registry and ScheduleChoice are kept in step; a name only the registry knows cannot be
   // run, so it is passed over (and said so) rather than chosen.
   std::optional<ScheduleChoice> schedule;
