@@ -59,8 +59,9 @@ double mlp_gemm_flops_per_sample(const pt::Model& m) {
   return 2 * w_all + 2 * w_all + 2 * (w_all - w_first);
 }
 
-// One line per op of the step: the layers' F/I/W (profile_costs: each call timed alone) and the
-// epilogue's passes over all parameters, on the trainer's own gradients and optimizer.
+// One line per op of the step: the layers' F/I/W (profile_costs: a training pass, every call
+// timed) and the epilogue's passes over all parameters, on the trainer's own gradients and
+// optimizer.
 void print_breakdown(pt::Trainer& trainer, const pt::Model& model, pt::Backend& backend,
                      int64_t rows, int threads) {
   const auto costs = pt::profile_costs(model, backend, rows, 7);

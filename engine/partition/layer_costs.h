@@ -31,22 +31,24 @@ std::vector<LayerProfile> estimate_costs(const Model& model, int64_t microbatch_
                                          double bytes_per_second = 30e9);
 
 // Measures every layer on `backend`: instantiates all parameters there (StageParameters over
-// the whole model), feeds a random (microbatch_size, ...input_shape) input through the layers
-// one by one and times forward, backward_input and backward_weight of each (a random upstream
-// gradient of the output's shape), reporting the median of `repeats` runs after one warm-up.
-// activation_bytes is what the layer really saved in its LayerContext. Each timed call starts
-// with caches half cold (16 MiB read first, profile_costs.cpp), as a layer mostly finds them in a
-// run. Layers that were bound before (e.g. to a trainer's stages) are bound back afterwards; the
-// others are left unbound, as they were.
+// the whole model) and runs a random (microbatch_size, ...input_shape) input forward through the
+// layers, then a random upstream gradient backward (backward_input and backward_weight, layer by
+// layer), as a training step does, timing every call; the median of `repeats` such passes after
+// one warm-up. No cache state is set up: each layer finds what the pass before it left, as in a
+// run. activation_bytes is what the layer really saved in its LayerContext. Layers that were
+// bound before (e.g. to a trainer's stages) are bound back afterwards; the others are left
+// unbound, as they were.
 std::vector<LayerProfile> profile_costs(const Model& model, Backend& backend,
                                         int64_t microbatch_size, int repeats = 3,
                                         uint64_t seed = 0);
 
-// profile_costs on every device of `devices` at once, each on its own thread with its own model
-// from make_model(): a run keeps all its devices busy, and CPU devices share the machine's memory
-// bandwidth (and clock), so a layer timed alone is faster than the same layer in a run (about 10%
-// here, ARCHITECTURE.md). Per layer, the mean of the devices' times; bytes from the first device.
-// One device: profile_costs on it.
+// Profiles measured as a pipeline run finds the machine: every device of `devices` at once, each
+// on its own thread with its own model from make_model(), device d running one contiguous chunk
+// of the layers (chunks balanced by estimated time, as stages are; never inside a skip
+// connection) the way profile_costs runs the whole model. CPU devices share the memory bandwidth
+// and the last-level cache: a stage's layers find the cache holding its own weights while the
+// other stages stream theirs (profile_costs.cpp has the measurements). More devices than chunks:
+// the chunks run on several devices and their times are averaged. One device: profile_costs.
 std::vector<LayerProfile> profile_costs_together(const std::function<Model()>& make_model,
                                                  const std::vector<Backend*>& devices,
                                                  int64_t microbatch_size, int repeats = 3,

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <barrier>
 #include <chrono>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -10,6 +11,7 @@
 #include "engine/forward_pass.h"
 #include "engine/median.h"
 #include "engine/partition/layer_costs.h"
+#include "engine/partition/min_max_split.h"
 #include "engine/partition/on_every_device.h"
 #include "engine/stage_parameters.h"
 #include "layers/embedding.h"
@@ -34,30 +36,6 @@ Tensor random_tensor(Backend& backend, const Shape& shape, DType dtype, int64_t 
     if (n) backend.copy_from_host(t.data(), host.data(), t.bytes());
   }
   return t;
-}
-
-// In a run a layer rarely finds all its weights and inputs in cache: the other stages and
-// micro-batches ran in between, and on a CPU the other devices' cores share the last-level cache.
-// Timed warm, over and over on one input, a layer of the MLP at micro-batch 32 took 0.75 of its
-// time in a pipeline here; timed after a read of 64 MiB (every cache cold) the simulated
-// pipeline came out 1.02-1.10 of the measured one up to M = 8 but 1.2-1.25 at M = 16, where
-// consecutive micro-batches do find the weights. So every timed call starts after a read of
-// 16 MiB, half of our CPUs' 32 MiB L3 (what a second device sharing it leaves): 0.95-1.08 of the
-// measured pipeline at M = 2..8 (bench/pipeline). A read, not a write: written lines would be
-// written back while the timed call runs, a cost no run pays.
-constexpr int64_t kEvictBytes = int64_t{16} << 20;
-
-// Seconds `f` takes, with the caches evicted by reading `evict` and the device drained before,
-// and drained after (ops may be asynchronous).
-template <class F>
-double timed(Backend& backend, const Tensor& evict, F&& f) {
-  using clock = std::chrono::steady_clock;
-  static_cast<void>(backend.sum_squares(evict.f32(), evict.numel()));
-  backend.synchronize();
-  const auto t0 = clock::now();
-  f();
-  backend.synchronize();
-  return std::chrono::duration<double>(clock::now() - t0).count();
 }
 
 // Profiling binds the layers to its own parameters (which unbind them again when they go away);
@@ -85,78 +63,131 @@ class BindingGuard {
   std::vector<std::vector<Tensor>> params_, grads_;
 };
 
-// A measured 0 only means "below the clock's resolution" (a reshape is a view); a floor keeps
-// such layers from looking free to a partitioner that balances time.
-constexpr double kMinSeconds = 1e-9;
-
-}  // namespace
-
-std::vector<LayerProfile> profile_costs(const Model& model, Backend& backend,
-                                        int64_t microbatch_size, int repeats, uint64_t seed) {
+void check_profile_arguments(int64_t microbatch_size, int repeats) {
   if (microbatch_size < 1)
     throw UsageError(fmt::format("micro-batch size must be >= 1 but is {}", microbatch_size));
   if (repeats < 1)
     throw UsageError(fmt::format("profiling needs repeats >= 1 but got {}", repeats));
+}
+
+// A measured 0 only means "below the clock's resolution" (a reshape is a view); a floor keeps
+// such layers from looking free to a partitioner that balances time.
+constexpr double kMinSeconds = 1e-9;
+
+// Profiles of layers [first, last), at their own indices; the other entries stay empty.
+std::vector<LayerProfile> profile_range(const Model& model, Backend& backend, int first, int last,
+                                        int64_t microbatch_size, int repeats, uint64_t seed) {
   const int L = model.num_layers();
   backend.bind_current_thread();
   const BindingGuard restore(model);
   StageParameters params(model, 0, L, backend, seed);  // binds every layer to device memory
-  const Tensor evict = backend.empty(Shape{kEvictBytes / static_cast<int64_t>(sizeof(float))});
-  backend.fill(evict.f32(), 0.f, evict.numel());
 
   // Token ids must be valid rows of the first layer's table; 0..1 is safe for any vocabulary.
   int64_t vocab = 2;
   if (const auto* e = dynamic_cast<const Embedding*>(&model.layer(0))) vocab = e->vocab();
   Tensor x = random_tensor(backend, model.input_shape().with_batch(microbatch_size),
                            model.input_dtype(), vocab, hash_keys(seed, 0x1234));
-
-  // The layers run in order through the one forward pass; after each layer's forward, its own
-  // forward and backward are timed on the same input (the pass then goes on with a real
-  // activation). Skip connections use the pass's board: a save layer's backward needs the
-  // gradient its add_saved layer would have sent back, so a stand-in of the right shape is put
-  // there when it is missing.
   const StepInfo info{seed, 0, 0, true};
-  std::vector<LayerProfile> out;
-  out.reserve(static_cast<size_t>(L));
-  MicrobatchContexts pass(backend, info, 0, L, /*with_loss=*/false);
-  const auto profile_layer = [&](int l, const Tensor& x, const Tensor& y, LayerContext& pass_ctx) {
-    Layer& layer = model.layer(l);
-    const Tensor dy = random_tensor(backend, layer.output_shape().with_batch(microbatch_size),
-                                    DType::f32, 0, hash_keys(seed, static_cast<uint64_t>(l) + 1));
-    const bool has_weights = layer.param_count() > 0;
-    LayerProfile p;
-    p.param_bytes = layer.param_count() * static_cast<int64_t>(sizeof(float));
-    p.output_bytes = static_cast<int64_t>(y.bytes());
-    std::vector<double> tf, ti, tw;
-    // Run r = -1 is the warm-up (first-touch allocations, oneDNN primitive creation).
-    for (int r = -1; r < repeats; ++r) {
-      LayerContext ctx(backend, info, static_cast<uint64_t>(l));
-      ctx.set_skips(&pass.skips());
-      Tensor dx, timed_y;
-      const double f = timed(backend, evict, [&] { timed_y = layer.forward(x, ctx); });
-      p.activation_bytes = static_cast<int64_t>(ctx.saved_bytes());
-      for (const SkipEdge& e : model.skip_edges())
-        if (e.producer == l && !pass.skips().gradients.contains(e.name))
-          pass.skips().gradients[e.name] = dy;
-      const double i = timed(backend, evict, [&] { dx = layer.backward_input(dy, ctx); });
-      const double w =
-          has_weights ? timed(backend, evict, [&] { layer.backward_weight(dy, ctx); }) : 0.0;
-      if (r < 0) continue;
-      tf.push_back(f);
-      ti.push_back(i);
-      tw.push_back(w);
-    }
-    pass_ctx.clear();  // the pass keeps only what the next layers need: the output and the skips
-    p.forward_s = std::max(median_of(tf), kMinSeconds);
-    // Timed for every layer, charged only where a step computes it: after the first layer with
-    // parameters (layers/model.h; a later stage whose first layer comes before it, which no
-    // balanced split makes, still computes it and is predicted a little fast).
-    p.backward_input_s = model.needs_input_gradient(l) ? std::max(median_of(ti), kMinSeconds) : 0.0;
-    p.backward_weight_s = has_weights ? std::max(median_of(tw), kMinSeconds) : 0.0;
-    out.push_back(p);
+  if (first > 0) {  // the range's real input: the layers before it, run once, untimed
+    MicrobatchContexts before(backend, info, 0, first, /*with_loss=*/false);
+    x = forward_layers(model, 0, first, x, before);
+  }
+  const Tensor dy_last =
+      random_tensor(backend, model.layer(last - 1).output_shape().with_batch(microbatch_size),
+                    DType::f32, 0, hash_keys(seed, 0x5678));
+
+  const auto L_ = static_cast<size_t>(L);
+  std::vector<LayerProfile> out(L_);
+  std::vector<std::vector<double>> tf(L_), ti(L_), tw(L_);
+  using clock = std::chrono::steady_clock;
+  const auto seconds_since = [&](clock::time_point t0) {
+    backend.synchronize();
+    return std::chrono::duration<double>(clock::now() - t0).count();
   };
-  forward_layers(model, 0, L, x, pass, profile_layer);
+  // Run r = -1 is the warm-up (first-touch allocations, oneDNN primitive creation).
+  for (int r = -1; r < repeats; ++r) {
+    MicrobatchContexts pass(backend, info, first, last, /*with_loss=*/false);
+    backend.synchronize();
+    auto t0 = clock::now();
+    forward_layers(
+        model, first, last, x, pass, [&](int l, const Tensor&, const Tensor& y, LayerContext& ctx) {
+          const double f = seconds_since(t0);
+          LayerProfile& p = out[static_cast<size_t>(l)];
+          if (r < 0) {
+            p.param_bytes = model.layer(l).param_count() * static_cast<int64_t>(sizeof(float));
+            p.output_bytes = static_cast<int64_t>(y.bytes());
+            p.activation_bytes = static_cast<int64_t>(ctx.saved_bytes());
+          } else {
+            tf[static_cast<size_t>(l)].push_back(f);
+          }
+          t0 = clock::now();
+        });
+    Tensor dy = dy_last;
+    for (int l = last - 1; l >= first; --l) {
+      const auto i = static_cast<size_t>(l);
+      Layer& layer = model.layer(l);
+      LayerContext& c = pass.layer(l);
+      // Layers before the first one with parameters need neither gradient (layers/model.h).
+      if (!model.needs_input_gradient(l) && layer.param_count() == 0) break;
+      Tensor dx;
+      if (model.needs_input_gradient(l)) {
+        backend.synchronize();
+        const auto t = clock::now();
+        dx = layer.backward_input(dy, c);
+        if (r >= 0) ti[i].push_back(seconds_since(t));
+      }
+      if (layer.param_count() > 0) {
+        backend.synchronize();
+        const auto t = clock::now();
+        layer.backward_weight(dy, c);
+        if (r >= 0) tw[i].push_back(seconds_since(t));
+      }
+      c.clear();
+      if (!dx.defined()) break;
+      dy = std::move(dx);
+    }
+  }
+  for (auto l = static_cast<size_t>(first); l < static_cast<size_t>(last); ++l) {
+    out[l].forward_s = std::max(median_of(tf[l]), kMinSeconds);
+    out[l].backward_input_s = ti[l].empty() ? 0.0 : std::max(median_of(ti[l]), kMinSeconds);
+    out[l].backward_weight_s = tw[l].empty() ? 0.0 : std::max(median_of(tw[l]), kMinSeconds);
+  }
   return out;
+}
+
+// Why chunks (profile_costs_together): a CPU device's cores share the last-level cache, so a
+// layer's time depends on what else runs. A pipeline stage runs its own layers forward and
+// backward, micro-batch after micro-batch, while the other devices do the same with theirs: the
+// cache holds about one stage's weights per core. Measured with bench/pipeline (MLP, 2 stages,
+// batch 256, 4 runs each, simulated / measured step, median per schedule): layers timed one at a
+// time, warm, came out 0.7-0.8 of their time in a pipeline at micro-batch 16-32; timed after a
+// 16 MiB read before every call, 1.15-1.19 at M = 16 (micro-batch 16) and 0.99-1.06 at M <= 8;
+// every device running the whole model this way, 1.11-1.24 at M = 16 (both cores stream all
+// the weights, twice what the pipeline's caches hold); one chunk per device, 0.92-0.99 at every
+// M from 2 to 16 for gpipe, 1f1b, zb-h1 and interleaved:2.
+// The chunks' S + 1 boundaries, none inside a skip connection (a chunk runs alone); empty when
+// no such split exists.
+std::vector<int> profile_chunks(const Model& model, int chunks, int64_t microbatch_size) {
+  const auto estimate = estimate_costs(model, microbatch_size);
+  const auto crosses = [&](int cut) {
+    for (const SkipEdge& e : model.skip_edges())
+      if (e.producer < cut && cut <= e.consumer) return true;
+    return false;
+  };
+  return min_max_split(model.num_layers(), chunks, [&](int, int first, int last) {
+    if (crosses(first) || crosses(last)) return std::numeric_limits<double>::infinity();
+    double t = 0;
+    for (int l = first; l < last; ++l) t += estimate[static_cast<size_t>(l)].total_s();
+    return t;
+  });
+}
+
+}  // namespace
+
+std::vector<LayerProfile> profile_costs(const Model& model, Backend& backend,
+                                        int64_t microbatch_size, int repeats, uint64_t seed) {
+  check_profile_arguments(microbatch_size, repeats);
+  return profile_range(model, backend, 0, model.num_layers(), microbatch_size, repeats, seed);
 }
 
 std::vector<LayerProfile> profile_costs_together(const std::function<Model()>& make_model,
@@ -168,19 +199,36 @@ std::vector<LayerProfile> profile_costs_together(const std::function<Model()>& m
   for (size_t d = 0; d < devices.size(); ++d) models.push_back(make_model());
   if (devices.size() == 1)
     return profile_costs(models[0], *devices[0], microbatch_size, repeats, seed);
+  check_profile_arguments(microbatch_size, repeats);
+  const int L = models[0].num_layers();
+  std::vector<int> cuts =
+      profile_chunks(models[0], std::min(static_cast<int>(devices.size()), L), microbatch_size);
+  if (cuts.empty()) cuts = {0, L};  // no split without cutting a skip: every device runs all
+  const size_t chunks = cuts.size() - 1;
   std::vector<std::vector<LayerProfile>> each(devices.size());
   on_every_device(devices, [&](size_t d, std::barrier<>&) {
-    each[d] = profile_costs(models[d], *devices[d], microbatch_size, repeats, seed);
+    const size_t c = d % chunks;  // more devices than chunks: the chunks run twice, averaged
+    each[d] =
+        profile_range(models[d], *devices[d], cuts[c], cuts[c + 1], microbatch_size, repeats, seed);
   });
-  std::vector<LayerProfile> out = each[0];
-  const auto n = static_cast<double>(devices.size());
+  std::vector<LayerProfile> out(static_cast<size_t>(L));
   for (size_t l = 0; l < out.size(); ++l) {
-    out[l].forward_s = out[l].backward_input_s = out[l].backward_weight_s = 0;
-    for (const auto& device : each) {
-      out[l].forward_s += device[l].forward_s / n;
-      out[l].backward_input_s += device[l].backward_input_s / n;
-      out[l].backward_weight_s += device[l].backward_weight_s / n;
+    int n = 0;
+    for (size_t d = 0; d < devices.size(); ++d) {
+      const size_t c = d % chunks;
+      if (static_cast<int>(l) < cuts[c] || static_cast<int>(l) >= cuts[c + 1]) continue;
+      const LayerProfile& p = each[d][l];
+      if (n++ == 0) {
+        out[l] = p;
+      } else {
+        out[l].forward_s += p.forward_s;
+        out[l].backward_input_s += p.backward_input_s;
+        out[l].backward_weight_s += p.backward_weight_s;
+      }
     }
+    out[l].forward_s /= n;
+    out[l].backward_input_s /= n;
+    out[l].backward_weight_s /= n;
   }
   return out;
 }

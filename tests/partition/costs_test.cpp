@@ -2,12 +2,15 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <functional>
+#include <vector>
 
 #include "engine/core/error.h"
 #include "engine/partition/layer_costs.h"
 #include "engine/partition/step_overheads.h"
 #include "engine/stage_parameters.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "layers/builder.h"
 #include "layers/zoo.h"
 
 using namespace pt;
@@ -127,6 +130,48 @@ TEST_CASE("profile_costs_together: every device at once, each with its own model
   REQUIRE(one.size() == alone.size());
   CHECK(one[1].param_bytes == alone[1].param_bytes);
   CHECK_THROWS_AS(profile_costs_together(make, {}, 8), UsageError);
+}
+
+TEST_CASE("profile_costs_together: each device runs a chunk, never cutting a skip connection") {
+  // Three devices, two chunks at most where skips allow: every layer is timed by some device
+  // (a layer no chunk covered would come back with zero times or bytes).
+  auto a = make_cpu_backend(0, 1), b = make_cpu_backend(1, 1), c = make_cpu_backend(2, 1);
+  const auto residual = [] {
+    return ModelBuilder({8})
+        .linear(8)
+        .save("x")
+        .relu()
+        .linear(8)
+        .add_saved("x")
+        .linear(3)
+        .cross_entropy()
+        .build();
+  };
+  // The skip spans every cut: no split exists and every device runs the whole model.
+  const auto spanning = [] {
+    return ModelBuilder({8}).save("x").linear(8).relu().linear(8).add_saved("x").mse().build();
+  };
+  for (const auto& make : {std::function<Model()>(residual), std::function<Model()>(spanning)}) {
+    const Model m = make();
+    const auto alone = profile_costs(m, *a, 4, 2, 7);
+    for (const auto& devices : {std::vector<Backend*>{a.get(), b.get()},
+                                std::vector<Backend*>{a.get(), b.get(), c.get()}}) {
+      const auto together = profile_costs_together(make, devices, 4, 2, 7);
+      REQUIRE(together.size() == alone.size());
+      for (size_t l = 0; l < alone.size(); ++l) {
+        INFO(devices.size(), " devices, layer ", l, " ", m.layer(static_cast<int>(l)).name());
+        CHECK(together[l].forward_s > 0);
+        CHECK(std::isfinite(together[l].total_s()));
+        CHECK((together[l].backward_input_s > 0) == (alone[l].backward_input_s > 0));
+        CHECK((together[l].backward_weight_s > 0) == (alone[l].backward_weight_s > 0));
+        CHECK(together[l].param_bytes == alone[l].param_bytes);
+        CHECK(together[l].activation_bytes == alone[l].activation_bytes);
+        CHECK(together[l].output_bytes == alone[l].output_bytes);
+      }
+    }
+  }
+  CHECK_THROWS_AS(profile_costs_together(residual, {a.get(), b.get()}, 0), UsageError);
+  CHECK_THROWS_AS(profile_costs_together(residual, {a.get(), b.get()}, 4, 0), UsageError);
 }
 
 TEST_CASE("step overheads: measured per parameter on every device at once; estimated by bytes") {
