@@ -141,7 +141,7 @@ Timed time_single_device(const Flags& f, const Batch& batch, int M, int threads)
 // ---- profiled costs ----------------------------------------------------------------------------
 
 // Per-layer F/I/W of one micro-batch, one profile per micro-batch size: timed on the S 1-thread
-// CPU devices at once (profile_costs_together: a run keeps every core busy), cold caches.
+// CPU devices at once, each running one stage-sized chunk of the layers (profile_costs_together).
 class Profiles {
  public:
   explicit Profiles(const Flags& f) : flags_(f) {
@@ -158,7 +158,12 @@ class Profiles {
                                             microbatch, flags_.profile_repeats);
     return cache_.emplace(microbatch, std::move(costs)).first->second;
   }
-  pt::Backend& backend() { return *devices_[0]; }
+  // The same profiles for the partition (make_plan) as for the simulated figures.
+  pt::LayerProfiler profiler() {
+    return {[this](int64_t microbatch) { return at(microbatch); },
+            devices_.size() == 1 ? std::string("cpu:0")
+                                 : fmt::format("cpu:0..cpu:{} at once", devices_.size() - 1)};
+  }
 
  private:
   const Flags& flags_;
@@ -242,7 +247,7 @@ std::optional<RunResult> run_pipeline(const Flags& f, pt::CostSource cost_source
   req.optimizer_slots = 1;  // SGD with momentum
   std::optional<pt::PipelinePlan> planned;
   try {
-    planned = pt::make_plan(model, req, &profiles.backend());
+    planned = pt::make_plan(model, req, profiles.profiler());
   } catch (const pt::UsageError& e) {
     emit({{"bench", std::string("pipeline")},
           {"schedule", schedule},

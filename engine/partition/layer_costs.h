@@ -5,6 +5,7 @@
 //   profile_costs  - by running every layer on a real backend and timing each call.
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "engine/core/backend.h"
@@ -48,10 +49,24 @@ std::vector<LayerProfile> profile_costs(const Model& model, Backend& backend,
 // connection) the way profile_costs runs the whole model. CPU devices share the memory bandwidth
 // and the last-level cache: a stage's layers find the cache holding its own weights while the
 // other stages stream theirs (profile_costs.cpp has the measurements). More devices than chunks:
-// the chunks run on several devices and their times are averaged. One device: profile_costs.
+// the chunks run on several devices and their times are averaged. `chunks`: how many (a
+// pipeline's devices per replica; 0: one per device). One device: profile_costs.
 std::vector<LayerProfile> profile_costs_together(const std::function<Model()>& make_model,
                                                  const std::vector<Backend*>& devices,
                                                  int64_t microbatch_size, int repeats = 3,
-                                                 uint64_t seed = 0);
+                                                 uint64_t seed = 0, int chunks = 0);
+
+// Layer costs at one micro-batch size, measured, and where ("cpu:0..cpu:1 at once"), for a
+// plan's report: what a plan asks for when the costs are profiled.
+struct LayerProfiler {
+  std::function<std::vector<LayerProfile>(int64_t microbatch_size)> measure;
+  std::string where;
+};
+
+// profile_costs_together on `devices` in `chunks` chunks (0: one per device); profile_costs of
+// `model` on the first device when there is one device or no make_model. `model` and the devices
+// must outlive the profiler.
+LayerProfiler profiler_on(const Model& model, const std::function<Model()>& make_model,
+                          const std::vector<Backend*>& devices, int chunks = 0);
 
 }  // namespace pt

@@ -193,7 +193,7 @@ std::vector<LayerProfile> profile_costs(const Model& model, Backend& backend,
 std::vector<LayerProfile> profile_costs_together(const std::function<Model()>& make_model,
                                                  const std::vector<Backend*>& devices,
                                                  int64_t microbatch_size, int repeats,
-                                                 uint64_t seed) {
+                                                 uint64_t seed, int chunks) {
   if (devices.empty()) throw UsageError("profiling needs at least one device");
   std::vector<Model> models;
   for (size_t d = 0; d < devices.size(); ++d) models.push_back(make_model());
@@ -201,13 +201,14 @@ std::vector<LayerProfile> profile_costs_together(const std::function<Model()>& m
     return profile_costs(models[0], *devices[0], microbatch_size, repeats, seed);
   check_profile_arguments(microbatch_size, repeats);
   const int L = models[0].num_layers();
-  std::vector<int> cuts =
-      profile_chunks(models[0], std::min(static_cast<int>(devices.size()), L), microbatch_size);
+  const int wanted = chunks > 0 ? chunks : static_cast<int>(devices.size());
+  std::vector<int> cuts = profile_chunks(
+      models[0], std::min({wanted, static_cast<int>(devices.size()), L}), microbatch_size);
   if (cuts.empty()) cuts = {0, L};  // no split without cutting a skip: every device runs all
-  const size_t chunks = cuts.size() - 1;
+  const size_t n_chunks = cuts.size() - 1;
   std::vector<std::vector<LayerProfile>> each(devices.size());
   on_every_device(devices, [&](size_t d, std::barrier<>&) {
-    const size_t c = d % chunks;  // more devices than chunks: the chunks run twice, averaged
+    const size_t c = d % n_chunks;  // more devices than chunks: the chunks run twice, averaged
     each[d] =
         profile_range(models[d], *devices[d], cuts[c], cuts[c + 1], microbatch_size, repeats, seed);
   });
@@ -215,7 +216,7 @@ std::vector<LayerProfile> profile_costs_together(const std::function<Model()>& m
   for (size_t l = 0; l < out.size(); ++l) {
     int n = 0;
     for (size_t d = 0; d < devices.size(); ++d) {
-      const size_t c = d % chunks;
+      const size_t c = d % n_chunks;
       if (static_cast<int>(l) < cuts[c] || static_cast<int>(l) >= cuts[c + 1]) continue;
       const LayerProfile& p = each[d][l];
       if (n++ == 0) {
@@ -231,6 +232,21 @@ std::vector<LayerProfile> profile_costs_together(const std::function<Model()>& m
     out[l].backward_weight_s /= n;
   }
   return out;
+}
+
+LayerProfiler profiler_on(const Model& model, const std::function<Model()>& make_model,
+                          const std::vector<Backend*>& devices, int chunks) {
+  if (devices.empty()) throw UsageError("profiling needs at least one device");
+  if (devices.size() == 1 || !make_model)
+    return {[&model, first = devices[0]](int64_t microbatch_size) {
+              return profile_costs(model, *first, microbatch_size);
+            },
+            devices[0]->device().str()};
+  return {[make_model, devices, chunks](int64_t microbatch_size) {
+            return profile_costs_together(make_model, devices, microbatch_size, 3, 0, chunks);
+          },
+          fmt::format("{}..{} at once", devices.front()->device().str(),
+                      devices.back()->device().str())};
 }
 
 }  // namespace pt

@@ -166,7 +166,7 @@ PipelinePlan plan_with_costs(sched::Schedule lowered, const std::vector<LayerPro
   return plan;
 }
 
-PipelinePlan make_plan(const Model& model, const PlanRequest& r, Backend* profile_on) {
+PipelinePlan make_plan(const Model& model, const PlanRequest& r, const LayerProfiler& profiler) {
   const std::string name = r.schedule.str();
   sched::Schedule compute = compute_schedule(r);
   if (compute.num_stages > model.num_layers())
@@ -185,9 +185,9 @@ PipelinePlan make_plan(const Model& model, const PlanRequest& r, Backend* profil
   std::string described;
   switch (r.costs.kind) {
     case CostSource::Kind::profile:
-      if (!profile_on) throw UsageError("--costs profile needs a device to profile on");
-      costs = profile_costs(model, *profile_on, mb);
-      described = fmt::format("profiled on {}", profile_on->device().str());
+      if (!profiler.measure) throw UsageError("--costs profile needs a device to profile on");
+      costs = profiler.measure(mb);
+      described = fmt::format("profiled on {}", profiler.where);
       break;
     case CostSource::Kind::estimate:
       costs = estimate_costs(model, mb);

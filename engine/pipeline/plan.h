@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/partition/cost_source.h"
+#include "engine/partition/layer_costs.h"
 #include "engine/partition/partitioner.h"
 #include "engine/pipeline/cluster.h"
 #include "engine/pipeline/recompute.h"
@@ -43,7 +44,7 @@ struct PipelinePlan {
   Partition partition;         // one StagePlan per (virtual) stage
   sched::SimResult simulated;  // with the partition's per-stage costs (seconds)
   std::string schedule_name;   // ScheduleChoice::str()
-  std::string costs;           // "estimated" | "profiled on cpu:0"
+  std::string costs;           // "estimated ..." | "profiled on cpu:0..cpu:1 at once"
   // Per device: the parameters, gradients and optimizer state of every stage placed on it, plus
   // the most activation bytes its list holds at once (sched::peak_device_activation_bytes): with
   // several stages per device (interleaved, V shapes) less than the sum of the stages' peaks.
@@ -58,9 +59,9 @@ struct PipelinePlan {
 // Throws UsageError (bad flags: S > layers, M < 1, unknown schedule, a layout that does not sum
 // to the layer count, a memory cap nothing fits, a device over the cap) or the validator's error (a
 // schedule file with a missing or extra action, or a deadlock), each with what would fix it.
-// `profile_on` is needed for CostSource::Kind::profile.
+// `profiler` is needed for CostSource::Kind::profile (profiler_on: layer_costs.h).
 PipelinePlan make_plan(const Model& model, const PlanRequest& request,
-                       Backend* profile_on = nullptr);
+                       const LayerProfiler& profiler = {});
 
 // The two halves of make_plan, for the planner (planner.h), which generates many schedules and
 // reuses one cost table for all of them:

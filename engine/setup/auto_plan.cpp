@@ -93,11 +93,11 @@ AutoPlan plan_automatically(const TrainingOptions& opt, const Model& model,
   request.optimizer_slots = optimizer.state_slots();
   Backend& first = *devices.backends[0];
   const bool profiling = opt.costs.kind == CostSource::Kind::profile;
-  const bool together = profiling && make_model && all.size() > 1;
   const std::string every = all.size() > 1 ? fmt::format("{}..{} at once", first.device().str(),
                                                          all.back()->device().str())
                                            : first.device().str();
-  const std::string profiled_on = together ? every : first.device().str();
+  const LayerProfiler profiler = profiler_on(model, make_model, all);
+  const std::string& profiled_on = profiler.where;
   // The epilogue and the all-reduce are measured on arrays the size of the model's parameters
   // (at most 2^24: the rate per parameter is what the planner uses).
   const int64_t measured_params = std::clamp<int64_t>(model.param_count(), 1, int64_t{1} << 24);
@@ -118,9 +118,8 @@ AutoPlan plan_automatically(const TrainingOptions& opt, const Model& model,
   }
   CostTables used;  // for --write-costs
   const CostsFor costs = [&](int64_t microbatch) {
-    std::vector<LayerProfile> c = !profiling ? estimate_costs(model, microbatch)
-                                  : together ? profile_costs_together(make_model, all, microbatch)
-                                             : profile_costs(model, first, microbatch);
+    std::vector<LayerProfile> c =
+        profiling ? profiler.measure(microbatch) : estimate_costs(model, microbatch);
     used.by_samples[microbatch] = c;
     return c;
   };

@@ -130,7 +130,9 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
     s.timed = s.engine.get();
     return s;
   }
-  s.plan = make_plan(model, request, s.backends[0]);
+  // A stage's layers are timed the way it runs them: every device of this process at once, one
+  // chunk of opt.stages per device (under mpirun: this process's device alone).
+  s.plan = make_plan(model, request, profiler_on(model, make_model, s.backends, opt.stages));
   if (opt.print) fmt::print("{}", s.plan->report());
   s.layout["schedule"] = opt.schedule.str();
   s.layout["microbatches"] = std::to_string(opt.microbatches);

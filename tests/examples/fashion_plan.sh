@@ -4,7 +4,7 @@
 #    that plan's partition, and trains nothing;
 #  - the chosen flags, typed by hand, plan the same prediction as --plan auto did;
 #  - a --mem-cap keeps every listed plan under it; --costs profile times the layers on both
-#    devices at once, measures the epilogue and the all-reduce, weighs one device with both
+#    devices at once (with --plan auto and with a plan of the user's own), measures the epilogue and the all-reduce, weighs one device with both
 #    threads against the best plan of the two devices and chooses the faster;
 #  - --plan auto --steps 4 trains and prints the chosen plan's predicted vs measured step time;
 #  - the flags it chooses itself, --plan other than auto, "auto" devices and a cap nothing fits
@@ -84,6 +84,17 @@ if [ $rc -ne 0 ] || ! grep -q 'plan auto: costs profiled on cpu:0..cpu:1 at once
   echo "$out"; fails=$((fails+1))
 else
   echo "ok: --plan auto --costs profile (one device with 2 threads / best as given: $merged ms): $chose"
+fi
+
+# A plan of the user's own (--stages 2) with --costs profile: timed the same way, both devices at
+# once (it used to time every layer on cpu:0 alone).
+out=$("$exe" --devices cpu:0,cpu:1 --threads 1 --stages 2 --costs profile --plan-only --batch 32 2>&1)
+rc=$?
+if [ $rc -ne 0 ] || ! grep -q '^partition (time, costs profiled on cpu:0..cpu:1 at once):' <<<"$out" ||
+   ! grep -qE '^predicted step time [0-9.]+ ms' <<<"$out"; then
+  echo "FAIL: --stages 2 --costs profile --plan-only (rc=$rc):"; echo "$out"; fails=$((fails+1))
+else
+  echo "ok: --stages 2 --costs profile: $(grep '^partition (' <<<"$out")"
 fi
 
 if [ -f "$data/train-images-idx3-ubyte.gz" ] || [ -f "$data/train-images-idx3-ubyte" ]; then
