@@ -15,6 +15,23 @@
 
 using namespace pt;
 
+namespace {
+
+// linear, save, relu, linear, add_saved, linear: a skip connection over layers 1..4.
+Model residual_model() {
+  return ModelBuilder({8})
+      .linear(8)
+      .save("x")
+      .relu()
+      .linear(8)
+      .add_saved("x")
+      .linear(3)
+      .cross_entropy()
+      .build();
+}
+
+}  // namespace
+
 TEST_CASE("estimate_costs: every layer of fashion_cnn takes time, sizes follow the shapes") {
   const Model m = fashion_cnn();
   const int64_t B = 16;
@@ -88,15 +105,7 @@ TEST_CASE("profile_costs: layers bound before (a trainer's stage) are bound back
 TEST_CASE(
     "profile_costs: a model with a skip connection (save/add_saved) is profiled layer by layer") {
   auto backend = make_cpu_backend(0, 1);
-  const Model m = ModelBuilder({8})
-                      .linear(8)
-                      .save("x")
-                      .relu()
-                      .linear(8)
-                      .add_saved("x")
-                      .linear(3)
-                      .cross_entropy()
-                      .build();
+  const Model m = residual_model();
   const auto c = profile_costs(m, *backend, 4, 2);
   REQUIRE(c.size() == static_cast<size_t>(m.num_layers()));
   for (int l = 0; l < m.num_layers(); ++l) {
@@ -136,22 +145,12 @@ TEST_CASE("profile_costs_together: each device runs a chunk, never cutting a ski
   // Three devices, two chunks at most where skips allow: every layer is timed by some device
   // (a layer no chunk covered would come back with zero times or bytes).
   auto a = make_cpu_backend(0, 1), b = make_cpu_backend(1, 1), c = make_cpu_backend(2, 1);
-  const auto residual = [] {
-    return ModelBuilder({8})
-        .linear(8)
-        .save("x")
-        .relu()
-        .linear(8)
-        .add_saved("x")
-        .linear(3)
-        .cross_entropy()
-        .build();
-  };
   // The skip spans every cut: no split exists and every device runs the whole model.
   const auto spanning = [] {
     return ModelBuilder({8}).save("x").linear(8).relu().linear(8).add_saved("x").mse().build();
   };
-  for (const auto& make : {std::function<Model()>(residual), std::function<Model()>(spanning)}) {
+  for (const auto& make :
+       {std::function<Model()>(residual_model), std::function<Model()>(spanning)}) {
     const Model m = make();
     const auto alone = profile_costs(m, *a, 4, 2, 7);
     for (const auto& devices : {std::vector<Backend*>{a.get(), b.get()},
@@ -170,8 +169,8 @@ TEST_CASE("profile_costs_together: each device runs a chunk, never cutting a ski
       }
     }
   }
-  CHECK_THROWS_AS(profile_costs_together(residual, {a.get(), b.get()}, 0), UsageError);
-  CHECK_THROWS_AS(profile_costs_together(residual, {a.get(), b.get()}, 4, 0), UsageError);
+  CHECK_THROWS_AS(profile_costs_together(residual_model, {a.get(), b.get()}, 0), UsageError);
+  CHECK_THROWS_AS(profile_costs_together(residual_model, {a.get(), b.get()}, 4, 0), UsageError);
 }
 
 TEST_CASE("step overheads: measured per parameter on every device at once; estimated by bytes") {
