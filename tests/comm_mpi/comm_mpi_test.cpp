@@ -292,6 +292,38 @@ int dead_sender_check(pt::MpiRuntime& mpi) {
   std::_Exit(expect.failures ? 1 : 0);
 }
 
+// World rank 1 is killed (-9) instead of joining a large all-reduce (the point-to-point path,
+// engine/comm/mpi.cpp): every other rank's wait ends within the timeout (plus the collectives'
+// grace) with an error that names world rank 1 and no other. Each survivor prints its verdict.
+int dead_reducer_check(pt::MpiRuntime& mpi) {
+  auto world = pt::mpi_world(1.0);
+  std::vector<float> buffer((size_t{8} << 20) / sizeof(float), 1.0f);  // alive: MPI may write it
+  world->barrier("all ready");
+  if (mpi.world_rank() == 1) std::raise(SIGKILL);
+  Expect expect;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    world->all_reduce(buffer.data(), static_cast<int64_t>(buffer.size()), ElemType::f32,
+                      ReduceOp::sum, "gradients of a dead replica");
+    expect(false, "the all-reduce completed although world rank 1 died before joining it");
+  } catch (const pt::TimeoutError& e) {
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::string m = e.what();
+    expect(m.find("gradients of a dead replica") != std::string::npos, m);
+    expect(m.find("waiting for world rank 1") != std::string::npos, m);
+    expect(m.find("waiting for world ranks") == std::string::npos, m);  // only the dead one
+    expect(waited >= 0.9 && waited < 6.0, fmt::format("waited {} s", waited));
+    fmt::print(stderr, "[world rank {}] got, as expected, after {:.1f} s: {}\n", mpi.world_rank(),
+               waited, m);
+  }
+  // A dead peer: MPI_Finalize might wait for it, so end here.
+  fmt::print("[world rank {}] {} dead reducer check\n", mpi.world_rank(),
+             expect.failures ? "FAIL" : "PASS");
+  std::fflush(stdout);
+  std::_Exit(expect.failures ? 1 : 0);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -302,6 +334,8 @@ int main(int argc, char** argv) {
       fmt::print(stderr, "warning: launched_by_mpi() is false under mpirun\n");
     if (argc > 1 && std::string_view(argv[1]) == "--dead-sender-check")
       return dead_sender_check(mpi);
+    if (argc > 1 && std::string_view(argv[1]) == "--dead-reducer-check")
+      return dead_reducer_check(mpi);
     if (argc > 1 && std::string_view(argv[1]) == "--timeout-check") {
       const int rc = timeout_check(mpi);
       if (rc) pt::MpiRuntime::abort(rc);
