@@ -56,6 +56,7 @@
 #include "engine/core/error.h"
 #include "engine/core/random.h"
 #include "engine/partition/layer_costs.h"
+#include "engine/partition/on_every_device.h"
 #include "engine/pipeline/pipeline_trainer.h"
 #include "engine/pipeline/plan.h"
 #include "engine/pipeline/step_trace.h"
@@ -161,8 +162,7 @@ class Profiles {
   // The same profiles for the partition (make_plan) as for the simulated figures.
   pt::LayerProfiler profiler() {
     return {[this](int64_t microbatch) { return at(microbatch); },
-            devices_.size() == 1 ? std::string("cpu:0")
-                                 : fmt::format("cpu:0..cpu:{} at once", devices_.size() - 1)};
+            pt::every_device_at_once(devices_)};
   }
 
  private:

@@ -4,6 +4,8 @@
 #include <mutex>
 #include <thread>
 
+#include <fmt/format.h>
+
 namespace pt {
 
 void on_every_device(const std::vector<Backend*>& devices,
@@ -25,6 +27,12 @@ void on_every_device(const std::vector<Backend*>& devices,
     });
   for (std::thread& t : threads) t.join();
   if (error) std::rethrow_exception(error);
+}
+
+std::string every_device_at_once(const std::vector<Backend*>& devices) {
+  if (devices.size() == 1) return devices[0]->device().str();
+  return fmt::format("{}..{} at once", devices.front()->device().str(),
+                     devices.back()->device().str());
 }
 
 }  // namespace pt

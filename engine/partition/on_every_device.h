@@ -5,6 +5,7 @@
 #include <barrier>
 #include <cstddef>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "engine/core/backend.h"
@@ -16,5 +17,8 @@ namespace pt {
 // at the same moment (a thread that fails drops out of it, so the others do not wait for it).
 void on_every_device(const std::vector<Backend*>& devices,
                      const std::function<void(size_t, std::barrier<>&)>& body);
+
+// Where such a measurement ran, for reports: "cpu:0..cpu:1 at once", or the one device's name.
+std::string every_device_at_once(const std::vector<Backend*>& devices);
 
 }  // namespace pt

@@ -245,8 +245,7 @@ LayerProfiler profiler_on(const Model& model, const std::function<Model()>& make
   return {[make_model, devices, chunks](int64_t microbatch_size) {
             return profile_costs_together(make_model, devices, microbatch_size, 3, 0, chunks);
           },
-          fmt::format("{}..{} at once", devices.front()->device().str(),
-                      devices.back()->device().str())};
+          every_device_at_once(devices)};
 }
 
 }  // namespace pt

@@ -15,6 +15,7 @@
 #include "engine/io/atomic_file.h"
 #include "engine/partition/cost_file.h"
 #include "engine/partition/layer_costs.h"
+#include "engine/partition/on_every_device.h"
 #include "engine/partition/step_overheads.h"
 
 namespace pt {
@@ -93,9 +94,7 @@ AutoPlan plan_automatically(const TrainingOptions& opt, const Model& model,
   request.optimizer_slots = optimizer.state_slots();
   Backend& first = *devices.backends[0];
   const bool profiling = opt.costs.kind == CostSource::Kind::profile;
-  const std::string every = all.size() > 1 ? fmt::format("{}..{} at once", first.device().str(),
-                                                         all.back()->device().str())
-                                           : first.device().str();
+  const std::string every = every_device_at_once(all);
   const LayerProfiler profiler = profiler_on(model, make_model, all);
   const std::string& profiled_on = profiler.where;
   // The epilogue and the all-reduce are measured on arrays the size of the model's parameters
