@@ -127,8 +127,6 @@ std::vector<LayerProfile> profile_range(const Model& model, Backend& backend, in
       const auto i = static_cast<size_t>(l);
       Layer& layer = model.layer(l);
       LayerContext& c = pass.layer(l);
-      // Layers before the first one with parameters need neither gradient (layers/model.h).
-      if (!model.needs_input_gradient(l) && layer.param_count() == 0) break;
       Tensor dx;
       if (model.needs_input_gradient(l)) {
         backend.synchronize();
@@ -143,6 +141,8 @@ std::vector<LayerProfile> profile_range(const Model& model, Backend& backend, in
         if (r >= 0) tw[i].push_back(seconds_since(t));
       }
       c.clear();
+      // No input gradient: no layer before this one has parameters (layers/model.h), so none
+      // of them computes either gradient.
       if (!dx.defined()) break;
       dy = std::move(dx);
     }
