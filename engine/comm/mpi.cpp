@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <numeric>
+#include <span>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -270,9 +271,7 @@ class MpiCommunicator final : public Communicator {
       // so wait with a deadline and, past it, give the request up as a timed-out collective is.
       check(MPI_Cancel(&request), "MPI_Cancel");
       if (!poll_until(request, deadline_after(kCancelGraceSeconds), &status, &rc)) {
-        std::lock_guard lock(mutex_);
-        abandoned_.push_back(request);
-        if (broken_.empty()) broken_ = message;
+        abandon({&request, 1}, message);
         throw TimeoutError(message + " (the message had begun to arrive and stopped)");
       }
       int cancelled = 0;
@@ -402,10 +401,7 @@ class MpiCommunicator final : public Communicator {
             "{}: {}: all_reduce timed out after {:g} s waiting for world rank{} {}", what,
             describe_, waited_s, late.size() == 1 ? "" : "s",
             late.empty() ? std::string("(the sends did not complete)") : format_ranks(late));
-        std::lock_guard lock(mutex_);
-        for (MPI_Request r : phase.requests)
-          if (r != MPI_REQUEST_NULL) abandoned_.push_back(r);
-        if (broken_.empty()) broken_ = message;
+        abandon(phase.requests, message);
         throw TimeoutError(message);
       }
       backoff.pause();
@@ -434,10 +430,17 @@ class MpiCommunicator final : public Communicator {
     }
     std::string message = fmt::format("{}: {}: {} timed out after {:g} s waiting for {}", what,
                                       describe_, op, waited_s, waited_for);
-    std::lock_guard lock(mutex_);
-    abandoned_.push_back(request);
-    if (broken_.empty()) broken_ = message;
+    abandon({&request, 1}, message);
     throw TimeoutError(message);
+  }
+
+  // Gives up pending requests after a timeout: MPI may still complete them (the destructor
+  // tests them), and the communicator stays unusable with `why` (throw_if_broken).
+  void abandon(std::span<const MPI_Request> requests, const std::string& why) {
+    std::lock_guard lock(mutex_);
+    for (MPI_Request r : requests)
+      if (r != MPI_REQUEST_NULL) abandoned_.push_back(r);
+    if (broken_.empty()) broken_ = why;
   }
 
   void throw_if_broken(std::string_view what) const {
