@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -46,6 +47,33 @@ struct Expect {
     fmt::print(stderr, "[world rank {}] FAIL: {}\n", g_world_rank, what);
   }
 };
+
+// Runs `op`, which must end in a TimeoutError after [min_s, max_s) seconds; returns the error's
+// text, or nothing when it did not throw (recorded in `expect` with `if_not`).
+std::optional<std::string> expect_timeout(Expect& expect, double min_s, double max_s,
+                                          std::string_view if_not,
+                                          const std::function<void()>& op) {
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    op();
+  } catch (const pt::TimeoutError& e) {
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    expect(waited >= min_s && waited < max_s, fmt::format("waited {} s", waited));
+    fmt::print(stderr, "[world rank {}] got, as expected, after {:.1f} s: {}\n", g_world_rank,
+               waited, e.what());
+    return e.what();
+  }
+  expect(false, if_not);
+  return std::nullopt;
+}
+
+// The end of a check with a dead peer (MPI_Finalize might wait for it): this rank's verdict.
+[[noreturn]] void exit_with_verdict(const Expect& expect, std::string_view check) {
+  fmt::print("[world rank {}] {} {}\n", g_world_rank, expect.failures ? "FAIL" : "PASS", check);
+  std::fflush(stdout);
+  std::_Exit(expect.failures ? 1 : 0);
+}
 
 // Rank r's element i: small integers, so that any summation order gives the exact reference.
 template <typename T>
@@ -210,20 +238,12 @@ void check_point_to_point(Communicator& c, Expect& expect) {
 }
 
 void check_recv_timeout(Communicator& quick, Expect& expect) {
-  const auto t0 = std::chrono::steady_clock::now();
   const int prev = (quick.rank() + quick.size() - 1) % quick.size();
-  try {
-    char b = 0;
-    quick.recv(&b, 1, prev, 99, "never sent");
-    expect(false, "recv without a send did not time out");
-  } catch (const pt::TimeoutError& e) {
-    const double waited =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    expect(waited >= quick.timeout_s() * 0.9 && waited < quick.timeout_s() + 2,
-           fmt::format("waited {} s", waited));
-    expect(std::string(e.what()).find(fmt::format("world rank {}", prev)) != std::string::npos,
-           e.what());
-  }
+  char b = 0;
+  if (const auto m = expect_timeout(expect, quick.timeout_s() * 0.9, quick.timeout_s() + 2,
+                                    "recv without a send did not time out",
+                                    [&] { quick.recv(&b, 1, prev, 99, "never sent"); }))
+    expect(m->find(fmt::format("world rank {}", prev)) != std::string::npos, *m);
   quick.barrier("after recv timeout");  // a timed-out receive leaves the communicator usable
 }
 
@@ -235,19 +255,12 @@ int timeout_check(pt::MpiRuntime& mpi) {
   Expect expect;
   std::vector<float> buffer(1000, 1.0f);  // stays alive: MPI may still write the abandoned one
   if (mpi.world_rank() != 1) {
-    const auto t0 = std::chrono::steady_clock::now();
-    try {
-      quick->all_reduce(buffer.data(), 1000, ElemType::f32, ReduceOp::sum, "skipped by rank 1");
-      expect(false, "no TimeoutError");
-    } catch (const pt::TimeoutError& e) {
-      const double waited =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      const std::string m = e.what();
-      expect(m.find("skipped by rank 1") != std::string::npos, m);
-      expect(m.find(mpi.world_size() == 2 ? "world rank 1" : "world ranks ") != std::string::npos,
-             m);
-      expect(waited >= 0.45 && waited < 3.0, fmt::format("waited {} s", waited));
-      fmt::print(stderr, "[world rank {}] got, as expected: {}\n", mpi.world_rank(), m);
+    if (const auto m = expect_timeout(expect, 0.45, 3.0, "no TimeoutError", [&] {
+          quick->all_reduce(buffer.data(), 1000, ElemType::f32, ReduceOp::sum, "skipped by rank 1");
+        })) {
+      expect(m->find("skipped by rank 1") != std::string::npos, *m);
+      expect(m->find(mpi.world_size() == 2 ? "world rank 1" : "world ranks ") != std::string::npos,
+             *m);
     }
     try {
       quick->barrier("after the timeout");
@@ -274,22 +287,12 @@ int dead_sender_check(pt::MpiRuntime& mpi) {
     std::raise(SIGKILL);  // dies with the transfer begun: what a killed process leaves behind
   }
   Expect expect;
-  const auto t0 = std::chrono::steady_clock::now();
-  try {
-    world->recv(buffer.data(), buffer.size(), 1, 5, "from a sender that dies");
-    expect(false, "the receive completed although the sender died before it could progress");
-  } catch (const pt::TimeoutError& e) {
-    const double waited =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const std::string m = e.what();
-    expect(m.find("world rank 1") != std::string::npos, m);
-    expect(waited >= 0.9 && waited < 6.0, fmt::format("waited {} s", waited));
-    fmt::print(stderr, "[world rank 0] got, as expected, after {:.1f} s: {}\n", waited, m);
-  }
-  // Rank 0 alone, with a dead peer: MPI_Finalize might wait for it, so end here.
-  fmt::print("{} dead sender check\n", expect.failures ? "FAIL" : "PASS");
-  std::fflush(stdout);
-  std::_Exit(expect.failures ? 1 : 0);
+  if (const auto m = expect_timeout(
+          expect, 0.9, 6.0,
+          "the receive completed although the sender died before it could progress",
+          [&] { world->recv(buffer.data(), buffer.size(), 1, 5, "from a sender that dies"); }))
+    expect(m->find("world rank 1") != std::string::npos, *m);
+  exit_with_verdict(expect, "dead sender check");  // rank 0 alone, with a dead peer
 }
 
 // World rank 1 is killed (-9) instead of joining a large all-reduce (the point-to-point path,
@@ -301,27 +304,17 @@ int dead_reducer_check(pt::MpiRuntime& mpi) {
   world->barrier("all ready");
   if (mpi.world_rank() == 1) std::raise(SIGKILL);
   Expect expect;
-  const auto t0 = std::chrono::steady_clock::now();
-  try {
-    world->all_reduce(buffer.data(), static_cast<int64_t>(buffer.size()), ElemType::f32,
-                      ReduceOp::sum, "gradients of a dead replica");
-    expect(false, "the all-reduce completed although world rank 1 died before joining it");
-  } catch (const pt::TimeoutError& e) {
-    const double waited =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const std::string m = e.what();
-    expect(m.find("gradients of a dead replica") != std::string::npos, m);
-    expect(m.find("waiting for world rank 1") != std::string::npos, m);
-    expect(m.find("waiting for world ranks") == std::string::npos, m);  // only the dead one
-    expect(waited >= 0.9 && waited < 6.0, fmt::format("waited {} s", waited));
-    fmt::print(stderr, "[world rank {}] got, as expected, after {:.1f} s: {}\n", mpi.world_rank(),
-               waited, m);
+  if (const auto m = expect_timeout(
+          expect, 0.9, 6.0, "the all-reduce completed although world rank 1 died before joining it",
+          [&] {
+            world->all_reduce(buffer.data(), static_cast<int64_t>(buffer.size()), ElemType::f32,
+                              ReduceOp::sum, "gradients of a dead replica");
+          })) {
+    expect(m->find("gradients of a dead replica") != std::string::npos, *m);
+    expect(m->find("waiting for world rank 1") != std::string::npos, *m);
+    expect(m->find("waiting for world ranks") == std::string::npos, *m);  // only the dead one
   }
-  // A dead peer: MPI_Finalize might wait for it, so end here.
-  fmt::print("[world rank {}] {} dead reducer check\n", mpi.world_rank(),
-             expect.failures ? "FAIL" : "PASS");
-  std::fflush(stdout);
-  std::_Exit(expect.failures ? 1 : 0);
+  exit_with_verdict(expect, "dead reducer check");
 }
 
 }  // namespace
