@@ -1,5 +1,6 @@
 // The asynchronous window (PipeDream-2BW): one_f_one_b_async's lists, UPDATE's text form, the
-// validator's version rules, and the simulator's bubble paid once per window.
+// validator's version rules, the least weight delay each stage allows, and the simulator's
+// bubble paid once per window.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include "schedule/lowering.h"
 #include "schedule/simulate.h"
 #include "schedule/validate.h"
+#include "schedule/weight_delay.h"
 
 using namespace pt::sched;
 
@@ -76,6 +78,28 @@ TEST_CASE("one_f_one_b_async sweep: valid, lowered, no deadlock, one UPDATE per 
         ++count;
       }
   CHECK(count > 100);
+}
+
+// --async-delay per-stage binds the least delay the lists allow: the last stage computes step t
+// with W(t) (its UPDATE(t - 1) precedes step t's first forward), the others with W(t - 1).
+TEST_CASE("least_weight_delay: 0 on 1F1B's last stage, 1 before it; more when UPDATE is late") {
+  for (int D = 1; D <= 5; ++D)
+    for (int M = std::max(1, D - 1); M <= 6; ++M)
+      for (int K = 2; K <= 3; ++K) {
+        CAPTURE(D);
+        CAPTURE(M);
+        CAPTURE(K);
+        const Schedule s = one_f_one_b_async(D, M, K);
+        for (int stage = 0; stage < D; ++stage)
+          CHECK(least_weight_delay(s, stage) == (stage == D - 1 ? 0 : 1));
+        // One window of one step: nothing to wait for.
+        CHECK(least_weight_delay(one_f_one_b_async(D, M, 1), 0) == 0);
+      }
+  // 1UPDATE0 moved after 1F2 (step 1's first forward): the last stage now needs W(t - 1).
+  Schedule s = one_f_one_b_async(2, 2, 2);  // device 1: 1F0 1B0 1F1 1B1 1UPDATE0 1F2 ...
+  std::swap(s.actions[1][4], s.actions[1][5]);
+  CHECK(least_weight_delay(s, 1) == 1);
+  CHECK(least_weight_delay(s, 0) == 1);
 }
 
 TEST_CASE("one_f_one_b_async refuses M < D - 1 and K < 1") {
