@@ -413,8 +413,10 @@ TrainingState load_checkpoint(const fs::path& path, const Model& model,
       const std::string name = stash_name(s.params->entries()[i].name);
       if (!m.find(name))
         throw FileError(fmt::format(
-            "checkpoint {} has no weight stash ('{}'): it was not written by --update async, "
-            "whose step t needs the weights of step t - 1; resume it with --update sync",
+            "checkpoint {} has no weight stash ('{}'): it was not written by --update async with "
+            "this delay (step t of this stage needs the weights of step t - 1; --async-delay "
+            "per-stage keeps none on the last stage); resume it with --update sync, or with the "
+            "--async-delay it was written with",
             path.string(), name));
       load(name, s.params->stash(i), s.params->backend());
     }

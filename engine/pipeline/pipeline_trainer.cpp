@@ -20,6 +20,7 @@
 #include "schedule/generators.h"
 #include "schedule/lowering.h"
 #include "schedule/validate.h"
+#include "schedule/weight_delay.h"
 
 namespace pt {
 
@@ -108,7 +109,10 @@ PipelineTrainer::PipelineTrainer(Model& model, std::vector<Backend*> devices,
         "--shard-optimizer needs --dp R >= 2: it splits the optimizer state between data-parallel "
         "replicas and this run has {}; add --dp 2 (or more) or drop --shard-optimizer",
         par.replicas));
-  if (config_.async_update) check_async();  // before the shards' collectives
+  if (config_.async_update) {
+    check_async();  // before the shards' collectives
+    stage_delays_ = async_stage_delays();
+  }
   for (const StageRange& range : layout_.stages) {
     StageOwned owned;
     if (local(range.device)) {
@@ -123,7 +127,8 @@ PipelineTrainer::PipelineTrainer(Model& model, std::vector<Backend*> devices,
         owned.optimizer =
             std::make_unique<Optimizer>(config_.trainer.optimizer, b, owned.params->layout());
       if (config_.async_update)
-        owned.versions = std::make_unique<WeightVersions>(model, *owned.params, step_);
+        owned.versions = std::make_unique<WeightVersions>(
+            model, *owned.params, step_, stage_delay(static_cast<int>(stages_.size())) > 0);
     }
     stages_.push_back(std::move(owned));
   }
@@ -191,6 +196,20 @@ void PipelineTrainer::set_step(int64_t step) {
   step_ = step;
   for (StageOwned& s : stages_)
     if (s.versions) s.versions->set_latest(step);
+}
+
+int PipelineTrainer::stage_delay(int s) const { return stage_delays_.at(at(s)); }
+
+// The delays the window's lists allow (two steps show the steady state; every window, however
+// short, binds the same versions, so the trajectory does not depend on where windows are cut).
+std::vector<int> PipelineTrainer::async_stage_delays() const {
+  const sched::Schedule window =
+      sched::one_f_one_b_async(config_.schedule.num_devices, config_.trainer.microbatches, /*K=*/2);
+  std::vector<int> least;
+  for (int s = 0; s < window.num_stages; ++s) least.push_back(sched::least_weight_delay(window, s));
+  if (config_.async_delay == AsyncDelay::per_stage) return least;
+  // uniform: every stage as old as the oldest (PipeDream-2BW's one step).
+  return std::vector<int>(least.size(), *std::max_element(least.begin(), least.end()));
 }
 
 size_t PipelineTrainer::weight_stash_bytes() const {
@@ -502,7 +521,7 @@ std::vector<StepStats> PipelineTrainer::train_window(std::span<const HostBatch> 
   std::vector<std::vector<double>> norms(static_cast<size_t>(K),
                                          std::vector<double>(stages_.size(), 0.0));
   run.before_compute = [&](const sched::Action& a, int k) {
-    const int64_t version = t0 + k - 1;  // step t uses W(t - 1) (W(-1) = W(0))
+    const int64_t version = t0 + k - stage_delay(a.stage);  // W(t - 1) or W(t); W(-1) = W(0)
     stages_[at(a.stage)].versions->bind(version);
     version_uses_[at(a.stage)].push_back({a, t0 + k, version});
   };

@@ -19,8 +19,9 @@
 // runs up to async_window steps as one schedule (schedule/one_f_one_b_async: 1F1B without a flush
 // between the steps), step t's micro-batches compute with W(t - 1) forward and backward (two
 // versions per stage, weight_versions.h), and each stage applies its own UPDATE as soon as its
-// gradient of a step is complete: W(t + 1) = W(t) - lr * update(g(W(t - 1))). No global norm,
-// no clipping; tied parameters must sit on one stage; no data parallelism (yet).
+// gradient of a step is complete: W(t + 1) = W(t) - lr * update(g(W(t - 1))). With
+// async_delay = per_stage the last stage computes with W(t) instead (stage_delay). No global
+// norm, no clipping; tied parameters must sit on one stage; with --dp R each UPDATE all-reduces.
 //
 // With a synchronous schedule this computes exactly single-device gradient accumulation over
 // the same micro-batches (Trainer): same per-layer calls, same dW accumulation order.
@@ -32,6 +33,7 @@
 #include "engine/parallel/gradient_reducer.h"
 #include "engine/parallel/optimizer_shards.h"
 #include "engine/parallel/parallel_context.h"
+#include "engine/pipeline/async_delay.h"
 #include "engine/pipeline/device_workers.h"
 #include "engine/pipeline/executor.h"
 #include "engine/pipeline/layout.h"
@@ -57,6 +59,7 @@ struct PipelineConfig {
   // PipeDream-2BW (see above); `schedule` must then be 1F1B's. The window: steps per schedule run.
   bool async_update = false;
   int async_window = 8;
+  AsyncDelay async_delay = AsyncDelay::uniform;
 };
 
 // Which weight version a compute action of an asynchronous window used (for tests).
@@ -106,6 +109,10 @@ class PipelineTrainer final : public TrainingEngine {
   // Asynchronous updates: the bytes of the second weight version on the devices held here, and
   // every compute action's version in the last train_steps call, per stage.
   size_t weight_stash_bytes() const;
+  // Asynchronous updates: how many steps old the weights are that stage s computes with (step t
+  // uses W(t - delay)): 1, or 0 on the last stage with AsyncDelay::per_stage
+  // (sched::least_weight_delay of the window's lists).
+  int stage_delay(int s) const;
   const std::vector<std::vector<VersionUse>>& last_version_uses() const { return version_uses_; }
   // Whether this process computes the loss (holds the last stage).
   bool holds_last_stage() const;
@@ -143,6 +150,7 @@ class PipelineTrainer final : public TrainingEngine {
   };
   bool sharded() const { return config_.parallel.shard_optimizer; }
   void check_async() const;
+  std::vector<int> async_stage_delays() const;
   // --ps: every held stage pushes its gradients, then pulls its parameters (the servers run the
   // epilogue's maths).
   EpilogueResult exchange_with_servers();
@@ -178,6 +186,7 @@ class PipelineTrainer final : public TrainingEngine {
   int64_t runs_ = 0;  // schedule runs so far (the flight recorder's run numbers)
   std::map<int, sched::Schedule> window_schedules_;  // asynchronous: lowered, per window length
   std::vector<std::vector<VersionUse>> version_uses_;
+  std::vector<int> stage_delays_;  // asynchronous updates: per stage (stage_delay)
 };
 
 }  // namespace pt

@@ -7,9 +7,10 @@
 
 namespace pt {
 
-WeightVersions::WeightVersions(Model& model, StageParameters& params, int64_t latest)
-    : model_(&model), params_(&params), latest_(latest) {
-  params.add_stash();
+WeightVersions::WeightVersions(Model& model, StageParameters& params, int64_t latest,
+                               bool keep_previous)
+    : model_(&model), params_(&params), latest_(latest), keep_previous_(keep_previous) {
+  if (keep_previous) params.add_stash();
 }
 
 void WeightVersions::bind_arena(bool previous) {
@@ -27,6 +28,11 @@ void WeightVersions::bind_arena(bool previous) {
 }
 
 void WeightVersions::bind(int64_t version) {
+  if (!keep_previous_ && version != latest_)
+    throw std::logic_error(fmt::format(
+        "layers {}..{} need weight version {} but hold only {} (no previous version kept): the "
+        "schedule runs a micro-batch of this stage after its step's update",
+        params_->first_layer(), params_->last_layer() - 1, version, latest_));
   if (version != latest_ && version != latest_ - 1)
     throw std::logic_error(fmt::format(
         "layers {}..{} need weight version {} but hold only {} and {}: the schedule runs a "
@@ -40,7 +46,8 @@ void WeightVersions::update(Optimizer& optimizer, float lr) {
   Backend& b = params_->backend();
   const Tensor latest = params_->params_flat();
   if (latest.numel()) {
-    b.copy_within(params_->stash_flat().data(), latest.data(), params_->stash_bytes());
+    if (keep_previous_)
+      b.copy_within(params_->stash_flat().data(), latest.data(), params_->stash_bytes());
     optimizer.step(latest, params_->grads_flat(), lr);
   }
   params_->zero_grads();

@@ -5,6 +5,10 @@
 // W(t - 1); UPDATE(t) copies W(L) over W(L - 1) and steps the optimizer on the latest arena, so
 // W(L + 1) = W(L) - lr * update(g_t) with g_t computed at W(t - 1) = W(L - 1).
 //
+// With --async-delay per-stage the last stage keeps no previous version: its backward of a
+// micro-batch follows its forward at once, so its UPDATE(t - 1) runs before step t's first
+// forward and step t can compute with W(t) itself (delay 0; async_delay.h).
+//
 // Switching versions rebinds the stage's layers to views of the other arena (Layer::bind: a
 // handful of tensor handles per layer, no copy); it happens only when the version a stage's next
 // compute action needs differs from the bound one.
@@ -18,15 +22,16 @@ namespace pt {
 
 class WeightVersions {
  public:
-  // `latest`: the version index the parameters hold now (the trainer's step). The previous
-  // version starts as a copy of it (W(-1) = W(0) at the start of training).
-  WeightVersions(Model& model, StageParameters& params, int64_t latest);
+  // `latest`: the version index the parameters hold now (the trainer's step). With
+  // `keep_previous` the previous version starts as a copy of it (W(-1) = W(0) at the start of
+  // training); without, only W(L) is held and bound.
+  WeightVersions(Model& model, StageParameters& params, int64_t latest, bool keep_previous = true);
 
   int64_t latest() const { return latest_; }
   // Renumbers the versions held (resuming at `latest`; the arenas' contents stay).
   void set_latest(int64_t latest) { latest_ = latest; }
   // Binds the stage's layers to `version`; throws std::logic_error when it is neither W(L) nor
-  // W(L - 1) (a schedule that needs a third version).
+  // (when kept) W(L - 1): a schedule that needs a version the stage does not hold.
   void bind(int64_t version);
   // Applies UPDATE with the stage's accumulated gradients (left zeroed).
   void update(Optimizer& optimizer, float lr);
@@ -38,6 +43,7 @@ class WeightVersions {
   Model* model_;
   StageParameters* params_;
   int64_t latest_;
+  bool keep_previous_;
   bool bound_previous_ = false;
 };
 

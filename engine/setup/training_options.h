@@ -10,6 +10,7 @@
 #include "engine/cuda_plugin.h"
 #include "engine/partition/cost_source.h"
 #include "engine/partition/partition_method.h"
+#include "engine/pipeline/async_delay.h"
 #include "engine/pipeline/recompute.h"
 #include "engine/pipeline/schedule_choice.h"
 
@@ -61,6 +62,9 @@ struct TrainingOptions {
   // schedule run. Only with 1f1b, --stages >= 2, --dp 1, --microbatches >= stages - 1, no --clip.
   bool async_update = false;
   int async_window = 8;
+  // --async-delay: uniform (PipeDream-2BW, every stage one step) or per-stage (the last stage
+  // none, engine/pipeline/weight_versions.h).
+  AsyncDelay async_delay = AsyncDelay::uniform;
   bool print = true;  // make_training prints the device note and the plan on stdout
   std::string trace,
       timeline;  // report_pipeline writes the last step's Chrome trace / SVG timeline here

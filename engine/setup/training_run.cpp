@@ -152,6 +152,7 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
   pc.parallel.bucket_bytes = static_cast<size_t>(opt.bucket_mib * 1024 * 1024);
   pc.async_update = opt.async_update;
   pc.async_window = opt.async_window;
+  pc.async_delay = opt.async_delay;
   pc.parallel.shard_optimizer = opt.shard_optimizer;
   pc.parallel.slow_replica = opt.slow_replica;
   pc.parallel.slow_factor = opt.slow_factor;
@@ -214,8 +215,10 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
         opt.dp, static_cast<double>(s.unsharded_optimizer_state_bytes) / (1 << 20));
   if (opt.async_update)
     s.description += fmt::format(
-        ", async updates (PipeDream-2BW, window {} steps, second weight version {:.2f} MiB{})",
-        opt.async_window, static_cast<double>(s.pipeline->weight_stash_bytes()) / (1 << 20),
+        ", async updates (PipeDream-2BW, window {} steps, delay {}, second weight version {:.2f} "
+        "MiB{})",
+        opt.async_window, async_delay_name(opt.async_delay),
+        static_cast<double>(s.pipeline->weight_stash_bytes()) / (1 << 20),
         world ? " in this process" : "");
   // Measured, not assumed (README, "Synchronous or asynchronous"): under a delay, heavy-ball
   // momentum lost 3-5 points of Fashion-MNIST accuracy after 3 epochs; Nesterov's form, which for

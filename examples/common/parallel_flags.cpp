@@ -91,6 +91,10 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
                  "--update async: steps per schedule run (the bubble is paid once per window; "
                  "default 8)")
       ->check(kIntText);
+  app.add_option("--async-delay", f.async_delay,
+                 "--update async: uniform (PipeDream-2BW: every stage computes step t with the "
+                 "weights of t-1; default) | per-stage (the last stage, whose backward follows its "
+                 "forward at once, uses the weights of t and keeps no second version)");
 }
 
 TrainingOptions training_options(const ParallelFlags& f) {
@@ -167,6 +171,22 @@ TrainingOptions training_options(const ParallelFlags& f) {
           "every step): add --update async or drop --async-window",
           f.async_window));
     o.async_window = f.async_window;
+  }
+  if (!f.async_delay.empty()) {
+    if (!o.async_update)
+      throw UsageError(
+          fmt::format("--async-delay {} applies to --update async only: add --update async or drop "
+                      "--async-delay",
+                      f.async_delay));
+    if (f.async_delay == async_delay_name(AsyncDelay::uniform))
+      o.async_delay = AsyncDelay::uniform;
+    else if (f.async_delay == async_delay_name(AsyncDelay::per_stage))
+      o.async_delay = AsyncDelay::per_stage;
+    else
+      throw UsageError(fmt::format(
+          "--async-delay {} is not a delay: use uniform (every stage one step, PipeDream-2BW) or "
+          "per-stage (the last stage none)",
+          f.async_delay));
   }
   return o;
 }

@@ -6,7 +6,8 @@ tensor's bytes from its piece at the manifest's offset), with the standard libra
   compare_checkpoints.py A B [--tolerance T] [--weights-only] [--quiet]
 
 Exit 0 when both hold the same tensor names and every element agrees: bit for bit without
---tolerance, else |a - b| <= T. A NaN anywhere is a failure (NaN never "agrees"). Prints the
+--tolerance, else |a - b| <= T. --weights-only: the parameters alone (no optimizer.* state, no
+stash.* second weight versions of --update async). A NaN anywhere is a failure (NaN never "agrees"). Prints the
 largest difference and how many tensors differ.
 """
 import argparse
@@ -49,8 +50,11 @@ def main():
     args = p.parse_args()
     ma, ta = tensors(args.a)
     mb, tb = tensors(args.b)
-    names = sorted(n for n in ta if not (args.weights_only and n.startswith("optimizer.")))
-    names_b = sorted(n for n in tb if not (args.weights_only and n.startswith("optimizer.")))
+    def kept(name):
+        return not (args.weights_only and name.startswith(("optimizer.", "stash.")))
+
+    names = sorted(n for n in ta if kept(n))
+    names_b = sorted(n for n in tb if kept(n))
     if names != names_b:
         only_a = sorted(set(names) - set(names_b))[:5]
         only_b = sorted(set(names_b) - set(names))[:5]

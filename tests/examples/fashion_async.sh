@@ -5,7 +5,9 @@
 #  - a checkpoint at a window end resumes to the same final parameters as the uninterrupted run
 #    (weights, optimizer state and weight stash compared bit for bit);
 #  - under mpirun -np 2 (one process per stage) the final parameters equal the single-process run;
-#  - --dp 2 (one process, and mpirun -np 4): resume and the multi-process run bit for bit.
+#  - --dp 2 (one process, and mpirun -np 4): resume and the multi-process run bit for bit;
+#  - --async-delay per-stage (the last stage keeps no second version): resume, mpirun -np 2 ==
+#    one process, and its checkpoint is refused by a uniform-delay resume.
 #
 #   fashion_async.sh <pipetrain-fashion> [data dir]
 # Needs the Fashion-MNIST files; exits 77 (skip) without them.
@@ -33,6 +35,8 @@ expect_refused "--ps with --update async" "${common[@]}" --ps 1 --steps 1
 expect_refused "--async-window 0 must be an integer between 1 and" "${common[@]}" --async-window 0 --steps 1
 expect_refused "--async-window 4 applies to --update async only" --data "$data" --stages 2 --devices cpu:0,cpu:1 --async-window 4 --steps 1
 expect_refused "--parity-check compares with synchronous" "${common[@]}" --parity-check --steps 1
+expect_refused "--async-delay per-stage applies to --update async only" --data "$data" --stages 2 --devices cpu:0,cpu:1 --async-delay per-stage --steps 1
+expect_refused "--async-delay last is not a delay: use uniform" "${common[@]}" --async-delay last --steps 1
 
 check_run() {  # check_run NAME "must say" args...
   local name=$1 want=$2; shift 2
@@ -75,7 +79,30 @@ check_run "async --dp 2 first 8 steps" "saved checkpoint" "$exe" "${dp2[@]}" --a
 check_run "async --dp 2 resume to 12" "resumed from" "$exe" "${dp2[@]}" --async-window 4 --steps 12 --resume "$work/dp_part" --save "$work/dp_resumed"
 compare "--dp 2 resume at a window end == uninterrupted" "$work/dp" "$work/dp_resumed"
 
+# --async-delay per-stage: the same checks, and the last stage's missing stash is named on a
+# uniform resume.
+check_run "async per-stage run" "delay per-stage" "$exe" "${common[@]}" --async-delay per-stage --async-window 4 --steps 12 --save "$work/ps_whole"
+check_run "async per-stage first 8 steps" "saved checkpoint" "$exe" "${common[@]}" --async-delay per-stage --async-window 4 --steps 8 --save "$work/ps_part"
+check_run "async per-stage resume to 12" "resumed from" "$exe" "${common[@]}" --async-delay per-stage --async-window 4 --steps 12 --resume "$work/ps_part" --save "$work/ps_resumed"
+compare "per-stage resume at a window end == uninterrupted" "$work/ps_whole" "$work/ps_resumed"
+# The same parameter names, other values; and the last stage (layers 3..) has no stash.
+python3 "$here/compare_checkpoints.py" "$work/whole" "$work/ps_whole" --weights-only >"$work/cmp.txt" 2>&1
+if grep -q "tensors differ" "$work/cmp.txt"; then
+  echo "ok: per-stage and uniform delays train differently: $(tail -1 "$work/cmp.txt")"
+else
+  echo "FAIL: --async-delay per-stage vs uniform:"; cat "$work/cmp.txt"; fails=$((fails+1))
+fi
+stashes() { grep -oE '"stash\.[0-9]+' "$1/manifest.json" | sort -u | tr '\n' ' '; }
+echo "stash layers: uniform $(stashes "$work/whole"), per-stage $(stashes "$work/ps_whole")"
+[ "$(stashes "$work/ps_whole")" != "$(stashes "$work/whole")" ] && [ -n "$(stashes "$work/ps_whole")" ] ||
+  { echo "FAIL: a per-stage checkpoint should hold the first stage's stash only"; fails=$((fails+1)); }
+expect_error "the --async-delay it was written with" "${common[@]}" --steps 12 --resume "$work/ps_part"
+
 if command -v mpirun >/dev/null; then
+  out=$(timeout 300 mpirun -np 2 --oversubscribe --bind-to none "$exe" --data "$data" --stages 2 --threads 1 --batch 32 \
+        --microbatches 4 --no-shuffle --update async --async-delay per-stage --async-window 4 --steps 12 --save "$work/mpi_ps" 2>&1); rc=$?
+  if [ $rc -ne 0 ]; then echo "FAIL: mpirun -np 2 async per-stage: rc=$rc"; echo "$out" | tail -20; fails=$((fails+1)); fi
+  compare "mpirun -np 2 async per-stage == one process" "$work/ps_whole" "$work/mpi_ps"
   out=$(timeout 300 mpirun -np 2 --oversubscribe --bind-to none "$exe" --data "$data" --stages 2 --threads 1 --batch 32 \
         --microbatches 4 --no-shuffle --update async --async-window 4 --steps 12 --save "$work/mpi" 2>&1); rc=$?
   if [ $rc -ne 0 ]; then echo "FAIL: mpirun -np 2 async: rc=$rc"; echo "$out" | tail -20; fails=$((fails+1)); fi

@@ -1,7 +1,8 @@
 // --update async (PipeDream-2BW): the pipeline against a single-device reference of the delayed
 // update written here in a few lines — step t's gradient g_t taken at W(t - 1) by a Trainer whose
 // weights are set to W(t - 1), then W(t + 1) = W(t) - lr * update(g_t) by an Optimizer — bit for
-// bit on the CPU; every backward runs with its forward's weight version; the refusals.
+// bit on the CPU; with --async-delay per-stage the reference takes g_t with the last stage's
+// layers at W(t) instead; every backward runs with its forward's weight version; the refusals.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -60,10 +61,18 @@ struct Result {
   std::vector<float> params;  // W(kSteps), all layers in global order
 };
 
+// The layers of the last of S stages as test::pipeline_config splits them: [first, layers).
+int last_stage_first_layer(const Model& m, int S) {
+  const auto sizes = split_sizes(m.num_layers(), S);
+  return static_cast<int>(m.num_layers() - sizes.back());
+}
+
 // The delayed update on one device: `grad` computes g_t at W(t - 1) (its own optimizer's step is
-// overwritten before it matters), `weights` holds W(t) and steps with g_t.
+// overwritten before it matters), `weights` holds W(t) and steps with g_t. With `last_fresh_of`
+// = S (AsyncDelay::per_stage over S stages) the last stage's layers of `grad` hold W(t) instead.
 // `microbatches`: R * M for R replicas of M micro-batches each.
-Result reference(const std::string& optimizer, Data& data, int microbatches = 4) {
+Result reference(const std::string& optimizer, Data& data, int microbatches = 4,
+                 int last_fresh_of = 0) {
   auto backend = make_cpu_backend(0, 1);
   Model gm = dropout_mlp(), wm = dropout_mlp();
   TrainerConfig gc = trainer_config("sgd");
@@ -74,6 +83,14 @@ Result reference(const std::string& optimizer, Data& data, int microbatches = 4)
   const TrainerConfig wc = trainer_config(optimizer);
   StageParameters weights(wm, 0, wm.num_layers(), *backend, wc.seed);
   Optimizer opt(wc.optimizer, *backend, weights.layout());
+  // The last stage's parameters: the end of the arena, whose order is the layers' (global order).
+  const size_t fresh =
+      last_fresh_of
+          ? static_cast<size_t>(StageParameters(wm, last_stage_first_layer(wm, last_fresh_of),
+                                                wm.num_layers(), *backend, wc.seed)
+                                    .params_flat()
+                                    .numel())
+          : 0;
   Result r;
   for (int t = 0; t < kSteps; ++t) {
     const HostBatch b = data.batch(t);
@@ -82,23 +99,29 @@ Result reference(const std::string& optimizer, Data& data, int microbatches = 4)
     opt.step(weights.params_flat(), grad.parameters().grads_flat(), wc.lr.at(t));
     std::memcpy(grad.parameters().params_flat().f32(), latest.data(),
                 latest.size() * sizeof(float));  // the next step's W(t)
+    const size_t from = latest.size() - fresh;   // per-stage: the last stage's W(t + 1)
+    std::memcpy(grad.parameters().params_flat().f32() + from, weights.params_flat().f32() + from,
+                fresh * sizeof(float));
   }
   r.params = host(weights.params_flat());
   return r;
 }
 
-PipelineConfig async_config(const Model& m, const std::string& optimizer, int S) {
+PipelineConfig async_config(const Model& m, const std::string& optimizer, int S,
+                            AsyncDelay delay = AsyncDelay::uniform) {
   PipelineConfig pc = test::pipeline_config(m, trainer_config(optimizer), "1f1b", S, 4);
   pc.async_update = true;
   pc.async_window = 3;
+  pc.async_delay = delay;
   return pc;
 }
 
 Result pipelined(const std::string& optimizer, int S, Data& data,
-                 std::vector<std::vector<VersionUse>>* uses = nullptr) {
+                 std::vector<std::vector<VersionUse>>* uses = nullptr,
+                 AsyncDelay delay = AsyncDelay::uniform) {
   test::CpuDevices devices(S);
   Model m = dropout_mlp();
-  PipelineTrainer p(m, devices.devices, async_config(m, optimizer, S));
+  PipelineTrainer p(m, devices.devices, async_config(m, optimizer, S, delay));
   CHECK(p.window() == 3);
   Result r;
   std::vector<HostBatch> batches;
@@ -116,7 +139,13 @@ Result pipelined(const std::string& optimizer, int S, Data& data,
                           p.last_version_uses()[s].end());
   }
   CHECK(p.step() == kSteps);
-  CHECK(p.weight_stash_bytes() > 0);
+  // A second version of every stage's weights, or (per-stage) of all but the last.
+  size_t stash = 0;
+  for (int s = 0; s < S; ++s)
+    if (delay == AsyncDelay::uniform || s < S - 1)
+      stash += p.stage_parameters(s).params_flat().bytes();
+  CHECK(p.weight_stash_bytes() == stash);
+  CHECK(p.stage_parameters(S - 1).has_stash() == (delay == AsyncDelay::uniform));
   for (int s = 0; s < S; ++s) {
     const auto v = host(p.stage_parameters(s).params_flat());
     r.params.insert(r.params.end(), v.begin(), v.end());
@@ -131,13 +160,15 @@ struct DpResult {
   std::vector<std::vector<float>> params, stash;
 };
 
-DpResult data_parallel(const std::string& optimizer, int S, int R, int M, Data& data) {
+DpResult data_parallel(const std::string& optimizer, int S, int R, int M, Data& data,
+                       AsyncDelay delay = AsyncDelay::uniform) {
   test::CpuDevices devices(R * S);
   TrainerConfig c = trainer_config(optimizer);
   c.microbatches = M;
   PipelineConfig pc = test::pipeline_config(dropout_mlp(), c, "1f1b", S, M);
   pc.async_update = true;
   pc.async_window = 3;
+  pc.async_delay = delay;
   auto dp = make_local_data_parallel(dropout_mlp, devices.devices, pc, R);
   REQUIRE(dp->window() == 3);
   std::vector<HostBatch> batches;
@@ -151,7 +182,8 @@ DpResult data_parallel(const std::string& optimizer, int S, int R, int M, Data& 
   for (int r = 0; r < R; ++r) {
     std::vector<float> p, w;
     for (const StageState& s : dp->replica(r).stage_states()) {
-      const auto v = host(s.params->params_flat()), x = host(s.params->stash_flat());
+      const auto v = host(s.params->params_flat());
+      const auto x = s.params->has_stash() ? host(s.params->stash_flat()) : std::vector<float>{};
       p.insert(p.end(), v.begin(), v.end());
       w.insert(w.end(), x.begin(), x.end());
     }
@@ -167,40 +199,44 @@ DpResult data_parallel(const std::string& optimizer, int S, int R, int M, Data& 
 // before stepping: R replicas == the delayed update over R*M micro-batches. The sum adds the
 // replicas' partial sums, so (as in data_parallel_test.cpp) it is bit-identical to the
 // single-device accumulation only when that is the same order (R = 2, M = 1); otherwise within
-// kDpTolerance. Every replica ends identical to replica 0, weights and stash, bit for bit.
+// kDpTolerance. Every replica ends identical to replica 0, weights and stash, bit for bit. Both
+// delays.
 TEST_CASE("async pipeline with --dp 2 == the delayed update over 2*M micro-batches") {
   constexpr double kDpTolerance = 1e-6;  // absolute; parameters are ~0.1 in magnitude
-  for (const std::string optimizer : {"sgd", "adamw"})
-    for (const auto& [S, M] : {std::pair{2, 4}, std::pair{3, 4}, std::pair{2, 1}}) {
-      CAPTURE(optimizer);
-      CAPTURE(S);
-      CAPTURE(M);
-      constexpr int R = 2;
-      Data data;
-      const Result ref = reference(optimizer, data, R * M);
-      const DpResult got = data_parallel(optimizer, S, R, M, data);
-      REQUIRE(got.params[0].size() == ref.params.size());
-      for (float v : got.params[0]) REQUIRE(std::isfinite(v));
-      for (int r = 1; r < R; ++r) {
-        const auto i = static_cast<size_t>(r);
-        CHECK(std::memcmp(got.params[i].data(), got.params[0].data(),
-                          ref.params.size() * sizeof(float)) == 0);
-        REQUIRE(got.stash[i].size() == got.stash[0].size());
-        CHECK(std::memcmp(got.stash[i].data(), got.stash[0].data(),
-                          got.stash[0].size() * sizeof(float)) == 0);
+  for (const AsyncDelay delay : {AsyncDelay::uniform, AsyncDelay::per_stage})
+    for (const std::string optimizer : {"sgd", "adamw"})
+      for (const auto& [S, M] : {std::pair{2, 4}, std::pair{3, 4}, std::pair{2, 1}}) {
+        CAPTURE(async_delay_name(delay));
+        CAPTURE(optimizer);
+        CAPTURE(S);
+        CAPTURE(M);
+        constexpr int R = 2;
+        Data data;
+        const Result ref =
+            reference(optimizer, data, R * M, delay == AsyncDelay::per_stage ? S : 0);
+        const DpResult got = data_parallel(optimizer, S, R, M, data, delay);
+        REQUIRE(got.params[0].size() == ref.params.size());
+        for (float v : got.params[0]) REQUIRE(std::isfinite(v));
+        for (int r = 1; r < R; ++r) {
+          const auto i = static_cast<size_t>(r);
+          CHECK(std::memcmp(got.params[i].data(), got.params[0].data(),
+                            ref.params.size() * sizeof(float)) == 0);
+          REQUIRE(got.stash[i].size() == got.stash[0].size());
+          CHECK(std::memcmp(got.stash[i].data(), got.stash[0].data(),
+                            got.stash[0].size() * sizeof(float)) == 0);
+        }
+        const double diff = compare_tensors(got.params[0], ref.params).max_abs;
+        MESSAGE("max |dp - reference| = " << diff);
+        if (M == 1) {
+          CHECK(diff == 0.0);
+          CHECK(got.losses == ref.losses);
+        } else {
+          CHECK(diff <= kDpTolerance);
+          REQUIRE(got.losses.size() == ref.losses.size());
+          for (size_t k = 0; k < ref.losses.size(); ++k)
+            CHECK(std::fabs(got.losses[k] - ref.losses[k]) <= 1e-6);
+        }
       }
-      const double diff = compare_tensors(got.params[0], ref.params).max_abs;
-      MESSAGE("max |dp - reference| = " << diff);
-      if (M == 1) {
-        CHECK(diff == 0.0);
-        CHECK(got.losses == ref.losses);
-      } else {
-        CHECK(diff <= kDpTolerance);
-        REQUIRE(got.losses.size() == ref.losses.size());
-        for (size_t k = 0; k < ref.losses.size(); ++k)
-          CHECK(std::fabs(got.losses[k] - ref.losses[k]) <= 1e-6);
-      }
-    }
 }
 
 TEST_CASE("async pipeline == the delayed update on one device, bit for bit") {
@@ -228,42 +264,65 @@ TEST_CASE("async pipeline == the delayed update on one device, bit for bit") {
   }
 }
 
-TEST_CASE("async pipeline: every backward uses its forward's weight version, two at a time") {
-  for (int S : {2, 3, 4}) {
-    CAPTURE(S);
-    Data data;
-    std::vector<std::vector<VersionUse>> uses(static_cast<size_t>(S));
-    pipelined("sgd", S, data, &uses);
-    for (int s = 0; s < S; ++s) {
-      const auto& list = uses[static_cast<size_t>(s)];
-      REQUIRE(list.size() == static_cast<size_t>(2 * 4 * kSteps));  // an F and a B each
-      std::map<int64_t, int64_t> forward_version;                   // global micro-batch -> version
-      int64_t newest = -1;
-      std::set<int64_t> seen;
-      for (const VersionUse& u : list) {
-        CHECK(u.version == u.step - 1);
-        const int64_t g = u.step * 4 + u.action.microbatch % 4;
-        if (u.action.type == sched::ActionType::F) {
-          forward_version[g] = u.version;
-        } else {
-          REQUIRE(forward_version.count(g));
-          CHECK(forward_version[g] == u.version);
-        }
-        newest = std::max(newest, u.version);
-        CHECK(newest - u.version <= 1);  // never older than the one before the newest
-        seen.insert(u.version);
-      }
-      CHECK(seen.size() == static_cast<size_t>(kSteps));  // W(-1) .. W(5)
-      // In the steady state versions really interleave (an older one after a newer one).
-      bool interleaved = false;
-      int64_t top = -1;
-      for (const VersionUse& u : list) {
-        interleaved = interleaved || u.version < top;
-        top = std::max(top, u.version);
-      }
-      CHECK(interleaved == (S - 1 - s > 0));
+TEST_CASE(
+    "async pipeline, --async-delay per-stage == its delayed update on one device, bit for bit") {
+  for (const std::string optimizer : {"sgd", "adamw"})
+    for (int S : {2, 3, 4}) {
+      CAPTURE(optimizer);
+      CAPTURE(S);
+      Data data;
+      const Result ref = reference(optimizer, data, 4, S);
+      // The last stage's fresh weights change the trajectory (or the test would prove nothing).
+      CHECK(ref.params != reference(optimizer, data).params);
+      const Result got = pipelined(optimizer, S, data, nullptr, AsyncDelay::per_stage);
+      CHECK(got.losses == ref.losses);
+      REQUIRE(got.params.size() == ref.params.size());
+      for (float v : got.params) REQUIRE(std::isfinite(v));
+      CHECK(std::memcmp(got.params.data(), ref.params.data(), ref.params.size() * sizeof(float)) ==
+            0);
     }
-  }
+}
+
+TEST_CASE("async pipeline: every backward uses its forward's weight version, two at a time") {
+  for (const AsyncDelay delay : {AsyncDelay::uniform, AsyncDelay::per_stage})
+    for (int S : {2, 3, 4}) {
+      CAPTURE(async_delay_name(delay));
+      CAPTURE(S);
+      Data data;
+      std::vector<std::vector<VersionUse>> uses(static_cast<size_t>(S));
+      pipelined("sgd", S, data, &uses, delay);
+      for (int s = 0; s < S; ++s) {
+        CAPTURE(s);
+        const int stage_delay = delay == AsyncDelay::per_stage && s == S - 1 ? 0 : 1;
+        const auto& list = uses[static_cast<size_t>(s)];
+        REQUIRE(list.size() == static_cast<size_t>(2 * 4 * kSteps));  // an F and a B each
+        std::map<int64_t, int64_t> forward_version;  // global micro-batch -> version
+        int64_t newest = -1;
+        std::set<int64_t> seen;
+        for (const VersionUse& u : list) {
+          CHECK(u.version == u.step - stage_delay);
+          const int64_t g = u.step * 4 + u.action.microbatch % 4;
+          if (u.action.type == sched::ActionType::F) {
+            forward_version[g] = u.version;
+          } else {
+            REQUIRE(forward_version.count(g));
+            CHECK(forward_version[g] == u.version);
+          }
+          newest = std::max(newest, u.version);
+          CHECK(newest - u.version <= 1);  // never older than the one before the newest
+          seen.insert(u.version);
+        }
+        CHECK(seen.size() == static_cast<size_t>(kSteps));  // W(-1) .. W(5), or W(0) .. W(6)
+        // In the steady state versions really interleave (an older one after a newer one).
+        bool interleaved = false;
+        int64_t top = -1;
+        for (const VersionUse& u : list) {
+          interleaved = interleaved || u.version < top;
+          top = std::max(top, u.version);
+        }
+        CHECK(interleaved == (S - 1 - s > 0));
+      }
+    }
 }
 
 TEST_CASE("weight versions: a third version is refused") {
@@ -275,6 +334,14 @@ TEST_CASE("weight versions: a third version is refused") {
   CHECK_NOTHROW(v.bind(5));
   CHECK_THROWS_AS(v.bind(3), std::logic_error);
   CHECK_THROWS_AS(v.bind(6), std::logic_error);
+  // Without a previous version (the last stage with --async-delay per-stage): the latest only.
+  Model single = dropout_mlp();
+  StageParameters one(single, 0, single.num_layers(), *backend, 1);
+  WeightVersions latest_only(single, one, 5, /*keep_previous=*/false);
+  CHECK_FALSE(one.has_stash());
+  CHECK(latest_only.extra_bytes() == 0);
+  CHECK_NOTHROW(latest_only.bind(5));
+  CHECK_THROWS_AS(latest_only.bind(4), std::logic_error);
 }
 
 TEST_CASE("async pipeline: the refusals name the fix") {
@@ -323,10 +390,13 @@ TEST_CASE("async pipeline: tied parameters on different stages are refused") {
 }
 
 TEST_CASE("async pipeline: a checkpoint at a window end resumes the same trajectory") {
-  for (int S : {2, 3}) {
+  for (const auto& [S, delay] :
+       {std::pair{2, AsyncDelay::uniform}, std::pair{3, AsyncDelay::uniform},
+        std::pair{2, AsyncDelay::per_stage}}) {
     CAPTURE(S);
+    CAPTURE(async_delay_name(delay));
     Data data;
-    const Result whole = pipelined("adamw", S, data);  // steps 0..6 without a break
+    const Result whole = pipelined("adamw", S, data, nullptr, delay);  // steps 0..6 at once
     test::TempDir dir;
     const auto path = dir.path / "ckpt";
     std::vector<HostBatch> batches;
@@ -334,7 +404,7 @@ TEST_CASE("async pipeline: a checkpoint at a window end resumes the same traject
     {
       test::CpuDevices devices(S);
       Model m = dropout_mlp();
-      PipelineTrainer p(m, devices.devices, async_config(m, "adamw", S));
+      PipelineTrainer p(m, devices.devices, async_config(m, "adamw", S, delay));
       p.train_steps(std::span(batches).first(4));
       TrainingState state;
       state.step = p.step();
@@ -344,7 +414,7 @@ TEST_CASE("async pipeline: a checkpoint at a window end resumes the same traject
     }
     test::CpuDevices devices(S);
     Model m = dropout_mlp();
-    PipelineTrainer p(m, devices.devices, async_config(m, "adamw", S));
+    PipelineTrainer p(m, devices.devices, async_config(m, "adamw", S, delay));
     const std::vector<StageState> stages = p.all_stage_copies();
     const TrainingState loaded = load_checkpoint(path, m, stages);
     REQUIRE(loaded.step == 4);
@@ -381,6 +451,33 @@ TEST_CASE("async pipeline: a checkpoint without a weight stash is refused") {
   const std::vector<StageState> stages = p.all_stage_copies();
   CHECK_THROWS_WITH_AS(load_checkpoint(path, m, stages),
                        doctest::Contains("resume it with --update sync"), FileError);
+}
+
+// --async-delay per-stage keeps no second version of the last stage: its checkpoint resumes with
+// per-stage, and with uniform (which needs the last stage's W(t - 1)) is refused naming the flag.
+TEST_CASE("async pipeline: a per-stage checkpoint needs --async-delay per-stage to resume async") {
+  test::TempDir dir;
+  const auto path = dir.path / "per-stage";
+  Data data;
+  std::vector<HostBatch> batches{data.batch(0), data.batch(1)};
+  {
+    test::CpuDevices devices(2);
+    Model m = dropout_mlp();
+    PipelineTrainer p(m, devices.devices, async_config(m, "sgd", 2, AsyncDelay::per_stage));
+    p.train_steps(batches);
+    TrainingState state;
+    state.step = p.step();
+    state.seed = p.seed();
+    const std::vector<StageState> stages = p.stage_states();
+    save_checkpoint(path, m, stages, state);
+  }
+  test::CpuDevices devices(2);
+  Model m = dropout_mlp();
+  PipelineTrainer uniform(m, devices.devices, async_config(m, "sgd", 2));
+  CHECK_THROWS_WITH_AS(load_checkpoint(path, m, uniform.all_stage_copies()),
+                       doctest::Contains("the --async-delay it was written with"), FileError);
+  PipelineTrainer per_stage(m, devices.devices, async_config(m, "sgd", 2, AsyncDelay::per_stage));
+  CHECK(load_checkpoint(path, m, per_stage.all_stage_copies()).step == 2);
 }
 
 TEST_CASE("async pipeline: a non-finite gradient ends the run naming the step and the stage") {
