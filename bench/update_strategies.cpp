@@ -16,7 +16,7 @@
 //   {"bench":"update_strategy", "strategy", "straggler", "steps_per_s", "steps_per_s_min",
 //    "steps_per_s_max", "reps", "samples_per_s", ...}   one per strategy and straggler setting
 //     strategy: allreduce | sharded_optimizer | ps_sync | ps_async_t1 | ps_async_t4 |
-//               pipeline_1f1b_flush | pipeline_async_2bw
+//               pipeline_1f1b_flush | pipeline_async_2bw | pipeline_async_per_stage
 //     steps_per_s: global steps (one global batch each) per second, the median of --reps
 //       repetitions. All-reduce and pipeline rows: rank 0's timed steps. PS rows: the server's
 //       applied pushes per second / R while every worker still ran (an asynchronous fast worker
@@ -189,8 +189,10 @@ struct Bench {
   }
 
   // Two stages on rank 0 (cpu:0, cpu:1), 1F1B with a flush per step or PipeDream-2BW with one
-  // window of --steps steps per repetition.
-  void pipeline(const std::string& name, bool async) {
+  // window of --steps steps per repetition (--async-delay `delay`: the same schedule, a second
+  // weight version on both stages or on the first only).
+  void pipeline(const std::string& name, bool async,
+                pt::AsyncDelay delay = pt::AsyncDelay::uniform) {
     Row row{name, "none", {}, {}};
     if (speaker()) {
       pt::TrainingOptions o = base_options(f);
@@ -199,6 +201,7 @@ struct Bench {
       o.microbatches = f.microbatches;
       o.async_update = async;
       o.async_window = f.steps;
+      o.async_delay = delay;
       pt::Model model = pt::fashion_mlp();
       pt::TrainingRun run =
           pt::make_training(o, model, {}, pt::bench::sgd_config(1), f.batch, nullptr);
@@ -214,7 +217,9 @@ struct Bench {
       }
       row.extra = {{"stages", int64_t{2}},
                    {"microbatches", static_cast<int64_t>(f.microbatches)},
-                   {"ideal_async_gain", static_cast<double>(f.microbatches + 1) / f.microbatches}};
+                   {"ideal_async_gain", static_cast<double>(f.microbatches + 1) / f.microbatches},
+                   {"second_weight_version_bytes",
+                    static_cast<int64_t>(run.pipeline->weight_stash_bytes())}};
     }
     world.barrier("the end of a pipeline row");
     emit_row(row);
@@ -270,6 +275,7 @@ int run(const Flags& f, pt::Communicator& world) {
   b.parameter_server("ps_async_t4", 4, straggler);
   b.pipeline("pipeline_1f1b_flush", false);
   b.pipeline("pipeline_async_2bw", true);
+  b.pipeline("pipeline_async_per_stage", true, pt::AsyncDelay::per_stage);
 
   if (b.speaker()) {
     const double allreduce_slow = b.median_rate("allreduce", straggler);

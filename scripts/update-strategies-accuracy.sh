@@ -10,9 +10,12 @@
 # the spike compensation of Kosson et al. 2021, "Pipelined Backpropagation at Scale"), sync vs
 # async over three seeds, since a single run's accuracy varies by about a point between seeds
 # (and the GPT with SGD + Nesterov, one seed).
-#   [SEEDS="0 1 2 3 4"] scripts/update-strategies-accuracy.sh [build dir] [epochs] [all|base|nesterov]
-#   (all: about 40 min on 2 cores; SEEDS: the second part's seeds, default 0 1 2; SKIP_GPT=1:
-#   the Fashion-MNIST rows only)
+# The third part (delay): the asynchronous pipeline's two delays, --async-delay uniform (2BW) and
+# per-stage (the last stage computes with the latest weights), against the synchronous pipeline,
+# with Nesterov momentum at a constant learning rate and with a cosine schedule, per seed.
+#   [SEEDS="0 1 2 3 4"] scripts/update-strategies-accuracy.sh [build dir] [epochs] [all|base|nesterov|delay]
+#   (all: about 60 min on 2 cores; SEEDS: the second and third parts' seeds, default 0 1 2;
+#   SKIP_GPT=1: the Fashion-MNIST rows only)
 set -uo pipefail
 build=${1:-build}; epochs=${2:-3}; part=${3:-all}
 fashion=$build/examples/pipetrain-fashion gpt=$build/examples/pipetrain-gpt
@@ -42,7 +45,7 @@ gpt_run() {  # mode optimizer command...
   [[ -n $loss ]] || echo "$out" | tail -5 >&2
 }
 
-if [[ $part != nesterov ]]; then
+if [[ $part == all || $part == base ]]; then
   fashion_run pipeline_sync sgd "$fashion" "${pipe[@]}"
   fashion_run pipeline_async sgd "$fashion" "${pipe[@]}" --update async
   fashion_run pipeline_sync adamw "$fashion" "${pipe[@]}" "${adamw[@]}"
@@ -59,7 +62,7 @@ if [[ $part != nesterov ]]; then
   fi
 fi
 
-if [[ $part != base ]]; then
+if [[ $part == all || $part == nesterov ]]; then
   nesterov=(--nesterov)
   for seed in ${SEEDS:-0 1 2}; do
     fashion_run pipeline_sync sgd_nesterov "$fashion" "${pipe[@]}" "${nesterov[@]}" --seed $seed
@@ -71,4 +74,15 @@ if [[ $part != base ]]; then
     gpt_run pipeline_sync sgd_nesterov "$gpt" "${pipe[@]}" "${gpt_sgd[@]}" "${nesterov[@]}"
     gpt_run pipeline_async sgd_nesterov "$gpt" "${pipe[@]}" "${gpt_sgd[@]}" "${nesterov[@]}" --update async
   fi
+fi
+
+if [[ $part == all || $part == delay ]]; then
+  for seed in ${SEEDS:-0 1 2}; do
+    for lr_schedule in constant cosine; do
+      run=("$fashion" "${pipe[@]}" --nesterov --seed "$seed" --lr-schedule "$lr_schedule")
+      fashion_run "pipeline_sync_$lr_schedule" sgd_nesterov "${run[@]}"
+      fashion_run "pipeline_async_uniform_$lr_schedule" sgd_nesterov "${run[@]}" --update async
+      fashion_run "pipeline_async_per_stage_$lr_schedule" sgd_nesterov "${run[@]}" --update async --async-delay per-stage
+    done
+  done
 fi
