@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <set>
 
 #include "../engine/synthetic.h"
@@ -191,6 +192,15 @@ DpResult data_parallel(const std::string& optimizer, int S, int R, int M, Data& 
     out.stash.push_back(std::move(w));
   }
   return out;
+}
+
+// A checkpoint of `engine` at its current step.
+void save(const std::filesystem::path& path, const Model& m, TrainingEngine& engine) {
+  TrainingState state;
+  state.step = engine.step();
+  state.seed = engine.seed();
+  const std::vector<StageState> stages = engine.stage_states();
+  save_checkpoint(path, m, stages, state);
 }
 
 }  // namespace
@@ -406,11 +416,7 @@ TEST_CASE("async pipeline: a checkpoint at a window end resumes the same traject
       Model m = dropout_mlp();
       PipelineTrainer p(m, devices.devices, async_config(m, "adamw", S, delay));
       p.train_steps(std::span(batches).first(4));
-      TrainingState state;
-      state.step = p.step();
-      state.seed = p.seed();
-      const std::vector<StageState> stages = p.stage_states();
-      save_checkpoint(path, m, stages, state);
+      save(path, m, p);
     }
     test::CpuDevices devices(S);
     Model m = dropout_mlp();
@@ -440,10 +446,7 @@ TEST_CASE("async pipeline: a checkpoint without a weight stash is refused") {
     auto backend = make_cpu_backend(0, 1);
     Model m = dropout_mlp();
     Trainer t(m, *backend, trainer_config("sgd"));
-    TrainingState state;
-    state.seed = t.seed();
-    const std::vector<StageState> stages = t.stage_states();
-    save_checkpoint(path, m, stages, state);
+    save(path, m, t);
   }
   test::CpuDevices devices(2);
   Model m = dropout_mlp();
@@ -465,11 +468,7 @@ TEST_CASE("async pipeline: a per-stage checkpoint needs --async-delay per-stage 
     Model m = dropout_mlp();
     PipelineTrainer p(m, devices.devices, async_config(m, "sgd", 2, AsyncDelay::per_stage));
     p.train_steps(batches);
-    TrainingState state;
-    state.step = p.step();
-    state.seed = p.seed();
-    const std::vector<StageState> stages = p.stage_states();
-    save_checkpoint(path, m, stages, state);
+    save(path, m, p);
   }
   test::CpuDevices devices(2);
   Model m = dropout_mlp();
