@@ -1,6 +1,7 @@
 #include "engine/parallel/parameter_server.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -42,13 +43,29 @@ struct PullHeader {
   double grad_norm = 0;
   int64_t optimizer_steps = 0, stop = 0;
 };
-constexpr size_t kHeaderBytes = 40;  // the payload follows the header
+// Every message is a header; the kinds that carry data (INIT, PUSH, every reply) follow it with
+// one payload message on the same tag, which MPI (and the in-process group) deliver in order.
+// A push's gradients and a pull's parameters then go straight from and into the arenas: no
+// staging copy of the piece (16 MB for the Fashion-MNIST MLP) on either side of each push.
+constexpr size_t kHeaderBytes = 40;
 static_assert(sizeof(PushHeader) == kHeaderBytes && sizeof(PullHeader) == kHeaderBytes);
+using HeaderBytes = std::array<std::byte, kHeaderBytes>;  // PsClient's out_ and in_ too
 
-size_t message_bytes(const PsPiece& p) { return kHeaderBytes + p.bytes(); }
-// INIT and the reply to FETCH carry the optimizer state too: header, parameters, then each slot.
-size_t state_message_bytes(const PsPiece& p, int slots) {
-  return kHeaderBytes + p.bytes() * (1 + static_cast<size_t>(slots));
+// INIT and the reply to FETCH carry the optimizer state too: parameters, then each slot.
+size_t state_payload_bytes(const PsPiece& p, int slots) {
+  return p.bytes() * (1 + static_cast<size_t>(slots));
+}
+template <class Header>
+Header read_header(const HeaderBytes& bytes) {
+  Header h;
+  std::memcpy(&h, bytes.data(), sizeof h);
+  return h;
+}
+template <class Header>
+HeaderBytes header_bytes(const Header& h) {
+  HeaderBytes out;
+  std::memcpy(out.data(), &h, sizeof h);
+  return out;
 }
 
 // Layers [first, last) laid out as StageParameters lays out a stage: the table, and per layer
@@ -191,6 +208,7 @@ class Server {
       p->optimizer = std::make_unique<Optimizer>(config.optimizer, backend, p->table);
       p->out.resize(R);  // before the threads: no insertion later
       p->state_out.resize(R);
+      p->header_out.resize(R);
       stats_.held_bytes +=
           p->table.total_bytes() * (2 + static_cast<size_t>(config.optimizer.state_slots()));
       pieces_.push_back(std::move(p));
@@ -204,20 +222,21 @@ class Server {
     // INIT from replica 0's worker of each stage held: the starting parameters and step.
     // With the optimizer state: a resumed run continues where its checkpoint stopped.
     for (auto& p : pieces_) {
-      std::vector<std::byte> msg(state_message_bytes(p->shape, slots()));
-      ps_.recv(msg.data(), msg.size(), worker_rank(0, *p), kTagToServer,
-               fmt::format("parameter server {} waiting for the initial parameters of stage {} "
-                           "from replica 0",
-                           stats_.server, p->shape.stage));
-      PushHeader h;
-      std::memcpy(&h, msg.data(), sizeof h);
+      const std::string what = fmt::format(
+          "parameter server {} waiting for the initial parameters of stage {} from replica 0",
+          stats_.server, p->shape.stage);
+      HeaderBytes header;
+      ps_.recv(header.data(), header.size(), worker_rank(0, *p), kTagToServer, what);
+      const auto h = read_header<PushHeader>(header);
       if (h.kind != kInit)
         throw std::runtime_error("parameter server: expected INIT from replica 0");
+      std::vector<std::byte> msg(state_payload_bytes(p->shape, slots()));
+      ps_.recv(msg.data(), msg.size(), worker_rank(0, *p), kTagToServer, what);
       const size_t bytes = p->shape.bytes();
-      std::memcpy(p->params.flat().f32(), msg.data() + kHeaderBytes, bytes);
+      std::memcpy(p->params.flat().f32(), msg.data(), bytes);
       for (int i = 0; i < slots(); ++i)
         std::memcpy(p->optimizer->slots()[static_cast<size_t>(i)].state.flat().f32(),
-                    msg.data() + kHeaderBytes + bytes * (1 + static_cast<size_t>(i)), bytes);
+                    msg.data() + bytes * (1 + static_cast<size_t>(i)), bytes);
       p->optimizer->set_steps_taken(h.optimizer_steps);
       step_ = h.step;
       // Asynchronous: the learning rate follows version / R, the global step.
@@ -244,7 +263,8 @@ class Server {
     int64_t version = 0;                            // pushes applied (of this stage's workers)
     std::vector<int64_t> on;                        // per replica: the version it pulled last
     std::vector<bool> computing;                    // per replica: between its pull and push
-    std::vector<std::vector<std::byte>> out;        // per replica: its reply (kept until sent)
+    std::vector<HeaderBytes> header_out;            // per replica: its reply's header
+    std::vector<std::vector<std::byte>> out;        // per replica: its reply (asynchronous)
     std::vector<std::vector<std::byte>> state_out;  // per replica: its reply to FETCH
   };
 
@@ -258,13 +278,15 @@ class Server {
     std::vector<int> to;
     for (auto& p : pieces_)
       for (int r = 0; r < config_.workers; ++r) {
-        std::vector<std::byte>& out = p->out[static_cast<size_t>(r)];
-        out.resize(message_bytes(p->shape));
-        PullHeader h{p->version, skipped ? 1 : 0, norm, 0, stop};
-        std::memcpy(out.data(), &h, sizeof h);
-        std::memcpy(out.data() + kHeaderBytes, p->params.flat().f32(), p->shape.bytes());
-        sent.push_back(ps_.isend(out.data(), out.size(), worker_rank(r, *p), kTagToWorker));
-        to.push_back(worker_rank(r, *p));
+        HeaderBytes& header = p->header_out[static_cast<size_t>(r)];
+        header = header_bytes(PullHeader{p->version, skipped ? 1 : 0, norm, 0, stop});
+        // The parameters themselves: nothing changes them until every send has completed.
+        for (const auto& [data, bytes] :
+             {std::pair<const void*, size_t>{header.data(), header.size()},
+              {p->params.flat().f32(), p->shape.bytes()}}) {
+          sent.push_back(ps_.isend(data, bytes, worker_rank(r, *p), kTagToWorker));
+          to.push_back(worker_rank(r, *p));
+        }
       }
     for (size_t i = 0; i < sent.size(); ++i)
       sent[i]->wait(fmt::format("parameter server {}: sending parameters to worker {}",
@@ -278,16 +300,19 @@ class Server {
   void send_state(Piece& p, int r) {
     std::vector<std::byte>& out = p.state_out[static_cast<size_t>(r)];
     const size_t bytes = p.shape.bytes();
-    out.resize(state_message_bytes(p.shape, slots()));
-    PullHeader h{p.version, 0, 0.0, p.optimizer->steps_taken()};
-    std::memcpy(out.data(), &h, sizeof h);
-    std::memcpy(out.data() + kHeaderBytes, p.params.flat().f32(), bytes);
+    out.resize(state_payload_bytes(p.shape, slots()));
+    const HeaderBytes header =
+        header_bytes(PullHeader{p.version, 0, 0.0, p.optimizer->steps_taken()});
+    std::memcpy(out.data(), p.params.flat().f32(), bytes);
     for (int i = 0; i < slots(); ++i)
-      std::memcpy(out.data() + kHeaderBytes + bytes * (1 + static_cast<size_t>(i)),
+      std::memcpy(out.data() + bytes * (1 + static_cast<size_t>(i)),
                   p.optimizer->slots()[static_cast<size_t>(i)].state.flat().f32(), bytes);
-    ps_.isend(out.data(), out.size(), worker_rank(r, p), kTagToWorker)
-        ->wait(fmt::format("parameter server {}: sending its state to worker {}", stats_.server,
-                           worker_rank(r, p)));
+    const std::string what = fmt::format("parameter server {}: sending its state to worker {}",
+                                         stats_.server, worker_rank(r, p));
+    auto first = ps_.isend(header.data(), header.size(), worker_rank(r, p), kTagToWorker);
+    auto second = ps_.isend(out.data(), out.size(), worker_rank(r, p), kTagToWorker);
+    first->wait(what);
+    second->wait(what);
   }
 
   // A stop signal, relayed (called under the lock when asynchronous): a worker's PAUSE or STOP
@@ -327,12 +352,13 @@ class Server {
   // The epilogue's norm over every server's tensors, in global order (`only`: that piece's
   // tensors only, for asynchronous pushes, which servers see in different orders). The pieces
   // are in stage order, so this server's tensors are in global order too.
-  double global_norm(const Piece* only = nullptr) {
+  // `only`: that piece's gradients, at `only_grads` (an asynchronous push, where they are).
+  double global_norm(const Piece* only = nullptr, const float* only_grads = nullptr) {
     if (!servers_ || only) {
       double sum = 0;
       for (const auto& p : pieces_) {
         if (only && p.get() != only) continue;
-        const float* g = p->grads.flat().f32();
+        const float* g = only ? only_grads : p->grads.flat().f32();
         for (const auto& t : p->shape.tensors)
           if (t.numel) sum += backend_.sum_squares(g + t.offset / sizeof(float), t.numel);
       }
@@ -359,9 +385,9 @@ class Server {
   }
 
   // The optimizer step on piece p's gradients (clipped by `norm`).
-  void apply(Piece& p, double norm, float lr) {
+  // `g`: the piece's gradients (its arena, or an asynchronous push's buffer).
+  void apply(Piece& p, Tensor g, double norm, float lr) {
     const float factor = clip_factor(norm, config_.clip_norm);
-    Tensor g = p.grads.flat();
     if (factor != 1.f && g.numel()) backend_.scale(factor, g.f32(), g.numel());
     p.optimizer->step(p.params.flat(), g, lr);
   }
@@ -370,7 +396,7 @@ class Server {
     const int R = config_.workers;
     const int contacts = R * static_cast<int>(pieces_.size());
     size_t largest = 0;
-    for (const auto& p : pieces_) largest = std::max(largest, message_bytes(p->shape));
+    for (const auto& p : pieces_) largest = std::max(largest, p->shape.bytes());
     std::vector<std::byte> msg(largest);
     for (;;) {
       int stops = 0, fetches = 0;
@@ -378,10 +404,9 @@ class Server {
       for (int r = 0; r < R; ++r)
         for (auto& p : pieces_) {
           const size_t bytes = p->shape.bytes();
-          ps_.recv(msg.data(), message_bytes(p->shape), worker_rank(r, *p), kTagToServer,
-                   what(r, *p));
-          PushHeader h;
-          std::memcpy(&h, msg.data(), sizeof h);
+          HeaderBytes header;
+          ps_.recv(header.data(), header.size(), worker_rank(r, *p), kTagToServer, what(r, *p));
+          const auto h = read_header<PushHeader>(header);
           if (h.kind == kStop) {
             ++stops;
             count(true);
@@ -397,11 +422,13 @@ class Server {
             throw std::runtime_error(
                 fmt::format("parameter server: unexpected message {} from worker {}", h.kind,
                             worker_rank(r, *p)));
-          if (r == 0)
-            std::memcpy(p->grads.flat().f32(), msg.data() + kHeaderBytes, bytes);
-          else
-            accumulate(p->grads.flat().f32(), msg.data() + kHeaderBytes,
+          if (r == 0) {  // straight into the sum
+            ps_.recv(p->grads.flat().f32(), bytes, worker_rank(r, *p), kTagToServer, what(r, *p));
+          } else {
+            ps_.recv(msg.data(), bytes, worker_rank(r, *p), kTagToServer, what(r, *p));
+            accumulate(p->grads.flat().f32(), msg.data(),
                        static_cast<int64_t>(bytes / sizeof(float)), ElemType::f32);
+          }
           ++stats_.pushes;
         }
       if (stops == contacts) return;
@@ -418,7 +445,7 @@ class Server {
       const double norm = global_norm();
       const bool skipped = !std::isfinite(norm);
       if (!skipped) {
-        for (auto& p : pieces_) apply(*p, norm, config_.lr.at(step_));
+        for (auto& p : pieces_) apply(*p, p->grads.flat(), norm, config_.lr.at(step_));
         ++stats_.updates;
       }
       ++step_;
@@ -456,11 +483,15 @@ class Server {
     const int64_t bound = static_cast<int64_t>(config_.staleness) * R;  // in pushes
     const size_t bytes = p.shape.bytes();
     const auto ri = static_cast<size_t>(r);
-    std::vector<std::byte> msg(message_bytes(p.shape));
+    // This worker's gradients, received here and applied from here (the piece's own gradient
+    // arena is the synchronous sum's).
+    Arena grads(backend_, p.table);
     for (;;) {
-      ps_.recv(msg.data(), msg.size(), worker_rank(r, p), kTagToServer, what(r, p));
-      PushHeader h;
-      std::memcpy(&h, msg.data(), sizeof h);
+      HeaderBytes header;
+      ps_.recv(header.data(), header.size(), worker_rank(r, p), kTagToServer, what(r, p));
+      const auto h = read_header<PushHeader>(header);
+      if (h.kind == kPush)
+        ps_.recv(grads.flat().f32(), bytes, worker_rank(r, p), kTagToServer, what(r, p));
       std::unique_lock lock(mutex_);
       p.computing[ri] = false;
       if (h.kind == kFetch) {  // a save: the worker pauses (its next message is RESUME)
@@ -483,13 +514,12 @@ class Server {
         stats_.max_staleness = std::max(stats_.max_staleness, stale);
         stats_.sum_staleness += static_cast<double>(stale);
         ++stats_.pushes;
-        std::memcpy(p.grads.flat().f32(), msg.data() + kHeaderBytes, bytes);
         // This piece's tensors only (--clip needs K = 1 and S = 1 here). With K > 1 a
         // non-finite gradient skips the update on the servers whose piece holds it.
-        norm = global_norm(&p);
+        norm = global_norm(&p, grads.flat().f32());
         skipped = !std::isfinite(norm);
         if (!skipped) {
-          apply(p, norm, config_.lr.at(p.version / R));
+          apply(p, grads.flat(), norm, config_.lr.at(p.version / R));
           ++stats_.updates;
         }
         ++p.version;
@@ -521,14 +551,18 @@ class Server {
       if (failed_) return;
       p.on[ri] = p.version;
       p.computing[ri] = true;
-      p.out[ri].resize(message_bytes(p.shape));
-      PullHeader ph{p.version, skipped ? 1 : 0, norm, 0, stop_flag()};
-      std::memcpy(p.out[ri].data(), &ph, sizeof ph);
-      std::memcpy(p.out[ri].data() + kHeaderBytes, p.params.flat().f32(), bytes);
+      // A copy: the other workers' pushes change the parameters while this one is sent.
+      p.out[ri].resize(bytes);
+      p.header_out[ri] = header_bytes(PullHeader{p.version, skipped ? 1 : 0, norm, 0, stop_flag()});
+      std::memcpy(p.out[ri].data(), p.params.flat().f32(), bytes);
       lock.unlock();
-      ps_.isend(p.out[ri].data(), p.out[ri].size(), worker_rank(r, p), kTagToWorker)
-          ->wait(fmt::format("parameter server {}: sending parameters to worker {}", stats_.server,
-                             worker_rank(r, p)));
+      const std::string sending = fmt::format(
+          "parameter server {}: sending parameters to worker {}", stats_.server, worker_rank(r, p));
+      auto first =
+          ps_.isend(p.header_out[ri].data(), kHeaderBytes, worker_rank(r, p), kTagToWorker);
+      auto second = ps_.isend(p.out[ri].data(), bytes, worker_rank(r, p), kTagToWorker);
+      first->wait(sending);
+      second->wait(sending);
     }
   }
 
@@ -570,8 +604,8 @@ PsClient::PsClient(Communicator& ps, int worker, const PsConfig& config,
     if (const PsPiece* p = shards[k].piece(stage())) {
       servers_.push_back(static_cast<int>(k));
       pieces_.push_back(*p);
-      out_.emplace_back(message_bytes(*p));
-      in_.emplace_back(message_bytes(*p));
+      out_.emplace_back();
+      in_.emplace_back();
     }
 }
 
@@ -592,26 +626,26 @@ PsClient::~PsClient() {
 void PsClient::tell_servers(int64_t kind, const char* what) {
   std::vector<std::unique_ptr<CommRequest>> sent;
   for (size_t k = 0; k < pieces_.size(); ++k) {
-    PushHeader h{kind, 0, version_, 0, stopping_ ? 1 : 0};
-    std::memcpy(out_[k].data(), &h, sizeof h);
+    out_[k] = header_bytes(PushHeader{kind, 0, version_, 0, stopping_ ? 1 : 0});
     sent.push_back(ps_.isend(out_[k].data(), out_[k].size(), server_rank(k), kTagToServer));
   }
   for (auto& s : sent) s->wait(what);
 }
 
+// PUSH: the header, then the gradients straight from the arena; RESUME: the header alone.
 void PsClient::push(StageParameters& stage, int64_t kind, int64_t step) {
-  const std::byte* src = reinterpret_cast<const std::byte*>(
-      kind == kInit ? stage.params_flat().f32() : stage.grads_flat().f32());
+  const auto* grads = reinterpret_cast<const std::byte*>(stage.grads_flat().f32());
   std::vector<std::unique_ptr<CommRequest>> sent;
   for (size_t k = 0; k < pieces_.size(); ++k) {
     const PsPiece& p = pieces_[k];
-    PushHeader h{kind, step, version_, 0};
-    std::memcpy(out_[k].data(), &h, sizeof h);
-    std::memcpy(out_[k].data() + kHeaderBytes, src + p.begin, p.bytes());
+    out_[k] = header_bytes(PushHeader{kind, step, version_, 0});
     sent.push_back(ps_.isend(out_[k].data(), out_[k].size(), server_rank(k), kTagToServer));
+    if (kind == kPush)
+      sent.push_back(ps_.isend(grads + p.begin, p.bytes(), server_rank(k), kTagToServer));
   }
   for (size_t k = 0; k < sent.size(); ++k)
-    sent[k]->wait(fmt::format("worker {}: pushing to parameter server {}", worker_, servers_[k]));
+    sent[k]->wait(fmt::format("worker {}: pushing to parameter server {}", worker_,
+                              servers_[kind == kPush ? k / 2 : k]));
 }
 
 EpilogueResult PsClient::finish_pull(StageParameters& stage) {
@@ -628,6 +662,10 @@ EpilogueResult PsClient::finish_pull(StageParameters& stage) {
         ps_.recv(in_[k].data(), in_[k].size(), server_rank(k), kTagToWorker,
                  fmt::format("worker {} waiting for parameters from parameter server {}", worker_,
                              server));
+        // The parameters follow their header, straight into the arena.
+        ps_.recv(dst + p.begin, p.bytes(), server_rank(k), kTagToWorker,
+                 fmt::format("worker {} receiving parameters from parameter server {}", worker_,
+                             server));
         break;
       } catch (const TimeoutError&) {
         if (attempt == 1) throw;
@@ -639,9 +677,7 @@ EpilogueResult PsClient::finish_pull(StageParameters& stage) {
                    worker_, server, ps_.world_rank(server_rank(k)), ps_.timeout_s());
       }
     }
-    PullHeader h;
-    std::memcpy(&h, in_[k].data(), sizeof h);
-    std::memcpy(dst + p.begin, in_[k].data() + kHeaderBytes, p.bytes());
+    const auto h = read_header<PullHeader>(in_[k]);
     if (k == 0) version_ = h.version;
     stop_asked_ = stop_asked_ || h.stop != 0;
     out.grad_norm = h.grad_norm;
@@ -660,19 +696,20 @@ void PsClient::send_init(StageParameters& stage, const Optimizer& optimizer, int
   for (size_t k = 0; k < pieces_.size(); ++k) {
     const PsPiece& p = pieces_[k];
     const size_t bytes = p.bytes();
-    out[k].resize(state_message_bytes(p, static_cast<int>(slots)));
-    PushHeader h{kInit, step, version_, optimizer.steps_taken()};
-    std::memcpy(out[k].data(), &h, sizeof h);
-    std::memcpy(out[k].data() + kHeaderBytes, params + p.begin, bytes);
+    out[k].resize(state_payload_bytes(p, static_cast<int>(slots)));
+    out_[k] = header_bytes(PushHeader{kInit, step, version_, optimizer.steps_taken()});
+    std::memcpy(out[k].data(), params + p.begin, bytes);
     for (size_t i = 0; i < slots; ++i)
       std::memcpy(
-          out[k].data() + kHeaderBytes + bytes * (1 + i),
+          out[k].data() + bytes * (1 + i),
           reinterpret_cast<const std::byte*>(optimizer.slots()[i].state.flat().f32()) + p.begin,
           bytes);
+    sent.push_back(ps_.isend(out_[k].data(), out_[k].size(), server_rank(k), kTagToServer));
     sent.push_back(ps_.isend(out[k].data(), out[k].size(), server_rank(k), kTagToServer));
   }
   for (size_t k = 0; k < sent.size(); ++k)
-    sent[k]->wait(fmt::format("worker {}: initialising parameter server {}", worker_, servers_[k]));
+    sent[k]->wait(
+        fmt::format("worker {}: initialising parameter server {}", worker_, servers_[k / 2]));
 }
 
 bool PsClient::request_state() {
@@ -688,16 +725,16 @@ void PsClient::receive_state(StageParameters& stage, Optimizer& optimizer) {
   for (size_t k = 0; k < pieces_.size(); ++k) {
     const PsPiece& p = pieces_[k];
     const size_t bytes = p.bytes();
-    in.resize(state_message_bytes(p, static_cast<int>(slots)));
-    ps_.recv(in.data(), in.size(), server_rank(k), kTagToWorker,
-             fmt::format("worker {} waiting for the state of parameter server {}", worker_,
-                         servers_[k]));
-    PullHeader h;
-    std::memcpy(&h, in.data(), sizeof h);
-    std::memcpy(params + p.begin, in.data() + kHeaderBytes, bytes);
+    in.resize(state_payload_bytes(p, static_cast<int>(slots)));
+    const std::string what =
+        fmt::format("worker {} waiting for the state of parameter server {}", worker_, servers_[k]);
+    ps_.recv(in_[k].data(), in_[k].size(), server_rank(k), kTagToWorker, what);
+    ps_.recv(in.data(), in.size(), server_rank(k), kTagToWorker, what);
+    const auto h = read_header<PullHeader>(in_[k]);
+    std::memcpy(params + p.begin, in.data(), bytes);
     for (size_t i = 0; i < slots; ++i)
       std::memcpy(reinterpret_cast<std::byte*>(optimizer.slots()[i].state.flat().f32()) + p.begin,
-                  in.data() + kHeaderBytes + bytes * (1 + i), bytes);
+                  in.data() + bytes * (1 + i), bytes);
     // Every server steps once per update (synchronous) or push (asynchronous), skips included.
     if (k == 0) optimizer.set_steps_taken(h.optimizer_steps);
   }
