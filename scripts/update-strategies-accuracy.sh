@@ -12,8 +12,13 @@
 # (and the GPT with SGD + Nesterov, one seed).
 # The third part (delay): the asynchronous pipeline's two delays, --async-delay uniform (2BW) and
 # per-stage (the last stage computes with the latest weights), against the synchronous pipeline,
-# with Nesterov momentum at a constant learning rate and with a cosine schedule, per seed.
-#   [SEEDS="0 1 2 3 4"] scripts/update-strategies-accuracy.sh [build dir] [epochs] [all|base|nesterov|delay]
+# with Nesterov momentum at a constant learning rate and with a cosine schedule, per seed
+# (SEEDS="" skips them); and the GPT's validation loss after 200 steps for the same three with
+# AdamW and with SGD + Nesterov (one seed). The fourth (cosine): all-reduce against the
+# asynchronous parameter server (T = 1) with the cosine schedule, per seed: at a constant rate the
+# last iterate's accuracy varies by about a point between runs, and the server's (whose pushes
+# interleave as timing decides) even between runs of one seed.
+#   [SEEDS="0 1 2 3 4"] scripts/update-strategies-accuracy.sh [build dir] [epochs] [all|base|nesterov|delay|cosine]
 #   (all: about 60 min on 2 cores; SEEDS: the second and third parts' seeds, default 0 1 2;
 #   SKIP_GPT=1: the Fashion-MNIST rows only)
 set -uo pipefail
@@ -77,12 +82,28 @@ if [[ $part == all || $part == nesterov ]]; then
 fi
 
 if [[ $part == all || $part == delay ]]; then
-  for seed in ${SEEDS:-0 1 2}; do
+  for seed in ${SEEDS-0 1 2}; do
     for lr_schedule in constant cosine; do
       run=("$fashion" "${pipe[@]}" --nesterov --seed "$seed" --lr-schedule "$lr_schedule")
       fashion_run "pipeline_sync_$lr_schedule" sgd_nesterov "${run[@]}"
       fashion_run "pipeline_async_uniform_$lr_schedule" sgd_nesterov "${run[@]}" --update async
       fashion_run "pipeline_async_per_stage_$lr_schedule" sgd_nesterov "${run[@]}" --update async --async-delay per-stage
     done
+  done
+  if [[ -x $gpt && -z ${SKIP_GPT:-} ]]; then
+    for optim in adamw sgd_nesterov; do
+      args=(); [[ $optim == sgd_nesterov ]] && args=("${gpt_sgd[@]}" --nesterov)
+      gpt_run pipeline_sync "$optim" "$gpt" "${pipe[@]}" "${args[@]}"
+      gpt_run pipeline_async_uniform "$optim" "$gpt" "${pipe[@]}" "${args[@]}" --update async
+      gpt_run pipeline_async_per_stage "$optim" "$gpt" "${pipe[@]}" "${args[@]}" --update async --async-delay per-stage
+    done
+  fi
+fi
+
+if [[ $part == all || $part == cosine ]]; then
+  for seed in ${SEEDS:-0 1 2}; do
+    run=(--dp 2 --threads 1 --nesterov --seed "$seed" --lr-schedule cosine)
+    fashion_run allreduce_cosine sgd_nesterov "${mpi[@]}" -np 2 "$fashion" "${run[@]}"
+    fashion_run ps_async_t1_cosine sgd_nesterov "${mpi[@]}" -np 3 "$fashion" "${run[@]}" --ps 1 --staleness 1
   done
 fi
