@@ -188,42 +188,59 @@ struct Bench {
     rows.push_back(std::move(row));
   }
 
-  // Two stages on rank 0 (cpu:0, cpu:1), 1F1B with a flush per step or PipeDream-2BW with one
-  // window of --steps steps per repetition (--async-delay `delay`: the same schedule, a second
-  // weight version on both stages or on the first only).
-  void pipeline(const std::string& name, bool async,
-                pt::AsyncDelay delay = pt::AsyncDelay::uniform) {
-    Row row{name, "none", {}, {}};
+  // Two stages on rank 0 (cpu:0, cpu:1): 1F1B with a flush per step, and PipeDream-2BW with one
+  // window of --steps steps per repetition (--async-delay uniform, and per-stage: the same
+  // schedule, a second weight version on both stages or on the first only). The repetitions
+  // alternate between the three, so that a drift of the machine's speed during the benchmark
+  // falls on every row alike and the async / flush ratio compares like with like.
+  void pipelines() {
+    struct Spec {
+      std::string name;
+      bool async;
+      pt::AsyncDelay delay;
+    };
+    const std::vector<Spec> specs = {{"pipeline_1f1b_flush", false, pt::AsyncDelay::uniform},
+                                     {"pipeline_async_2bw", true, pt::AsyncDelay::uniform},
+                                     {"pipeline_async_per_stage", true, pt::AsyncDelay::per_stage}};
+    std::vector<Row> measured;
+    for (const Spec& s : specs) measured.push_back({s.name, "none", {}, {}});
     if (speaker()) {
-      pt::TrainingOptions o = base_options(f);
-      o.devices = "cpu:0,cpu:1";
-      o.stages = 2;
-      o.microbatches = f.microbatches;
-      o.async_update = async;
-      o.async_window = f.steps;
-      o.async_delay = delay;
       pt::Model model = pt::fashion_mlp();
-      pt::TrainingRun run =
-          pt::make_training(o, model, {}, pt::bench::sgd_config(1), f.batch, nullptr);
-      std::vector<pt::HostBatch> window(static_cast<size_t>(f.steps), {batch.hx, batch.hy});
-      for (int r = 0; r < f.reps + 1; ++r) {  // the first window warms up
-        const auto t0 = Clock::now();
-        if (async) {
-          run.engine->train_steps(window);
-        } else {
-          for (int i = 0; i < f.steps; ++i) run.engine->train_step(batch.hx, batch.hy);
-        }
-        if (r > 0) row.rates.push_back(f.steps / seconds_since(t0));
+      std::vector<pt::TrainingRun> runs;
+      for (const Spec& s : specs) {
+        pt::TrainingOptions o = base_options(f);
+        o.devices = "cpu:0,cpu:1";
+        o.stages = 2;
+        o.microbatches = f.microbatches;
+        o.async_update = s.async;
+        o.async_window = f.steps;
+        o.async_delay = s.delay;
+        runs.push_back(pt::make_training(o, model, {}, pt::bench::sgd_config(1), f.batch, nullptr));
       }
-      row.extra = {{"stages", int64_t{2}},
-                   {"microbatches", static_cast<int64_t>(f.microbatches)},
-                   {"ideal_async_gain", static_cast<double>(f.microbatches + 1) / f.microbatches},
-                   {"second_weight_version_bytes",
-                    static_cast<int64_t>(run.pipeline->weight_stash_bytes())}};
+      std::vector<pt::HostBatch> window(static_cast<size_t>(f.steps), {batch.hx, batch.hy});
+      for (int r = 0; r < f.reps + 1; ++r)  // the first round warms up
+        for (size_t k = 0; k < specs.size(); ++k) {
+          const auto t0 = Clock::now();
+          if (specs[k].async) {
+            runs[k].engine->train_steps(window);
+          } else {
+            for (int i = 0; i < f.steps; ++i) runs[k].engine->train_step(batch.hx, batch.hy);
+          }
+          if (r > 0) measured[k].rates.push_back(f.steps / seconds_since(t0));
+        }
+      for (size_t k = 0; k < specs.size(); ++k)
+        measured[k].extra = {
+            {"stages", int64_t{2}},
+            {"microbatches", static_cast<int64_t>(f.microbatches)},
+            {"ideal_async_gain", static_cast<double>(f.microbatches + 1) / f.microbatches},
+            {"second_weight_version_bytes",
+             static_cast<int64_t>(runs[k].pipeline->weight_stash_bytes())}};
     }
-    world.barrier("the end of a pipeline row");
-    emit_row(row);
-    rows.push_back(std::move(row));
+    world.barrier("the end of the pipeline rows");
+    for (Row& row : measured) {
+      emit_row(row);
+      rows.push_back(std::move(row));
+    }
   }
 
   static void set_straggler(pt::TrainingOptions& o, const std::string& straggler) {
@@ -273,9 +290,7 @@ int run(const Flags& f, pt::Communicator& world) {
   b.parameter_server("ps_sync", 0, straggler);
   b.parameter_server("ps_async_t1", 1, straggler);
   b.parameter_server("ps_async_t4", 4, straggler);
-  b.pipeline("pipeline_1f1b_flush", false);
-  b.pipeline("pipeline_async_2bw", true);
-  b.pipeline("pipeline_async_per_stage", true, pt::AsyncDelay::per_stage);
+  b.pipelines();
 
   if (b.speaker()) {
     const double allreduce_slow = b.median_rate("allreduce", straggler);
