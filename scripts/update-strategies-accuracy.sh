@@ -53,8 +53,10 @@ gpt_run() {  # mode optimizer command...
 if [[ $part == all || $part == base ]]; then
   fashion_run pipeline_sync sgd "$fashion" "${pipe[@]}"
   fashion_run pipeline_async sgd "$fashion" "${pipe[@]}" --update async
+  fashion_run pipeline_async_per_stage sgd "$fashion" "${pipe[@]}" --update async --async-delay per-stage
   fashion_run pipeline_sync adamw "$fashion" "${pipe[@]}" "${adamw[@]}"
   fashion_run pipeline_async adamw "$fashion" "${pipe[@]}" "${adamw[@]}" --update async
+  fashion_run pipeline_async_per_stage adamw "$fashion" "${pipe[@]}" "${adamw[@]}" --update async --async-delay per-stage
   fashion_run allreduce sgd "${mpi[@]}" -np 2 "$fashion" --dp 2 --threads 1
   fashion_run ps_sync sgd "${mpi[@]}" -np 3 "$fashion" --dp 2 --ps 1 --threads 1
   fashion_run ps_async_t1 sgd "${mpi[@]}" -np 3 "$fashion" --dp 2 --ps 1 --staleness 1 --threads 1
