@@ -2,8 +2,9 @@
 // against each other on one model (the Fashion-MNIST MLP, synthetic batches of the same shape:
 // the speed does not depend on the values) in one run:
 //
-//   mpirun -np 3 --bind-to none pipetrain-bench-update-strategies [--quick]    (R = 2 workers)
-//   mpirun -np 5 --oversubscribe --bind-to none pipetrain-bench-update-strategies  (R = 4)
+//   mpirun -np 3 --oversubscribe --bind-to none pipetrain-bench-update-strategies [--quick]    (R =
+//   2 workers) mpirun -np 5 --oversubscribe --bind-to none pipetrain-bench-update-strategies  (R =
+//   4)
 //
 // R + 1 processes of one thread each: world ranks 0..R-1 are the workers (replicas) of every
 // data-parallel row; rank R is the parameter server of the PS rows and waits (sleeping, in a
@@ -267,7 +268,7 @@ int run(const Flags& f, pt::Communicator& world) {
   if (world.size() < 3)
     throw pt::UsageError(fmt::format(
         "{} processes were started; this benchmark needs R + 1 >= 3 (R workers and a parameter "
-        "server): mpirun -np 3 --bind-to none pipetrain-bench-update-strategies",
+        "server): mpirun -np 3 --oversubscribe --bind-to none pipetrain-bench-update-strategies",
         world.size()));
   Bench b(f, world);
   if (b.speaker())
@@ -346,7 +347,8 @@ int main(int argc, char** argv) {
   try {
     if (!pt::launched_by_mpi())
       throw pt::UsageError(
-          "run under mpirun: mpirun -np 3 --bind-to none pipetrain-bench-update-strategies");
+          "run under mpirun: mpirun -np 3 --oversubscribe --bind-to none "
+          "pipetrain-bench-update-strategies");
     mpi.emplace();
     world = pt::mpi_world(f.timeout);
     const int code = run(f, *world);

@@ -61,7 +61,7 @@ if [[ $part == all || $part == base ]]; then
   fashion_run ps_sync sgd "${mpi[@]}" -np 3 "$fashion" --dp 2 --ps 1 --threads 1
   fashion_run ps_async_t1 sgd "${mpi[@]}" -np 3 "$fashion" --dp 2 --ps 1 --staleness 1 --threads 1
   fashion_run ps_async_t4 sgd "${mpi[@]}" -np 3 "$fashion" --dp 2 --ps 1 --staleness 4 --threads 1
-  if [[ -x $gpt ]]; then
+  if [[ -x $gpt && -z ${SKIP_GPT:-} ]]; then
     gpt_run pipeline_sync adamw "$gpt" "${pipe[@]}"
     gpt_run pipeline_async adamw "$gpt" "${pipe[@]}" --update async
     gpt_run pipeline_sync sgd "$gpt" "${pipe[@]}" "${gpt_sgd[@]}"
