@@ -209,6 +209,10 @@ class Server {
       p->out.resize(R);  // before the threads: no insertion later
       p->state_out.resize(R);
       p->header_out.resize(R);
+      // Asynchronous: each worker's push is received into, and applied from, its own buffer
+      // (allocated here, before the serving threads, which share the backend).
+      if (config.staleness > 0)
+        for (size_t r = 0; r < R; ++r) p->pushed.emplace_back(backend, p->table);
       stats_.held_bytes +=
           p->table.total_bytes() * (2 + static_cast<size_t>(config.optimizer.state_slots()));
       pieces_.push_back(std::move(p));
@@ -264,6 +268,7 @@ class Server {
     std::vector<int64_t> on;                        // per replica: the version it pulled last
     std::vector<bool> computing;                    // per replica: between its pull and push
     std::vector<HeaderBytes> header_out;            // per replica: its reply's header
+    std::vector<Arena> pushed;                      // per replica: its last push (asynchronous)
     std::vector<std::vector<std::byte>> out;        // per replica: its reply (asynchronous)
     std::vector<std::vector<std::byte>> state_out;  // per replica: its reply to FETCH
   };
@@ -483,9 +488,9 @@ class Server {
     const int64_t bound = static_cast<int64_t>(config_.staleness) * R;  // in pushes
     const size_t bytes = p.shape.bytes();
     const auto ri = static_cast<size_t>(r);
-    // This worker's gradients, received here and applied from here (the piece's own gradient
-    // arena is the synchronous sum's).
-    Arena grads(backend_, p.table);
+    // This worker's gradients, received and applied from here (the piece's own gradient arena is
+    // the synchronous sum's).
+    const Arena& grads = p.pushed.at(ri);
     for (;;) {
       HeaderBytes header;
       ps_.recv(header.data(), header.size(), worker_rank(r, p), kTagToServer, what(r, p));
