@@ -6,6 +6,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <map>
 #include <memory>
@@ -49,7 +50,7 @@ struct PullHeader {
 // staging copy of the piece (16 MB for the Fashion-MNIST MLP) on either side of each push.
 constexpr size_t kHeaderBytes = 40;
 static_assert(sizeof(PushHeader) == kHeaderBytes && sizeof(PullHeader) == kHeaderBytes);
-using HeaderBytes = std::array<std::byte, kHeaderBytes>;  // PsClient's out_ and in_ too
+using HeaderBytes = std::array<std::byte, kHeaderBytes>;
 
 // INIT and the reply to FETCH carry the optimizer state too: parameters, then each slot.
 size_t state_payload_bytes(const PsPiece& p, int slots) {
@@ -62,11 +63,44 @@ Header read_header(const HeaderBytes& bytes) {
   return h;
 }
 template <class Header>
-HeaderBytes header_bytes(const Header& h) {
-  HeaderBytes out;
-  std::memcpy(out.data(), &h, sizeof h);
-  return out;
+Header receive_header(Communicator& c, int from, int tag, std::string_view what) {
+  HeaderBytes bytes;
+  c.recv(bytes.data(), bytes.size(), from, tag, what);
+  return read_header<Header>(bytes);
 }
+
+// Messages posted at once and waited for together, as every sender here does: each keeps its
+// header until the wait, and remembers whom it names in an error (a worker's rank, a server).
+class Sends {
+ public:
+  explicit Sends(Communicator& c) : c_(c) {}
+
+  // A header and, when `bytes` > 0, its payload (sent from `payload` itself, which must not
+  // change until wait()).
+  template <class Header>
+  void message(int to, int tag, const Header& header, int named, const void* payload = nullptr,
+               size_t bytes = 0) {
+    HeaderBytes& out = headers_.emplace_back();
+    std::memcpy(out.data(), &header, sizeof header);
+    requests_.push_back(c_.isend(out.data(), out.size(), to, tag));
+    named_.push_back(named);
+    if (bytes == 0) return;
+    requests_.push_back(c_.isend(payload, bytes, to, tag));
+    named_.push_back(named);
+  }
+
+  // `what(named)` describes a wait that timed out.
+  template <class What>
+  void wait(const What& what) {
+    for (size_t i = 0; i < requests_.size(); ++i) requests_[i]->wait(what(named_[i]));
+  }
+
+ private:
+  Communicator& c_;
+  std::deque<HeaderBytes> headers_;  // a deque: posted headers never move
+  std::vector<std::unique_ptr<CommRequest>> requests_;
+  std::vector<int> named_;
+};
 
 // Layers [first, last) laid out as StageParameters lays out a stage: the table, and per layer
 // (relative to `first`, plus one past the end) the index of its first entry.
@@ -208,7 +242,6 @@ class Server {
       p->optimizer = std::make_unique<Optimizer>(config.optimizer, backend, p->table);
       p->out.resize(R);  // before the threads: no insertion later
       p->state_out.resize(R);
-      p->header_out.resize(R);
       // Asynchronous: each worker's push is received into, and applied from, its own buffer
       // (allocated here, before the serving threads, which share the backend).
       if (config.staleness > 0)
@@ -229,9 +262,7 @@ class Server {
       const std::string what = fmt::format(
           "parameter server {} waiting for the initial parameters of stage {} from replica 0",
           stats_.server, p->shape.stage);
-      HeaderBytes header;
-      ps_.recv(header.data(), header.size(), worker_rank(0, *p), kTagToServer, what);
-      const auto h = read_header<PushHeader>(header);
+      const auto h = receive_header<PushHeader>(ps_, worker_rank(0, *p), kTagToServer, what);
       if (h.kind != kInit)
         throw std::runtime_error("parameter server: expected INIT from replica 0");
       std::vector<std::byte> msg(state_payload_bytes(p->shape, slots()));
@@ -267,7 +298,6 @@ class Server {
     int64_t version = 0;                            // pushes applied (of this stage's workers)
     std::vector<int64_t> on;                        // per replica: the version it pulled last
     std::vector<bool> computing;                    // per replica: between its pull and push
-    std::vector<HeaderBytes> header_out;            // per replica: its reply's header
     std::vector<Arena> pushed;                      // per replica: its last push (asynchronous)
     std::vector<std::vector<std::byte>> out;        // per replica: its reply (asynchronous)
     std::vector<std::vector<std::byte>> state_out;  // per replica: its reply to FETCH
@@ -279,23 +309,15 @@ class Server {
   // buffers are reused).
   void reply_all(bool skipped, double norm) {
     const int64_t stop = stop_flag();  // the same for every worker: they stop at the same step
-    std::vector<std::unique_ptr<CommRequest>> sent;
-    std::vector<int> to;
+    Sends sends(ps_);
     for (auto& p : pieces_)
       for (int r = 0; r < config_.workers; ++r) {
-        HeaderBytes& header = p->header_out[static_cast<size_t>(r)];
-        header = header_bytes(PullHeader{p->version, skipped ? 1 : 0, norm, 0, stop});
+        const int to = worker_rank(r, *p);
         // The parameters themselves: nothing changes them until every send has completed.
-        for (const auto& [data, bytes] :
-             {std::pair<const void*, size_t>{header.data(), header.size()},
-              {p->params.flat().f32(), p->shape.bytes()}}) {
-          sent.push_back(ps_.isend(data, bytes, worker_rank(r, *p), kTagToWorker));
-          to.push_back(worker_rank(r, *p));
-        }
+        sends.message(to, kTagToWorker, PullHeader{p->version, skipped ? 1 : 0, norm, 0, stop}, to,
+                      p->params.flat().f32(), p->shape.bytes());
       }
-    for (size_t i = 0; i < sent.size(); ++i)
-      sent[i]->wait(fmt::format("parameter server {}: sending parameters to worker {}",
-                                stats_.server, to[i]));
+    sends.wait([&](int to) { return sending_parameters(to); });
   }
 
   int slots() const { return config_.optimizer.state_slots(); }
@@ -306,18 +328,17 @@ class Server {
     std::vector<std::byte>& out = p.state_out[static_cast<size_t>(r)];
     const size_t bytes = p.shape.bytes();
     out.resize(state_payload_bytes(p.shape, slots()));
-    const HeaderBytes header =
-        header_bytes(PullHeader{p.version, 0, 0.0, p.optimizer->steps_taken()});
     std::memcpy(out.data(), p.params.flat().f32(), bytes);
     for (int i = 0; i < slots(); ++i)
       std::memcpy(out.data() + bytes * (1 + static_cast<size_t>(i)),
                   p.optimizer->slots()[static_cast<size_t>(i)].state.flat().f32(), bytes);
-    const std::string what = fmt::format("parameter server {}: sending its state to worker {}",
-                                         stats_.server, worker_rank(r, p));
-    auto first = ps_.isend(header.data(), header.size(), worker_rank(r, p), kTagToWorker);
-    auto second = ps_.isend(out.data(), out.size(), worker_rank(r, p), kTagToWorker);
-    first->wait(what);
-    second->wait(what);
+    Sends sends(ps_);
+    const int to = worker_rank(r, p);
+    sends.message(to, kTagToWorker, PullHeader{p.version, 0, 0.0, p.optimizer->steps_taken()}, to,
+                  out.data(), out.size());
+    sends.wait([&](int) {
+      return fmt::format("parameter server {}: sending its state to worker {}", stats_.server, to);
+    });
   }
 
   // A stop signal, relayed (called under the lock when asynchronous): a worker's PAUSE or STOP
@@ -344,6 +365,10 @@ class Server {
     if (stopped_) return;
     if (stats_.active_pushes++ == 0) first_push_ = now;
     stats_.active_s = std::chrono::duration<double>(now - first_push_).count();
+  }
+
+  std::string sending_parameters(int to) const {
+    return fmt::format("parameter server {}: sending parameters to worker {}", stats_.server, to);
   }
 
   std::string what(int r, const Piece& p) const {
@@ -409,9 +434,8 @@ class Server {
       for (int r = 0; r < R; ++r)
         for (auto& p : pieces_) {
           const size_t bytes = p->shape.bytes();
-          HeaderBytes header;
-          ps_.recv(header.data(), header.size(), worker_rank(r, *p), kTagToServer, what(r, *p));
-          const auto h = read_header<PushHeader>(header);
+          const auto h =
+              receive_header<PushHeader>(ps_, worker_rank(r, *p), kTagToServer, what(r, *p));
           if (h.kind == kStop) {
             ++stops;
             count(true);
@@ -492,9 +516,7 @@ class Server {
     // the synchronous sum's).
     const Arena& grads = p.pushed.at(ri);
     for (;;) {
-      HeaderBytes header;
-      ps_.recv(header.data(), header.size(), worker_rank(r, p), kTagToServer, what(r, p));
-      const auto h = read_header<PushHeader>(header);
+      const auto h = receive_header<PushHeader>(ps_, worker_rank(r, p), kTagToServer, what(r, p));
       if (h.kind == kPush)
         ps_.recv(grads.flat().f32(), bytes, worker_rank(r, p), kTagToServer, what(r, p));
       std::unique_lock lock(mutex_);
@@ -558,16 +580,13 @@ class Server {
       p.computing[ri] = true;
       // A copy: the other workers' pushes change the parameters while this one is sent.
       p.out[ri].resize(bytes);
-      p.header_out[ri] = header_bytes(PullHeader{p.version, skipped ? 1 : 0, norm, 0, stop_flag()});
+      const PullHeader reply{p.version, skipped ? 1 : 0, norm, 0, stop_flag()};
       std::memcpy(p.out[ri].data(), p.params.flat().f32(), bytes);
       lock.unlock();
-      const std::string sending = fmt::format(
-          "parameter server {}: sending parameters to worker {}", stats_.server, worker_rank(r, p));
-      auto first =
-          ps_.isend(p.header_out[ri].data(), kHeaderBytes, worker_rank(r, p), kTagToWorker);
-      auto second = ps_.isend(p.out[ri].data(), bytes, worker_rank(r, p), kTagToWorker);
-      first->wait(sending);
-      second->wait(sending);
+      Sends sends(ps_);
+      const int to = worker_rank(r, p);
+      sends.message(to, kTagToWorker, reply, to, p.out[ri].data(), bytes);
+      sends.wait([&](int) { return sending_parameters(to); });
     }
   }
 
@@ -609,8 +628,6 @@ PsClient::PsClient(Communicator& ps, int worker, const PsConfig& config,
     if (const PsPiece* p = shards[k].piece(stage())) {
       servers_.push_back(static_cast<int>(k));
       pieces_.push_back(*p);
-      out_.emplace_back();
-      in_.emplace_back();
     }
 }
 
@@ -629,28 +646,25 @@ PsClient::~PsClient() {
 }
 
 void PsClient::tell_servers(int64_t kind, const char* what) {
-  std::vector<std::unique_ptr<CommRequest>> sent;
-  for (size_t k = 0; k < pieces_.size(); ++k) {
-    out_[k] = header_bytes(PushHeader{kind, 0, version_, 0, stopping_ ? 1 : 0});
-    sent.push_back(ps_.isend(out_[k].data(), out_[k].size(), server_rank(k), kTagToServer));
-  }
-  for (auto& s : sent) s->wait(what);
+  Sends sends(ps_);
+  for (size_t k = 0; k < pieces_.size(); ++k)
+    sends.message(server_rank(k), kTagToServer, PushHeader{kind, 0, version_, 0, stopping_ ? 1 : 0},
+                  servers_[k]);
+  sends.wait([&](int) { return std::string(what); });
 }
 
 // PUSH: the header, then the gradients straight from the arena; RESUME: the header alone.
 void PsClient::push(StageParameters& stage, int64_t kind, int64_t step) {
   const auto* grads = reinterpret_cast<const std::byte*>(stage.grads_flat().f32());
-  std::vector<std::unique_ptr<CommRequest>> sent;
+  Sends sends(ps_);
   for (size_t k = 0; k < pieces_.size(); ++k) {
     const PsPiece& p = pieces_[k];
-    out_[k] = header_bytes(PushHeader{kind, step, version_, 0});
-    sent.push_back(ps_.isend(out_[k].data(), out_[k].size(), server_rank(k), kTagToServer));
-    if (kind == kPush)
-      sent.push_back(ps_.isend(grads + p.begin, p.bytes(), server_rank(k), kTagToServer));
+    sends.message(server_rank(k), kTagToServer, PushHeader{kind, step, version_, 0}, servers_[k],
+                  grads + p.begin, kind == kPush ? p.bytes() : 0);
   }
-  for (size_t k = 0; k < sent.size(); ++k)
-    sent[k]->wait(fmt::format("worker {}: pushing to parameter server {}", worker_,
-                              servers_[kind == kPush ? k / 2 : k]));
+  sends.wait([&](int server) {
+    return fmt::format("worker {}: pushing to parameter server {}", worker_, server);
+  });
 }
 
 EpilogueResult PsClient::finish_pull(StageParameters& stage) {
@@ -662,15 +676,13 @@ EpilogueResult PsClient::finish_pull(StageParameters& stage) {
     // Two timeouts: a server waits up to one for the other workers (synchronous) or for the
     // staleness bound (asynchronous) before it replies, so when a worker is dead the server,
     // which knows which one, reports first and the job ends naming it.
+    PullHeader h;
     for (int attempt = 0;; ++attempt) {
       try {
-        ps_.recv(in_[k].data(), in_[k].size(), server_rank(k), kTagToWorker,
-                 fmt::format("worker {} waiting for parameters from parameter server {}", worker_,
-                             server));
-        // The parameters follow their header, straight into the arena.
-        ps_.recv(dst + p.begin, p.bytes(), server_rank(k), kTagToWorker,
-                 fmt::format("worker {} receiving parameters from parameter server {}", worker_,
-                             server));
+        h = receive_header<PullHeader>(
+            ps_, server_rank(k), kTagToWorker,
+            fmt::format("worker {} waiting for parameters from parameter server {}", worker_,
+                        server));
         break;
       } catch (const TimeoutError&) {
         if (attempt == 1) throw;
@@ -682,7 +694,10 @@ EpilogueResult PsClient::finish_pull(StageParameters& stage) {
                    worker_, server, ps_.world_rank(server_rank(k)), ps_.timeout_s());
       }
     }
-    const auto h = read_header<PullHeader>(in_[k]);
+    // The parameters follow their header, straight into the arena.
+    ps_.recv(
+        dst + p.begin, p.bytes(), server_rank(k), kTagToWorker,
+        fmt::format("worker {} receiving parameters from parameter server {}", worker_, server));
     if (k == 0) version_ = h.version;
     stop_asked_ = stop_asked_ || h.stop != 0;
     out.grad_norm = h.grad_norm;
@@ -697,24 +712,24 @@ void PsClient::send_init(StageParameters& stage, const Optimizer& optimizer, int
   const auto* params = reinterpret_cast<const std::byte*>(stage.params_flat().f32());
   const size_t slots = optimizer.slots().size();
   std::vector<std::vector<std::byte>> out(pieces_.size());
-  std::vector<std::unique_ptr<CommRequest>> sent;
+  Sends sends(ps_);
   for (size_t k = 0; k < pieces_.size(); ++k) {
     const PsPiece& p = pieces_[k];
     const size_t bytes = p.bytes();
     out[k].resize(state_payload_bytes(p, static_cast<int>(slots)));
-    out_[k] = header_bytes(PushHeader{kInit, step, version_, optimizer.steps_taken()});
     std::memcpy(out[k].data(), params + p.begin, bytes);
     for (size_t i = 0; i < slots; ++i)
       std::memcpy(
           out[k].data() + bytes * (1 + i),
           reinterpret_cast<const std::byte*>(optimizer.slots()[i].state.flat().f32()) + p.begin,
           bytes);
-    sent.push_back(ps_.isend(out_[k].data(), out_[k].size(), server_rank(k), kTagToServer));
-    sent.push_back(ps_.isend(out[k].data(), out[k].size(), server_rank(k), kTagToServer));
+    sends.message(server_rank(k), kTagToServer,
+                  PushHeader{kInit, step, version_, optimizer.steps_taken()}, servers_[k],
+                  out[k].data(), out[k].size());
   }
-  for (size_t k = 0; k < sent.size(); ++k)
-    sent[k]->wait(
-        fmt::format("worker {}: initialising parameter server {}", worker_, servers_[k / 2]));
+  sends.wait([&](int server) {
+    return fmt::format("worker {}: initialising parameter server {}", worker_, server);
+  });
 }
 
 bool PsClient::request_state() {
@@ -733,9 +748,8 @@ void PsClient::receive_state(StageParameters& stage, Optimizer& optimizer) {
     in.resize(state_payload_bytes(p, static_cast<int>(slots)));
     const std::string what =
         fmt::format("worker {} waiting for the state of parameter server {}", worker_, servers_[k]);
-    ps_.recv(in_[k].data(), in_[k].size(), server_rank(k), kTagToWorker, what);
+    const auto h = receive_header<PullHeader>(ps_, server_rank(k), kTagToWorker, what);
     ps_.recv(in.data(), in.size(), server_rank(k), kTagToWorker, what);
-    const auto h = read_header<PullHeader>(in_[k]);
     std::memcpy(params + p.begin, in.data(), bytes);
     for (size_t i = 0; i < slots; ++i)
       std::memcpy(reinterpret_cast<std::byte*>(optimizer.slots()[i].state.flat().f32()) + p.begin,

@@ -61,7 +61,6 @@
 //
 // Every wait has the group's timeout: a dead worker ends the server with a TimeoutError naming its
 // world rank; a dead server ends the worker likewise.
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -209,8 +208,6 @@ class PsClient {
   // The servers holding a piece of this worker's stage, and those pieces.
   std::vector<int> servers_;
   std::vector<PsPiece> pieces_;
-  // Per contact: a message header (the payloads go straight from and into the arenas).
-  std::vector<std::array<std::byte, 40>> out_, in_;
   int64_t version_ = 0;  // of the parameters this worker computes on (in pushes)
   bool started_ = false, stopped_ = false, paused_ = false;
   bool stop_asked_ = false, stopping_ = false;
