@@ -9,7 +9,7 @@ namespace pt {
 
 WeightVersions::WeightVersions(Model& model, StageParameters& params, int64_t latest,
                                bool keep_previous)
-    : model_(&model), params_(&params), latest_(latest), keep_previous_(keep_previous) {
+    : model_(&model), params_(&params), latest_(latest) {
   if (keep_previous) params.add_stash();
 }
 
@@ -28,7 +28,7 @@ void WeightVersions::bind_arena(bool previous) {
 }
 
 void WeightVersions::bind(int64_t version) {
-  if (!keep_previous_ && version != latest_)
+  if (!params_->has_stash() && version != latest_)
     throw std::logic_error(fmt::format(
         "layers {}..{} need weight version {} but hold only {} (no previous version kept): the "
         "schedule runs a micro-batch of this stage after its step's update",
@@ -46,7 +46,7 @@ void WeightVersions::update(Optimizer& optimizer, float lr) {
   Backend& b = params_->backend();
   const Tensor latest = params_->params_flat();
   if (latest.numel()) {
-    if (keep_previous_)
+    if (params_->has_stash())
       b.copy_within(params_->stash_flat().data(), latest.data(), params_->stash_bytes());
     optimizer.step(latest, params_->grads_flat(), lr);
   }

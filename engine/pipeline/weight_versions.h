@@ -24,7 +24,8 @@ class WeightVersions {
  public:
   // `latest`: the version index the parameters hold now (the trainer's step). With
   // `keep_previous` the previous version starts as a copy of it (W(-1) = W(0) at the start of
-  // training); without, only W(L) is held and bound.
+  // training); without, only W(L) is held and bound. The previous version lives in the stage's
+  // stash (StageParameters::has_stash says whether there is one).
   WeightVersions(Model& model, StageParameters& params, int64_t latest, bool keep_previous = true);
 
   int64_t latest() const { return latest_; }
@@ -43,7 +44,6 @@ class WeightVersions {
   Model* model_;
   StageParameters* params_;
   int64_t latest_;
-  bool keep_previous_;
   bool bound_previous_ = false;
 };
 
