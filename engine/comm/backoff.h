@@ -4,7 +4,11 @@
 // collective only inside MPI calls, so each step of its schedule waits for our next MPI_Test),
 // then with a yield between polls (the core goes to any computing thread that wants it), then
 // sleeping between polls, so that a thread waiting for a slow peer does not take the core from
-// a computing thread of the same process.
+// a computing thread of the same process. The default sleep, 200 us, is at most 4% of the 5 ms
+// already waited when sleeping starts, so a message arriving during a long wait is noticed
+// little later, while an idle process (a parameter server between pushes, a fast replica
+// waiting for a straggler) wakes about 4,000 times a second, not 15,000 as with 20 us (each
+// wake takes a core from a computing process for a moment).
 #include <chrono>
 #include <thread>
 
@@ -12,7 +16,7 @@ namespace pt {
 
 class Backoff {
  public:
-  explicit Backoff(std::chrono::microseconds sleep = std::chrono::microseconds(20))
+  explicit Backoff(std::chrono::microseconds sleep = std::chrono::microseconds(200))
       : sleep_(sleep) {}
 
   // Call between two polls.
