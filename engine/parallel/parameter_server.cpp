@@ -238,16 +238,25 @@ class Server {
       p->shape = shape;
       p->table.add("piece", Shape{static_cast<int64_t>(shape.bytes() / sizeof(float))});
       p->params = Arena(backend, p->table);
-      p->grads = Arena(backend, p->table);
       p->optimizer = std::make_unique<Optimizer>(config.optimizer, backend, p->table);
-      p->out.resize(R);  // before the threads: no insertion later
-      p->state_out.resize(R);
-      // Asynchronous: each worker's push is received into, and applied from, its own buffer
-      // (allocated here, before the serving threads, which share the backend).
-      if (config.staleness > 0)
-        for (size_t r = 0; r < R; ++r) p->pushed.emplace_back(backend, p->table);
-      stats_.held_bytes +=
-          p->table.total_bytes() * (2 + static_cast<size_t>(config.optimizer.state_slots()));
+      p->state_out.resize(R);  // before the threads: no insertion later
+      const size_t bytes = p->table.total_bytes();
+      size_t copies = 1 + static_cast<size_t>(config.optimizer.state_slots());
+      if (config.staleness == 0) {  // the replicas' gradients are summed here
+        p->grads = Arena(backend, p->table);
+        copies += 1;
+      } else {
+        // Each worker's push is received into, and applied from, its own buffer, and its reply
+        // is a copy (other pushes change the parameters while it is sent). Allocated here,
+        // before the serving threads, which share the backend.
+        p->out.resize(R);
+        for (size_t r = 0; r < R; ++r) {
+          p->pushed.emplace_back(backend, p->table);
+          p->out[r].resize(bytes);
+        }
+        copies += 2 * R;
+      }
+      stats_.held_bytes += bytes * copies;
       pieces_.push_back(std::move(p));
     }
     stats_.server = ps.rank() - config.workers * config.stages;
@@ -579,7 +588,6 @@ class Server {
       p.on[ri] = p.version;
       p.computing[ri] = true;
       // A copy: the other workers' pushes change the parameters while this one is sent.
-      p.out[ri].resize(bytes);
       const PullHeader reply{p.version, skipped ? 1 : 0, norm, 0, stop_flag()};
       std::memcpy(p.out[ri].data(), p.params.flat().f32(), bytes);
       lock.unlock();

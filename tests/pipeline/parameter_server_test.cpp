@@ -138,11 +138,20 @@ TEST_CASE("synchronous parameter server == --dp R all-reduce, bit for bit (SGD, 
         const Run start = train(R, 0, 0, optim, 0);
         CHECK(!same_bits(start.params[0], got.params[0]));
         REQUIRE(got.stats.size() == static_cast<size_t>(K));
+        size_t held = 0;
         for (const PsServerStats& s : got.stats) {
           CHECK(s.pushes == 4 * R);
           CHECK(s.updates == 4);
           CHECK(s.max_staleness == 0);
+          held += s.held_bytes;
         }
+        // Parameters, the replicas' summed gradients, and the optimizer's slots (momentum; m, v),
+        // each the size of the pieces: the parameters and the 64-byte alignment between tensors.
+        const size_t copies = optim == "sgd" ? 3 : 4;
+        const size_t bytes = got.params[0].size() * sizeof(float);
+        CHECK(held % copies == 0);
+        CHECK(held / copies >= bytes);
+        CHECK(held / copies < bytes + 1024);
       }
 }
 
@@ -164,6 +173,10 @@ TEST_CASE("asynchronous parameter server (T = 1): trains, staleness observed and
   CHECK(s.max_staleness > 0);
   CHECK(s.max_staleness <= T * R + R - 1);
   CHECK(s.mean_staleness() > 0);
+  // Parameters and momentum, and per worker its push and its reply's copy, where the
+  // synchronous server holds parameters, momentum and the summed gradient.
+  REQUIRE(sync.stats.size() == 1);
+  CHECK(s.held_bytes * 3 == sync.stats[0].held_bytes * (2 + 2 * R));
 }
 
 namespace {
