@@ -716,9 +716,12 @@ EpilogueResult PsClient::finish_pull(StageParameters& stage) {
   return out;
 }
 
-void PsClient::send_init(StageParameters& stage, const Optimizer& optimizer, int64_t step) {
+void PsClient::send_init(StageParameters& stage, const Optimizer* optimizer, int64_t step) {
   const auto* params = reinterpret_cast<const std::byte*>(stage.params_flat().f32());
-  const size_t slots = optimizer.slots().size();
+  // Without an optimizer the slots stay zero (a fresh start).
+  const size_t slots = static_cast<size_t>(config_.optimizer.state_slots());
+  if (optimizer && optimizer->slots().size() != slots)
+    throw std::logic_error("a parameter-server worker's optimizer has another number of slots");
   std::vector<std::vector<std::byte>> out(pieces_.size());
   Sends sends(ps_);
   for (size_t k = 0; k < pieces_.size(); ++k) {
@@ -726,14 +729,14 @@ void PsClient::send_init(StageParameters& stage, const Optimizer& optimizer, int
     const size_t bytes = p.bytes();
     out[k].resize(state_payload_bytes(p, static_cast<int>(slots)));
     std::memcpy(out[k].data(), params + p.begin, bytes);
-    for (size_t i = 0; i < slots; ++i)
+    for (size_t i = 0; optimizer && i < slots; ++i)
       std::memcpy(
           out[k].data() + bytes * (1 + i),
-          reinterpret_cast<const std::byte*>(optimizer.slots()[i].state.flat().f32()) + p.begin,
+          reinterpret_cast<const std::byte*>(optimizer->slots()[i].state.flat().f32()) + p.begin,
           bytes);
     sends.message(server_rank(k), kTagToServer,
-                  PushHeader{kInit, step, version_, optimizer.steps_taken()}, servers_[k],
-                  out[k].data(), out[k].size());
+                  PushHeader{kInit, step, version_, optimizer ? optimizer->steps_taken() : 0},
+                  servers_[k], out[k].data(), out[k].size());
   }
   sends.wait([&](int server) {
     return fmt::format("worker {}: initialising parameter server {}", worker_, server);
@@ -769,7 +772,7 @@ void PsClient::receive_state(StageParameters& stage, Optimizer& optimizer) {
   if (config_.staleness > 0) paused_ = true;
 }
 
-bool PsClient::begin_step(StageParameters& stage, const Optimizer& optimizer, int64_t step) {
+bool PsClient::begin_step(StageParameters& stage, const Optimizer* optimizer, int64_t step) {
   if (!started_) {
     if (replica() == 0) send_init(stage, optimizer, step);
     return true;

@@ -168,9 +168,10 @@ class PsClient {
   // Before every step, in two halves so that one thread holding several stages sends for all of
   // them before it waits for any (a synchronous server replies once all its workers sent):
   // begin_step(): the first time, replica 0's worker sends its parameters and optimizer state
-  // (its full-layout Optimizer, which it never steps: a loaded checkpoint's, or zeros) to the
-  // servers; after pause(), RESUME. Returns whether finish_pull() must follow (a pull).
-  bool begin_step(StageParameters& stage, const Optimizer& optimizer, int64_t step);
+  // (a loaded checkpoint's full-layout Optimizer, which it never steps; none: zeros, no steps
+  // taken) to the servers; after pause(), RESUME. Returns whether finish_pull() must follow (a
+  // pull).
+  bool begin_step(StageParameters& stage, const Optimizer* optimizer, int64_t step);
   // A save: request_state() asks every server for its parameters and optimizer state (false, and
   // nothing sent, before the first step or after the end: the worker's own are current then);
   // receive_state() then writes them into the worker's arenas and Optimizer. Split so that the
@@ -196,7 +197,7 @@ class PsClient {
 
  private:
   void push(StageParameters& stage, int64_t kind, int64_t step);
-  void send_init(StageParameters& stage, const Optimizer& optimizer, int64_t step);
+  void send_init(StageParameters& stage, const Optimizer* optimizer, int64_t step);
   // A header-only message of `kind` (STOP, FETCH, PAUSE; stop flag = stopping_) to every server
   // of this worker's stage, waited for.
   void tell_servers(int64_t kind, const char* what);

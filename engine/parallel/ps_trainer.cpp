@@ -130,9 +130,12 @@ std::vector<StageState> ParameterServerTrainer::stages_to_save() {
   std::vector<bool> asked;
   for (auto& c : parts_->clients) asked.push_back(c->request_state());
   for (size_t i = 0; i < parts_->clients.size(); ++i) {
-    if (!asked[i]) continue;
     PipelineTrainer& replica =
         parts_->workers->replica(static_cast<int>(i) / parts_->clients_per_replica);
+    // To receive the servers' state (dropped at the next pull); before the first step, a
+    // loaded checkpoint's, or zeros.
+    replica.make_full_optimizers();
+    if (!asked[i]) continue;
     const StageState st = replica.stage_state(parts_->clients[i]->stage());
     if (!st.params || !st.optimizer)
       throw std::logic_error("a parameter-server worker holds its stage with an optimizer");

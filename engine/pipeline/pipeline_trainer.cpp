@@ -123,7 +123,8 @@ PipelineTrainer::PipelineTrainer(Model& model, std::vector<Backend*> devices,
         owned.shard = std::make_unique<StageShard>(
             *owned.params, model, *par.data_parallel_group(range.device), config_.trainer.optimizer,
             static_cast<int>(stages_.size()));
-      else
+      // A parameter-server worker holds no optimizer state: its servers do.
+      else if (!par.uses_parameter_server())
         owned.optimizer =
             std::make_unique<Optimizer>(config_.trainer.optimizer, b, owned.params->layout());
       if (config_.async_update)
@@ -249,7 +250,7 @@ size_t PipelineTrainer::unsharded_optimizer_state_bytes() const {
 
 void PipelineTrainer::make_full_optimizers() {
   for (StageOwned& s : stages_)
-    if (s.shard && !s.optimizer)
+    if (s.params && !s.optimizer)
       s.optimizer = std::make_unique<Optimizer>(config_.trainer.optimizer, s.params->backend(),
                                                 s.params->layout());
 }
@@ -382,9 +383,12 @@ StepStats PipelineTrainer::train_step(const Tensor& inputs, const Tensor& target
     std::vector<int> pulls;
     for (int s = 0; s < layout_.num_stages(); ++s)
       if (PsClient* c = par.parameter_server(s))
-        if (c->begin_step(*stages_.at(at(s)).params, *stages_.at(at(s)).optimizer, step_))
+        if (c->begin_step(*stages_.at(at(s)).params, stages_.at(at(s)).optimizer.get(), step_))
           pulls.push_back(s);
     for (int s : pulls) par.parameter_server(s)->finish_pull(*stages_.at(at(s)).params);
+    // A worker's optimizer existed only to carry a checkpoint's state to the servers (INIT, or
+    // a save's FETCH): the servers hold it.
+    for (StageOwned& s : stages_) s.optimizer.reset();
   }
   std::vector<std::vector<ExecutedAction>> executed;
   const auto computing = std::chrono::steady_clock::now();

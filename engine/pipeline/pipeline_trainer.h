@@ -122,12 +122,14 @@ class PipelineTrainer final : public TrainingEngine {
   // would hold unsharded.
   size_t optimizer_state_bytes() const;
   size_t unsharded_optimizer_state_bytes() const;
-  // --shard-optimizer and checkpoints, which hold the unsharded state: stage_states() reports no
-  // optimizer unless one of these made a full one. gather_full_optimizers (collective over the
-  // data-parallel groups, every replica at once) fills it from the shards, for saving;
-  // make_full_optimizers makes empty ones for a checkpoint to load into, and
+  // --shard-optimizer, --ps and checkpoints, which hold the unsharded state: stage_states()
+  // reports no optimizer (a shard's or a parameter-server worker's stage) unless one of these
+  // made a full one. gather_full_optimizers (collective over the data-parallel groups, every
+  // replica at once) fills it from the shards, for saving; make_full_optimizers makes empty ones
+  // for a checkpoint to load into (or, --ps, for the servers' state to be saved), and
   // take_full_optimizers then hands each shard its range and drops them (the next step does that
-  // too, so a loader that does not call it loses nothing). No-ops when unsharded.
+  // too, so a loader that does not call it loses nothing; a parameter-server worker's goes to
+  // the servers and is dropped at its next step's pull). No-ops when neither.
   void gather_full_optimizers();
   void make_full_optimizers();
   void take_full_optimizers();

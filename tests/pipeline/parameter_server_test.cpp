@@ -48,6 +48,7 @@ struct Run {
   std::vector<std::vector<float>> params;  // per replica, all tensors concatenated
   std::vector<double> losses;
   std::vector<PsServerStats> stats;
+  size_t worker_optimizer_bytes = 0;  // summed over the replicas, after the last step
 };
 
 std::vector<float> flat(const std::vector<StageState>& stages) {
@@ -83,11 +84,17 @@ Run train(int R, int K, int T, const std::string& optim, int steps, double slow 
     if (k == steps / 2) CHECK(std::isfinite(run.engine->evaluate(data.x, data.y).loss));
   }
   if (auto* ps = dynamic_cast<ParameterServerTrainer*>(run.engine.get())) {
-    for (int r = 0; r < R; ++r) out.params.push_back(flat(ps->workers().replica(r).stage_states()));
+    for (int r = 0; r < R; ++r) {
+      out.params.push_back(flat(ps->workers().replica(r).stage_states()));
+      out.worker_optimizer_bytes += ps->workers().replica(r).optimizer_state_bytes();
+    }
     out.stats = ps->finish();
   } else {
     auto& dp = dynamic_cast<DataParallelTrainer&>(*run.engine);
-    for (int r = 0; r < R; ++r) out.params.push_back(flat(dp.replica(r).stage_states()));
+    for (int r = 0; r < R; ++r) {
+      out.params.push_back(flat(dp.replica(r).stage_states()));
+      out.worker_optimizer_bytes += dp.replica(r).optimizer_state_bytes();
+    }
   }
   return out;
 }
@@ -152,6 +159,9 @@ TEST_CASE("synchronous parameter server == --dp R all-reduce, bit for bit (SGD, 
         CHECK(held % copies == 0);
         CHECK(held / copies >= bytes);
         CHECK(held / copies < bytes + 1024);
+        // ... and the workers none (an all-reduce replica holds its own).
+        CHECK(got.worker_optimizer_bytes == 0);
+        CHECK(ref.worker_optimizer_bytes == held / copies * (copies - 2) * R);
       }
 }
 
