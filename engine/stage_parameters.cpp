@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <numbers>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -54,6 +55,7 @@ StageParameters::StageParameters(const Model& model, int first_layer, int last_l
   }
   params_ = Arena(backend, table);
   grads_ = Arena(backend, table);
+  unwritten_.assign(static_cast<size_t>(last_ - first_), true);  // as after start_gradients()
 
   // Initialise on the host, then copy: the values do not depend on the device.
   std::vector<float> host;
@@ -110,6 +112,28 @@ void StageParameters::add_stash() {
 void StageParameters::zero_grads() {
   Tensor g = grads_flat();
   if (g.numel()) backend_->fill(g.f32(), 0.f, g.numel());
+  unwritten_.assign(unwritten_.size(), false);
+}
+
+void StageParameters::start_gradients() { unwritten_.assign(unwritten_.size(), true); }
+
+bool StageParameters::take_unwritten(int layer) {
+  if (layer < first_ || layer >= last_)
+    throw std::logic_error(
+        fmt::format("layer {} is not in the stage's layers [{}, {})", layer, first_, last_));
+  const auto i = static_cast<size_t>(layer - first_);
+  const bool unwritten = unwritten_[i];
+  unwritten_[i] = false;
+  return unwritten;
+}
+
+void StageParameters::finish_gradients() {
+  for (size_t e = 0; e < entries_.size(); ++e) {
+    if (!unwritten_[static_cast<size_t>(entries_[e].layer - first_)]) continue;
+    const Tensor g = grad(e);
+    if (g.numel()) backend_->fill(g.f32(), 0.f, g.numel());
+  }
+  unwritten_.assign(unwritten_.size(), false);
 }
 
 }  // namespace pt

@@ -42,6 +42,14 @@ class StageParameters {
   int64_t param_count() const;
 
   void zero_grads();
+  // A new accumulation of gradients that writes nothing now: each layer's first weight gradient
+  // after it writes the layer's gradients instead of adding to them (take_unwritten(layer) says
+  // whether this is that first one, and counts it), and finish_gradients() zeroes those of any
+  // layer that had none, before anything reads them. zero_grads() is the eager form (a pass over
+  // every gradient, which the layers' first writes make unnecessary).
+  void start_gradients();
+  bool take_unwritten(int layer);
+  void finish_gradients();
 
   // --update async: a second copy of the parameters in an arena of the same layout, the older
   // weight version (engine/pipeline/weight_versions.h); checkpoints save it as "stash.*".
@@ -61,6 +69,7 @@ class StageParameters {
   Arena grads_;
   Arena stash_;
   bool has_stash_ = false;
+  std::vector<bool> unwritten_;  // per layer of the stage: no gradient written since the start
 };
 
 // Fills `out` (host memory, `n` floats) with the initial values of parameter `param_index` of

@@ -35,7 +35,7 @@ StepStats Trainer::train_step(const Tensor& inputs, const Tensor& targets) {
 
   StepStats stats;
   stats.samples = batch;
-  params_->zero_grads();
+  params_->start_gradients();
   int64_t first = 0;
   for (size_t m = 0; m < sizes.size(); ++m) {
     MicrobatchContexts ctx(*backend_, StepInfo{config_.seed, step_, static_cast<int>(m), true}, 0,
@@ -57,12 +57,13 @@ StepStats Trainer::train_step(const Tensor& inputs, const Tensor& targets) {
       Layer& layer = model_->layer(l);
       // Nobody needs dL/d(input) of a layer with no parameters before it.
       Tensor dx = model_->needs_input_gradient(l) ? layer.backward_input(dy, c) : Tensor();
-      layer.backward_weight(dy, c);
+      run_backward_weight(layer, dy, c, params_->take_unwritten(l));
       c.clear();
       dy = std::move(dx);
     }
     first += sizes[m];
   }
+  params_->finish_gradients();
 
   stats.lr = config_.lr.at(step_);
   EpilogueConfig epilogue;

@@ -63,4 +63,14 @@ void Layer::unbind() {
   grads_.clear();
 }
 
+void run_backward_weight(Layer& layer, const Tensor& dy, LayerContext& ctx, bool unwritten) {
+  const bool writes = unwritten && layer.writes_unwritten_gradients();
+  if (unwritten && !writes)
+    for (const Tensor& g : layer.grads())
+      if (g.numel()) ctx.backend().fill(g.f32(), 0.f, g.numel());
+  ctx.set_gradients_unwritten(writes);
+  layer.backward_weight(dy, ctx);
+  ctx.set_gradients_unwritten(false);
+}
+
 }  // namespace pt

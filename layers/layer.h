@@ -4,7 +4,8 @@
 //
 // Backward is split in two calls, because zero-bubble schedules run them at different times:
 //   backward_input(dy)  -> dx          (overwrites; never touches parameter gradients)
-//   backward_weight(dy)                (dW += ...: parameter gradients always accumulate)
+//   backward_weight(dy)                (dW += ...: parameter gradients accumulate, except
+//                                       where the caller says they hold nothing yet, below)
 // For every micro-batch the caller runs forward, then backward_input, then backward_weight with
 // the same dy, all with the same LayerContext. Whatever forward saves for backward lives in that
 // context, which the caller owns: it may keep several micro-batches in flight, clear one as soon
@@ -68,10 +69,17 @@ class LayerContext {
   // Drops everything saved, here and in children.
   void clear();
 
+  // Set around backward_weight by run_backward_weight (below) for a layer that honours it: its
+  // parameter gradients hold nothing yet, so it writes them (dW = ... instead of dW += ...;
+  // the GEMM's beta 0) and no separate pass zeroes them first. Children's contexts never say so.
+  bool gradients_unwritten() const { return gradients_unwritten_; }
+  void set_gradients_unwritten(bool unwritten) { gradients_unwritten_ = unwritten; }
+
  private:
   Backend* backend_;
   const StepInfo* info_;
   uint64_t key_;
+  bool gradients_unwritten_ = false;
   SkipBoard* skips_ = nullptr;
   std::vector<Tensor> saved_;
   std::vector<std::unique_ptr<LayerContext>> children_;
@@ -136,6 +144,8 @@ class Layer {
     (void)dy;
     (void)ctx;
   }
+  // Whether backward_weight writes its gradients when LayerContext::gradients_unwritten says so.
+  virtual bool writes_unwritten_gradients() const { return false; }
 
  protected:
   std::string name_;
@@ -171,5 +181,11 @@ class Loss {
     return -1;
   }
 };
+
+// layer.backward_weight(dy, ctx) where `unwritten` says whether the layer's gradients were
+// written since its step's accumulation began (StageParameters::take_unwritten): such gradients
+// are written by a layer that can (Layer::writes_unwritten_gradients) and zeroed first for the
+// others.
+void run_backward_weight(Layer& layer, const Tensor& dy, LayerContext& ctx, bool unwritten);
 
 }  // namespace pt

@@ -94,11 +94,16 @@ void Linear::backward_weight(const Tensor& dy, LayerContext& ctx) {
   require_same_rows(*this, dys, x.shape());
   Backend& be = ctx.backend();
   const int64_t rows = dys.rows();
-  // dW (out, in) += dy^T (out, rows) x (rows, in)
-  be.gemm(true, false, out_, in_, rows, 1.f, dy.f32(), out_, x.f32(), in_, 1.f, grads_[0].f32(),
-          in_);
+  // dW (out, in) += dy^T (out, rows) x (rows, in); = when nothing was written yet (no pass
+  // zeroes dW first: the GEMM's beta 0 also saves reading it)
+  const bool unwritten = ctx.gradients_unwritten();
+  be.gemm(true, false, out_, in_, rows, 1.f, dy.f32(), out_, x.f32(), in_, unwritten ? 0.f : 1.f,
+          grads_[0].f32(), in_);
   // db (out) += sum over rows of dy (rows, out)
-  if (bias_) be.sum_rows_accumulate(dy.f32(), grads_[1].f32(), rows, out_);
+  if (bias_) {
+    if (unwritten) be.fill(grads_[1].f32(), 0.f, out_);
+    be.sum_rows_accumulate(dy.f32(), grads_[1].f32(), rows, out_);
+  }
 }
 
 }  // namespace pt

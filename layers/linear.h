@@ -37,6 +37,7 @@ class Linear final : public Layer {
   Tensor forward(const Tensor& x, LayerContext& ctx) override;
   Tensor backward_input(const Tensor& dy, LayerContext& ctx) override;
   void backward_weight(const Tensor& dy, LayerContext& ctx) override;
+  bool writes_unwritten_gradients() const override { return true; }
 
  private:
   int64_t in_ = 0, out_ = 0;

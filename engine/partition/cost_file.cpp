@@ -71,8 +71,8 @@ CostTables parse_cost_text(std::string_view text, const std::string& name) {
                         name, line.number, epilogue_line));
       if (line.words.size() != 3)
         throw FileError(fmt::format(
-            "{}:{}: expected 'epilogue SERIAL UPDATE' (seconds per parameter: zeroing and norm, "
-            "optimizer update)",
+            "{}:{}: expected 'epilogue SERIAL UPDATE' (seconds per parameter: the gradient "
+            "norm, the optimizer update)",
             name, line.number));
       epilogue_line = line.number;
       out.epilogue.serial_s_per_param = number_field(line.words[1], 0, 1, name, line.number,
@@ -156,7 +156,7 @@ std::string cost_file_text(const CostTables& tables, std::string_view comment) {
       "backward_weight_s activation_bytes output_bytes param_bytes\n";
   if (tables.epilogue.serial_s_per_param > 0 || tables.epilogue.update_s_per_param > 0)
     out += fmt::format(
-        "# the step's epilogue, seconds per parameter: zeroing and norm, optimizer update\n"
+        "# the step's epilogue, seconds per parameter: gradient norm, optimizer update\n"
         "epilogue {} {}\n",
         tables.epilogue.serial_s_per_param, tables.epilogue.update_s_per_param);
   for (const auto& [samples, layers] : tables.by_samples) {

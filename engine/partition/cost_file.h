@@ -15,7 +15,7 @@
 // the smallest): times and activation and output bytes by the ratio of sizes, parameters not.
 //
 // Optional, once, anywhere: `epilogue SERIAL UPDATE`, the step's epilogue in seconds per
-// parameter (step_overheads.h: zeroing and the norm over a replica's parameters; the optimizer
+// parameter (step_overheads.h: the gradient norm over a replica's parameters; the optimizer
 // update over the fullest device's). --plan auto --costs profile writes the ones it measured;
 // without the line the epilogue costs nothing.
 #include <cstdint>

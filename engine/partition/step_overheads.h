@@ -1,11 +1,11 @@
 #pragma once
 // What a training step costs besides its schedule's actions, so the planner predicts the whole
 // step and not only the pipeline (planner.h). PipelineTrainer::train_step, per replica:
-//   1. zero_grads of every stage it holds, one after the other on the replica's thread;
-//   2. the schedule (simulated: plan.h) and the gradient all-reduce (planner.h's allreduce_s);
-//   3. the global gradient norm over its stages, again on the replica's thread in turn;
-//   4. the optimizer update, each device its own stages' on its own thread, all at once.
-// Steps 1 and 3 stream the replica's gradients once each; step 4 streams the parameters, the
+//   1. the schedule (simulated: plan.h) and the gradient all-reduce (planner.h's allreduce_s);
+//      no pass zeroes the gradients before it: each layer's first weight gradient writes them;
+//   2. the global gradient norm over its stages, on the replica's thread, one after another;
+//   3. the optimizer update, each device its own stages' on its own thread, all at once.
+// Step 2 streams the replica's gradients once; step 3 streams the parameters, the
 // gradients and the optimizer state of the device with the most parameters. On a CPU these
 // passes are bound by memory bandwidth, which the other devices' cores share: measured with
 // every device doing the same at once, as a step does.
@@ -18,10 +18,10 @@
 namespace pt {
 
 struct StepOverheads {
-  double serial_s_per_param = 0;  // 1 + 3 above: zeroing and the norm, per parameter
-  double update_s_per_param = 0;  // 4: the optimizer's update, per parameter
+  double serial_s_per_param = 0;  // 2 above: the norm, per parameter
+  double update_s_per_param = 0;  // 3: the optimizer's update, per parameter
 
-  // Seconds of 1 + 3 + 4 for a replica of `replica_params` whose fullest device holds
+  // Seconds of 2 + 3 for a replica of `replica_params` whose fullest device holds
   // `most_params_on_a_device`.
   double seconds(int64_t replica_params, int64_t most_params_on_a_device) const {
     return serial_s_per_param * static_cast<double>(replica_params) +
@@ -29,12 +29,12 @@ struct StepOverheads {
   }
 };
 
-// From the bytes each pass streams at `bytes_per_second` (f32): zeroing writes the gradients,
-// the norm reads them; the update reads parameters, gradients and `optimizer_slots` state
+// From the bytes each pass streams at `bytes_per_second` (f32): the norm reads the gradients;
+// the update reads parameters, gradients and `optimizer_slots` state
 // tensors and writes the parameters and the state.
 StepOverheads estimate_step_overheads(int optimizer_slots, double bytes_per_second = 30e9);
 
-// Measured: every device, on its own thread and at once, zeroes, takes the norm of and updates
+// Measured: every device, on its own thread and at once, takes the norm of and updates
 // (with `optimizer`) `params` parameters of its own; the median of `repeats` timed rounds after
 // one warm-up, per parameter, averaged over the devices. `params` >= 1.
 StepOverheads measure_step_overheads(const std::vector<Backend*>& devices,

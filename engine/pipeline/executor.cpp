@@ -79,6 +79,14 @@ void Executor::run(const std::vector<Action>& actions, std::vector<ExecutedActio
 
 // ---- state -------------------------------------------------------------------------------------
 
+StageParameters& Executor::parameters(int s) const {
+  const auto i = static_cast<size_t>(s);
+  if (i >= setup_.parameters.size() || !setup_.parameters[i])
+    throw std::logic_error(
+        fmt::format("stage {}: a weight gradient on a device without the stage's parameters", s));
+  return *setup_.parameters[i];
+}
+
 Executor::State& Executor::state(int s, int m) {
   auto& p = states_[{s, m}];
   if (!p) {
@@ -248,7 +256,7 @@ void Executor::backward(const Action& a, bool with_weights) {
       // this one waits for the gradient.
       Tensor dx = s > 0 || model.needs_input_gradient(l) ? layer.backward_input(dy, c) : Tensor();
       if (with_weights) {
-        layer.backward_weight(dy, c);
+        run_backward_weight(layer, dy, c, parameters(s).take_unwritten(l));
         c.clear();
         if (final_wgrad && reducer_) reducer_->layer_done(s, l);
       } else {
@@ -278,7 +286,7 @@ void Executor::weights(const Action& a) {
   for (int l = sg.last_layer - 1; l >= sg.first_layer; --l) {
     LayerContext& c = st.ctx->layer(l);
     Tensor& dy = st.dy[static_cast<size_t>(l - sg.first_layer)];
-    setup_.model->layer(l).backward_weight(dy, c);
+    run_backward_weight(setup_.model->layer(l), dy, c, parameters(s).take_unwritten(l));
     c.clear();
     if (final_wgrad && reducer_) reducer_->layer_done(s, l);
     dy = Tensor();

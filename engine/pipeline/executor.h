@@ -17,6 +17,7 @@
 #include "engine/pipeline/recompute.h"
 #include "engine/pipeline/skip_routing.h"
 #include "engine/pipeline/transport.h"
+#include "engine/stage_parameters.h"
 #include "engine/trace/flight_recorder.h"
 #include "schedule/timed_action.h"
 
@@ -61,6 +62,9 @@ struct ScheduleRun {
 // What does not change between runs.
 struct ExecutorSetup {
   Model* model = nullptr;
+  // Per stage, the parameters held here (null elsewhere): a layer's first weight gradient of
+  // the step writes its gradients (StageParameters::take_unwritten).
+  std::vector<StageParameters*> parameters;
   const PipelineLayout* layout = nullptr;
   RecomputePolicy recompute;
   Transport* transport = nullptr;
@@ -95,6 +99,7 @@ class Executor {
   bool is_final_weight_gradient(int s);
   void maybe_release(int s, int m);
   State& state(int s, int m);
+  StageParameters& parameters(int s) const;
 
   // Transfers to and from the device of another stage, failing with the grid on a timeout.
   void send(const sched::Action& a, int to_stage, const MessageKey& key, Tensor value);

@@ -313,6 +313,7 @@ void PipelineTrainer::run_schedule(const sched::Schedule& schedule, ScheduleRun&
                                    std::vector<std::vector<ExecutedAction>>* trace) {
   ExecutorSetup setup;
   setup.model = model_;
+  for (StageOwned& s : stages_) setup.parameters.push_back(s.params.get());
   setup.layout = &layout_;
   setup.recompute = config_.recompute;
   setup.transport = transport_.get();
@@ -370,7 +371,7 @@ StepStats PipelineTrainer::train_step(const Tensor& inputs, const Tensor& target
   run.info = StepInfo{config_.trainer.seed, step_, static_cast<int>(mine), true};
 
   for (StageOwned& s : stages_)
-    if (s.params) s.params->zero_grads();
+    if (s.params) s.params->start_gradients();
   // A checkpoint's full optimizer copy goes back into the shards (a loaded one must; a saved one
   // holds the shards' own values) and is dropped: it would be stale after this step.
   take_full_optimizers();
@@ -394,6 +395,8 @@ StepStats PipelineTrainer::train_step(const Tensor& inputs, const Tensor& target
   const auto computing = std::chrono::steady_clock::now();
   run_schedule(config_.schedule, run, /*training=*/true,
                config_.record_trace ? &executed : nullptr);
+  for (StageOwned& s : stages_)
+    if (s.params) s.params->finish_gradients();
   if (par.slow_factor > 1.0 &&
       par.replica ==
           par.slow_replica)  // --slow-worker: a straggler, (factor - 1) x its compute time
@@ -531,6 +534,7 @@ std::vector<StepStats> PipelineTrainer::train_window(std::span<const HostBatch> 
   };
   run.update = [&](int s, int k) {
     StageOwned& st = stages_[at(s)];
+    st.params->finish_gradients();  // a layer without a weight gradient this step: zeros
     // Reduced before the ties are summed, the order of synchronous mode (reducer, then epilogue).
     if (par.replicas > 1)
       all_reduce_stage_gradients(*st.params, *par.data_parallel_group(layout_.stage(s).device), s,

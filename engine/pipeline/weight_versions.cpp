@@ -45,12 +45,13 @@ void WeightVersions::bind(int64_t version) {
 void WeightVersions::update(Optimizer& optimizer, float lr) {
   Backend& b = params_->backend();
   const Tensor latest = params_->params_flat();
+  params_->finish_gradients();
   if (latest.numel()) {
     if (params_->has_stash())
       b.copy_within(params_->stash_flat().data(), latest.data(), params_->stash_bytes());
     optimizer.step(latest, params_->grads_flat(), lr);
   }
-  params_->zero_grads();
+  params_->start_gradients();  // the next step's first weight gradients write them
   ++latest_;
 }
 

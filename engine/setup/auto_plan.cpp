@@ -171,7 +171,7 @@ AutoPlan plan_automatically(const TrainingOptions& opt, const Model& model,
     fmt::print("{}", a.result.report(opt.plan_top_k));
     fmt::print(
         "plan auto: costs {}, {} device{}, batch {}; all-reduce {:.1f} GB/s + {:.0f} us per ring "
-        "step ({}); epilogue {:.2f} ns per parameter of the replica (zeroing, norm) + {:.2f} ns "
+        "step ({}); epilogue {:.2f} ns per parameter of the replica (gradient norm) + {:.2f} ns "
         "per parameter of the fullest device (optimizer update) ({})\n",
         profiling ? fmt::format("profiled on {}", profiled_on)
                   : std::string("estimated from FLOPs and bytes"),
@@ -182,7 +182,7 @@ AutoPlan plan_automatically(const TrainingOptions& opt, const Model& model,
     if (merged)
       fmt::print(
           "plan auto: one device with all {} threads ({}): best M = {}, predicted {:.2f} ms per "
-          "step ({:.2f} compute + {:.2f} zeroing, norm and update), against {:.2f} for the best "
+          "step ({:.2f} compute + {:.2f} norm and update), against {:.2f} for the best "
           "plan of the {} devices as given\n",
           merged->threads, first.device().str(), merged->microbatches, merged->step_s * 1e3,
           merged->pipeline_s * 1e3, merged->epilogue_s * 1e3, separate_s * 1e3, all.size());

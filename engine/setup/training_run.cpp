@@ -236,7 +236,7 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
 
 namespace {
 
-// The whole step as the training loop sees it (schedule, zeroing, all-reduce not hidden behind
+// The whole step as the training loop sees it (schedule, all-reduce not hidden behind
 // backward, norm, update) and, after --plan auto, the chosen plan's prediction beside it.
 // `span_s`: the last step's schedule span (0 for one device, which has none).
 void report_whole_step(const TrainingRun& s, double span_s) {
@@ -247,7 +247,7 @@ void report_whole_step(const TrainingRun& s, double span_s) {
   const PlanCandidate& c = *s.auto_plan;
   fmt::print(
       "plan auto: the chosen plan ({}{} x {}, M = {}, {}, recompute {}) predicted {:.2f} ms per "
-      "step ({:.2f} pipeline + {:.2f} all-reduce + {:.2f} zeroing, norm and update), measured "
+      "step ({:.2f} pipeline + {:.2f} all-reduce + {:.2f} norm and update), measured "
       "{:.2f} ms ({:+.0f}%{})\n",
       c.threads > 1 ? fmt::format("{} threads, ", c.threads) : "", c.stages, c.replicas,
       c.microbatches, c.schedule, c.recompute.str(), c.step_s * 1e3, c.pipeline_s * 1e3,

@@ -81,6 +81,41 @@ TEST_CASE("accumulating M micro-batches gives the full-batch gradient and loss")
   }
 }
 
+TEST_CASE(
+    "each step's gradients start from nothing: NaN left in them before a step does not leak") {
+  // The trainer does not zero the gradients: each layer's first weight gradient of a step writes
+  // them (StageParameters::start_gradients). NaN put there between steps must not survive, and
+  // the step must not add to the previous step's gradients either (the untouched run's match).
+  auto backend = make_cpu_backend(0, 1);
+  Batch b(24);
+  for (int M : {1, 3}) {
+    CAPTURE(M);
+    Model m1 = deep_mlp(3, 32, {1, 4, 4});
+    Model m2 = deep_mlp(3, 32, {1, 4, 4});
+    Trainer clean(m1, *backend, config(M));
+    Trainer dirty(m2, *backend, config(M));
+    for (int step = 0; step < 2; ++step) {
+      // Every tensor's gradient (the arena's alignment padding between them is never written).
+      const StageParameters& sp = dirty.parameters();
+      for (size_t e = 0; e < sp.entries().size(); ++e)
+        backend->fill(sp.grad(e).f32(), std::numeric_limits<float>::quiet_NaN(),
+                      sp.grad(e).numel());
+      clean.train_step(b.x, b.y);
+      dirty.train_step(b.x, b.y);
+      const auto want = host_copy(clean.parameters().grads_flat());
+      const auto got = host_copy(dirty.parameters().grads_flat());
+      REQUIRE(got.size() == want.size());
+      size_t nan = 0;
+      for (float v : got) nan += std::isnan(v) ? 1 : 0;
+      CHECK(nan == 0);
+      CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+      const auto p1 = host_copy(clean.parameters().params_flat());
+      const auto p2 = host_copy(dirty.parameters().params_flat());
+      CHECK(std::memcmp(p1.data(), p2.data(), p1.size() * sizeof(float)) == 0);
+    }
+  }
+}
+
 TEST_CASE("training is deterministic: same seed, same bits") {
   auto backend = make_cpu_backend(0, 1);
   Batch b(32);

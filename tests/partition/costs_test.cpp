@@ -185,9 +185,9 @@ TEST_CASE("step overheads: measured per parameter on every device at once; estim
   }
   CHECK(m.seconds(1000, 10) ==
         doctest::Approx(1000 * m.serial_s_per_param + 10 * m.update_s_per_param));
-  // The estimate: zero + norm stream 8 bytes per parameter; the update 4 x (3 + 2 slots).
+  // The estimate: the norm streams 4 bytes per parameter; the update 4 x (3 + 2 slots).
   const StepOverheads e = estimate_step_overheads(2, 40e9);
-  CHECK(e.serial_s_per_param == doctest::Approx(8 / 40e9));
+  CHECK(e.serial_s_per_param == doctest::Approx(4 / 40e9));  // the norm reads the gradients
   CHECK(e.update_s_per_param == doctest::Approx(28 / 40e9));
   CHECK_THROWS_AS(measure_step_overheads({}, sgd, 16), UsageError);
   CHECK_THROWS_AS(measure_step_overheads({a.get()}, sgd, 0), UsageError);
