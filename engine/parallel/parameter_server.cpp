@@ -246,15 +246,10 @@ class Server {
         p->grads = Arena(backend, p->table);
         copies += 1;
       } else {
-        // Each worker's push is received into, and applied from, its own buffer, and its reply
-        // is a copy (other pushes change the parameters while it is sent). Allocated here,
-        // before the serving threads, which share the backend.
-        p->out.resize(R);
-        for (size_t r = 0; r < R; ++r) {
-          p->pushed.emplace_back(backend, p->table);
-          p->out[r].resize(bytes);
-        }
-        copies += 2 * R;
+        // Each worker's push is received into, and applied from, its own buffer (allocated
+        // here, before the serving threads, which share the backend).
+        for (size_t r = 0; r < R; ++r) p->pushed.emplace_back(backend, p->table);
+        copies += R;
       }
       stats_.held_bytes += bytes * copies;
       pieces_.push_back(std::move(p));
@@ -304,11 +299,11 @@ class Server {
     SizeTable table;
     Arena params, grads;
     std::unique_ptr<Optimizer> optimizer;
-    int64_t version = 0;                            // pushes applied (of this stage's workers)
-    std::vector<int64_t> on;                        // per replica: the version it pulled last
-    std::vector<bool> computing;                    // per replica: between its pull and push
-    std::vector<Arena> pushed;                      // per replica: its last push (asynchronous)
-    std::vector<std::vector<std::byte>> out;        // per replica: its reply (asynchronous)
+    int64_t version = 0;          // pushes applied (of this stage's workers)
+    std::vector<int64_t> on;      // per replica: the version it pulled last
+    std::vector<bool> computing;  // per replica: between its pull and push
+    std::vector<Arena> pushed;    // per replica: its last push (asynchronous)
+    int sending = 0;              // asynchronous: replies being sent straight from `params`
     std::vector<std::vector<std::byte>> state_out;  // per replica: its reply to FETCH
   };
 
@@ -554,6 +549,14 @@ class Server {
         // non-finite gradient skips the update on the servers whose piece holds it.
         norm = global_norm(&p, grads.flat().f32());
         skipped = !std::isfinite(norm);
+        // Replies are sent straight from the parameters: they stay as they are until sent.
+        if (!skipped && !changed_.wait_until(lock, deadline_after(ps_.timeout_s()),
+                                             [&] { return failed_ || p.sending == 0; }))
+          throw TimeoutError(fmt::format(
+              "parameter server {}: a reply to a worker of stage {} was not received within {:g} "
+              "s, and worker {}'s push waits for it",
+              stats_.server, p.shape.stage, ps_.timeout_s(), worker_rank(r, p)));
+        if (failed_) return;
         if (!skipped) {
           apply(p, grads.flat(), norm, config_.lr.at(p.version / R));
           ++stats_.updates;
@@ -587,14 +590,18 @@ class Server {
       if (failed_) return;
       p.on[ri] = p.version;
       p.computing[ri] = true;
-      // A copy: the other workers' pushes change the parameters while this one is sent.
+      // Straight from the parameters, which no push changes until the send completed (a push
+      // waits while `sending`); the lock is not held meanwhile.
       const PullHeader reply{p.version, skipped ? 1 : 0, norm, 0, stop_flag()};
-      std::memcpy(p.out[ri].data(), p.params.flat().f32(), bytes);
+      ++p.sending;
       lock.unlock();
       Sends sends(ps_);
       const int to = worker_rank(r, p);
-      sends.message(to, kTagToWorker, reply, to, p.out[ri].data(), bytes);
+      sends.message(to, kTagToWorker, reply, to, p.params.flat().f32(), bytes);
       sends.wait([&](int) { return sending_parameters(to); });
+      lock.lock();
+      --p.sending;
+      changed_.notify_all();
     }
   }
 
