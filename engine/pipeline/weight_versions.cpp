@@ -45,7 +45,6 @@ void WeightVersions::bind(int64_t version) {
 void WeightVersions::update(Optimizer& optimizer, float lr) {
   Backend& b = params_->backend();
   const Tensor latest = params_->params_flat();
-  params_->finish_gradients();
   if (latest.numel()) {
     if (params_->has_stash())
       b.copy_within(params_->stash_flat().data(), latest.data(), params_->stash_bytes());

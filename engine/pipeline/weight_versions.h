@@ -34,7 +34,9 @@ class WeightVersions {
   // Binds the stage's layers to `version`; throws std::logic_error when it is neither W(L) nor
   // (when kept) W(L - 1): a schedule that needs a version the stage does not hold.
   void bind(int64_t version);
-  // Applies UPDATE with the stage's accumulated gradients (left zeroed).
+  // Applies UPDATE with the stage's accumulated gradients, finished by the caller
+  // (StageParameters::finish_gradients, before it reduces them or takes their norm); the next
+  // step's first weight gradients write them anew (start_gradients).
   void update(Optimizer& optimizer, float lr);
   size_t extra_bytes() const { return params_->stash_bytes(); }
 
