@@ -52,9 +52,28 @@ constexpr size_t kHeaderBytes = 40;
 static_assert(sizeof(PushHeader) == kHeaderBytes && sizeof(PullHeader) == kHeaderBytes);
 using HeaderBytes = std::array<std::byte, kHeaderBytes>;
 
-// INIT and the reply to FETCH carry the optimizer state too: parameters, then each slot.
-size_t state_payload_bytes(const PsPiece& p, int slots) {
-  return p.bytes() * (1 + static_cast<size_t>(slots));
+// INIT and the reply to FETCH carry the optimizer state too: parameters, then each of `slots`
+// optimizer slots, `bytes` each, at `begin` bytes into the arenas (a worker's stage holds the
+// piece at its offset, a server's from 0). Without an optimizer the slots go as zeros.
+size_t state_payload_bytes(size_t bytes, size_t slots) { return bytes * (1 + slots); }
+void pack_state(std::vector<std::byte>& out, const Tensor& params, const Optimizer* optimizer,
+                size_t slots, size_t begin, size_t bytes) {
+  out.resize(state_payload_bytes(bytes, slots));
+  const auto from = [&](const Tensor& t) {
+    return static_cast<const std::byte*>(t.data()) + begin;
+  };
+  std::memcpy(out.data(), from(params), bytes);
+  if (!optimizer)
+    std::fill(out.begin() + static_cast<std::ptrdiff_t>(bytes), out.end(), std::byte{0});
+  for (size_t i = 0; optimizer && i < slots; ++i)
+    std::memcpy(out.data() + bytes * (1 + i), from(optimizer->slots()[i].state.flat()), bytes);
+}
+void unpack_state(const std::vector<std::byte>& in, const Tensor& params, Optimizer& optimizer,
+                  size_t begin, size_t bytes) {
+  const auto to = [&](const Tensor& t) { return static_cast<std::byte*>(t.data()) + begin; };
+  std::memcpy(to(params), in.data(), bytes);
+  for (size_t i = 0; i < optimizer.slots().size(); ++i)
+    std::memcpy(to(optimizer.slots()[i].state.flat()), in.data() + bytes * (1 + i), bytes);
 }
 template <class Header>
 Header read_header(const HeaderBytes& bytes) {
@@ -269,13 +288,10 @@ class Server {
       const auto h = receive_header<PushHeader>(ps_, worker_rank(0, *p), kTagToServer, what);
       if (h.kind != kInit)
         throw std::runtime_error("parameter server: expected INIT from replica 0");
-      std::vector<std::byte> msg(state_payload_bytes(p->shape, slots()));
+      std::vector<std::byte> msg(
+          state_payload_bytes(p->shape.bytes(), static_cast<size_t>(slots())));
       ps_.recv(msg.data(), msg.size(), worker_rank(0, *p), kTagToServer, what);
-      const size_t bytes = p->shape.bytes();
-      std::memcpy(p->params.flat().f32(), msg.data(), bytes);
-      for (int i = 0; i < slots(); ++i)
-        std::memcpy(p->optimizer->slots()[static_cast<size_t>(i)].state.flat().f32(),
-                    msg.data() + bytes * (1 + static_cast<size_t>(i)), bytes);
+      unpack_state(msg, p->params.flat(), *p->optimizer, 0, p->shape.bytes());
       p->optimizer->set_steps_taken(h.optimizer_steps);
       step_ = h.step;
       // Asynchronous: the learning rate follows version / R, the global step.
@@ -330,12 +346,8 @@ class Server {
   // of piece p's stage (called under the lock when asynchronous).
   void send_state(Piece& p, int r) {
     std::vector<std::byte>& out = p.state_out[static_cast<size_t>(r)];
-    const size_t bytes = p.shape.bytes();
-    out.resize(state_payload_bytes(p.shape, slots()));
-    std::memcpy(out.data(), p.params.flat().f32(), bytes);
-    for (int i = 0; i < slots(); ++i)
-      std::memcpy(out.data() + bytes * (1 + static_cast<size_t>(i)),
-                  p.optimizer->slots()[static_cast<size_t>(i)].state.flat().f32(), bytes);
+    pack_state(out, p.params.flat(), p.optimizer.get(), static_cast<size_t>(slots()), 0,
+               p.shape.bytes());
     Sends sends(ps_);
     const int to = worker_rank(r, p);
     sends.message(to, kTagToWorker, PullHeader{p.version, 0, 0.0, p.optimizer->steps_taken()}, to,
@@ -724,8 +736,7 @@ EpilogueResult PsClient::finish_pull(StageParameters& stage) {
 }
 
 void PsClient::send_init(StageParameters& stage, const Optimizer* optimizer, int64_t step) {
-  const auto* params = reinterpret_cast<const std::byte*>(stage.params_flat().f32());
-  // Without an optimizer the slots stay zero (a fresh start).
+  // Without an optimizer the slots go as zeros (a fresh start).
   const size_t slots = static_cast<size_t>(config_.optimizer.state_slots());
   if (optimizer && optimizer->slots().size() != slots)
     throw std::logic_error("a parameter-server worker's optimizer has another number of slots");
@@ -733,14 +744,7 @@ void PsClient::send_init(StageParameters& stage, const Optimizer* optimizer, int
   Sends sends(ps_);
   for (size_t k = 0; k < pieces_.size(); ++k) {
     const PsPiece& p = pieces_[k];
-    const size_t bytes = p.bytes();
-    out[k].resize(state_payload_bytes(p, static_cast<int>(slots)));
-    std::memcpy(out[k].data(), params + p.begin, bytes);
-    for (size_t i = 0; optimizer && i < slots; ++i)
-      std::memcpy(
-          out[k].data() + bytes * (1 + i),
-          reinterpret_cast<const std::byte*>(optimizer->slots()[i].state.flat().f32()) + p.begin,
-          bytes);
+    pack_state(out[k], stage.params_flat(), optimizer, slots, p.begin, p.bytes());
     sends.message(server_rank(k), kTagToServer,
                   PushHeader{kInit, step, version_, optimizer ? optimizer->steps_taken() : 0},
                   servers_[k], out[k].data(), out[k].size());
@@ -757,21 +761,15 @@ bool PsClient::request_state() {
 }
 
 void PsClient::receive_state(StageParameters& stage, Optimizer& optimizer) {
-  auto* params = reinterpret_cast<std::byte*>(stage.params_flat().f32());
-  const size_t slots = optimizer.slots().size();
   std::vector<std::byte> in;
   for (size_t k = 0; k < pieces_.size(); ++k) {
     const PsPiece& p = pieces_[k];
-    const size_t bytes = p.bytes();
-    in.resize(state_payload_bytes(p, static_cast<int>(slots)));
+    in.resize(state_payload_bytes(p.bytes(), optimizer.slots().size()));
     const std::string what =
         fmt::format("worker {} waiting for the state of parameter server {}", worker_, servers_[k]);
     const auto h = receive_header<PullHeader>(ps_, server_rank(k), kTagToWorker, what);
     ps_.recv(in.data(), in.size(), server_rank(k), kTagToWorker, what);
-    std::memcpy(params + p.begin, in.data(), bytes);
-    for (size_t i = 0; i < slots; ++i)
-      std::memcpy(reinterpret_cast<std::byte*>(optimizer.slots()[i].state.flat().f32()) + p.begin,
-                  in.data() + bytes * (1 + i), bytes);
+    unpack_state(in, stage.params_flat(), optimizer, p.begin, p.bytes());
     // Every server steps once per update (synchronous) or push (asynchronous), skips included.
     if (k == 0) optimizer.set_steps_taken(h.optimizer_steps);
   }
