@@ -1,5 +1,7 @@
 #include "engine/optimizer.h"
 
+#include <stdexcept>
+
 #include <fmt/format.h>
 
 #include "engine/core/error.h"
@@ -50,8 +52,13 @@ Optimizer::Optimizer(const OptimizerConfig& config, Backend& backend, const Size
   }
 }
 
-void Optimizer::step(const Tensor& params_flat, const Tensor& grads_flat, float lr) {
+void Optimizer::step(const Tensor& params_flat, const Tensor& grads_flat, const Tensor& params_out,
+                     float lr) {
   const int64_t n = params_flat.numel();
+  if (params_out.numel() != n || grads_flat.numel() != n)
+    throw std::logic_error(
+        fmt::format("Optimizer::step: {} parameters, {} gradients and {} outputs; all must match",
+                    n, grads_flat.numel(), params_out.numel()));
   ++steps_;
   if (n == 0) return;
   if (config_.kind == "sgd") {
@@ -63,7 +70,7 @@ void Optimizer::step(const Tensor& params_flat, const Tensor& grads_flat, float 
     p.nesterov = config_.nesterov;
     p.first_step = steps_ == 1;
     float* buf = slots_.empty() ? nullptr : slots_[0].state.flat().f32();
-    backend_->sgd_update(params_flat.f32(), grads_flat.f32(), buf, n, p);
+    backend_->sgd_update(params_flat.f32(), grads_flat.f32(), params_out.f32(), buf, n, p);
   } else {
     AdamWParams p;
     p.lr = lr;
@@ -72,8 +79,8 @@ void Optimizer::step(const Tensor& params_flat, const Tensor& grads_flat, float 
     p.eps = config_.eps;
     p.weight_decay = config_.weight_decay;
     p.step = steps_;
-    backend_->adamw_update(params_flat.f32(), grads_flat.f32(), slots_[0].state.flat().f32(),
-                           slots_[1].state.flat().f32(), n, p);
+    backend_->adamw_update(params_flat.f32(), grads_flat.f32(), params_out.f32(),
+                           slots_[0].state.flat().f32(), slots_[1].state.flat().f32(), n, p);
   }
 }
 

@@ -39,7 +39,13 @@ class Optimizer {
   Optimizer(const OptimizerConfig& config, Backend& backend, const SizeTable& layout);
 
   // One update of params from grads (both flat arenas with `layout`) at learning rate lr.
-  void step(const Tensor& params_flat, const Tensor& grads_flat, float lr);
+  void step(const Tensor& params_flat, const Tensor& grads_flat, float lr) {
+    step(params_flat, grads_flat, params_flat, lr);
+  }
+  // The same update written to params_out (another arena with `layout`), params left as they
+  // were: the same bits as the in-place step, without first copying params there.
+  void step(const Tensor& params_flat, const Tensor& grads_flat, const Tensor& params_out,
+            float lr);
 
   const OptimizerConfig& config() const { return config_; }
   int64_t steps_taken() const { return steps_; }

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <numbers>
 #include <stdexcept>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -107,6 +108,11 @@ void StageParameters::add_stash() {
   has_stash_ = true;
   const Tensor from = params_flat();
   if (from.numel()) backend_->copy_within(stash_.flat().data(), from.data(), stash_.bytes());
+}
+
+void StageParameters::swap_stash() {
+  if (!has_stash_) throw std::logic_error("StageParameters::swap_stash: the stage keeps no stash");
+  std::swap(params_, stash_);
 }
 
 void StageParameters::zero_grads() {

@@ -59,6 +59,11 @@ class StageParameters {
   Tensor stash(size_t i) const { return stash_.view(entries_[i].table_index); }
   Tensor stash_flat() const { return stash_.flat(); }
   size_t stash_bytes() const { return has_stash_ ? stash_.bytes() : 0; }
+  // The stash becomes the parameters and the parameters the stash (two handles trade places, no
+  // byte moves): an update written into the stash makes it the latest version, and the version
+  // it replaces becomes the previous one. Views taken before point at the same bytes, which now
+  // play the other role.
+  void swap_stash();
 
  private:
   const Model* model_;

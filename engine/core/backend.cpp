@@ -8,6 +8,10 @@
 #include <stdexcept>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "engine/core/error.h"
+
 namespace pt {
 
 namespace {
@@ -80,6 +84,19 @@ void Backend::copy_to(Backend& dst_backend, void* dst, const void* src, size_t b
     copy_to_host(host.data(), src, bytes);
     dst_backend.copy_from_host(dst, host.data(), bytes);
   }
+}
+
+void require_in_place_or_disjoint(const char* op, const float* param, const float* param_out,
+                                  int64_t n) {
+  if (param == param_out || n <= 0) return;
+  // Compared as addresses: the buffers may be unrelated allocations.
+  const auto a = reinterpret_cast<uintptr_t>(param), b = reinterpret_cast<uintptr_t>(param_out);
+  const auto bytes = static_cast<uintptr_t>(n) * sizeof(float);
+  if (a < b + bytes && b < a + bytes)
+    throw UsageError(fmt::format(
+        "{}: param_out overlaps param without being the same buffer; pass the same pointer to "
+        "update in place, or a separate buffer of {} floats",
+        op, n));
 }
 
 }  // namespace pt

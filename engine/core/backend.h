@@ -228,11 +228,19 @@ class Backend {
   // ---- reductions and optimizer updates ---------------------------------------------------
   virtual double sum_squares(const float* x, int64_t n) = 0;  // host value, double accumulation
   virtual bool all_finite(const float* x, int64_t n) = 0;     // host value
+  // param_out = param updated by grad (and the state): param_out is param itself (in place) or
+  // a buffer that does not overlap it (PipeDream-2BW writes the new version over the stash
+  // instead of copying the latest there first); anything between is a UsageError.
   // momentum_buf may be null when momentum == 0.
-  virtual void sgd_update(float* param, const float* grad, float* momentum_buf, int64_t n,
-                          const SgdParams& p) = 0;
-  virtual void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n,
-                            const AdamWParams& p) = 0;
+  virtual void sgd_update(const float* param, const float* grad, float* param_out,
+                          float* momentum_buf, int64_t n, const SgdParams& p) = 0;
+  virtual void adamw_update(const float* param, const float* grad, float* param_out, float* m,
+                            float* v, int64_t n, const AdamWParams& p) = 0;
 };
+
+// The optimizer updates' buffer contract (above), for every backend to check the same way:
+// throws UsageError naming `op` when param_out overlaps param without being it.
+void require_in_place_or_disjoint(const char* op, const float* param, const float* param_out,
+                                  int64_t n);
 
 }  // namespace pt

@@ -43,12 +43,18 @@ void WeightVersions::bind(int64_t version) {
 }
 
 void WeightVersions::update(Optimizer& optimizer, float lr) {
-  Backend& b = params_->backend();
   const Tensor latest = params_->params_flat();
-  if (latest.numel()) {
-    if (params_->has_stash())
-      b.copy_within(params_->stash_flat().data(), latest.data(), params_->stash_bytes());
+  if (latest.numel() == 0) {
+    // A stage without parameters steps nothing (and counts no optimizer step).
+  } else if (!params_->has_stash()) {
     optimizer.step(latest, params_->grads_flat(), lr);
+  } else {
+    // W(L + 1) is written over W(L - 1), which no micro-batch needs any more, and the two
+    // arenas trade roles: W(L) becomes the previous version where it lies. The layers stay bound
+    // to the bytes they were bound to, whose role flipped.
+    optimizer.step(latest, params_->grads_flat(), params_->stash_flat(), lr);
+    params_->swap_stash();
+    bound_previous_ = !bound_previous_;
   }
   params_->start_gradients();  // the next step's first weight gradients write them
   ++latest_;

@@ -1,9 +1,10 @@
 #pragma once
 // PipeDream-2BW's weight stashing for one stage (--update async): the stage holds two versions
 // of its parameters, the latest W(L) in its StageParameters' arena and the one before, W(L - 1),
-// in a second arena of the same layout. A micro-batch of step t runs forward AND backward with
-// W(t - 1); UPDATE(t) copies W(L) over W(L - 1) and steps the optimizer on the latest arena, so
-// W(L + 1) = W(L) - lr * update(g_t) with g_t computed at W(t - 1) = W(L - 1).
+// in a second arena of the same layout (the stash). A micro-batch of step t runs forward AND
+// backward with W(t - 1); UPDATE(t) writes W(L + 1) = W(L) - lr * update(g_t), with g_t computed
+// at W(t - 1) = W(L - 1), over the stash (the optimizer's out-of-place step: no copy of W(L)
+// first) and the two arenas trade roles.
 //
 // With --async-delay per-stage the last stage keeps no previous version: its backward of a
 // micro-batch follows its forward at once, so its UPDATE(t - 1) runs before step t's first

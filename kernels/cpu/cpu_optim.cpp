@@ -36,40 +36,72 @@ bool CpuBackend::all_finite(const float* x, int64_t n) {
 
 // ---- SGD ----------------------------------------------------------------------------------
 // g = grad + wd p; buf = first_step ? g : momentum buf + (1 - dampening) g;
-// g = nesterov ? g + momentum buf : buf; p -= lr g.
-void CpuBackend::sgd_update(float* param, const float* grad, float* momentum_buf, int64_t n,
-                            const SgdParams& p) {
-  const float lr = p.lr, wd = p.weight_decay, mom = p.momentum, damp = 1.f - p.dampening;
-  if (mom == 0.f) {
+// g = nesterov ? g + momentum buf : buf; p_out = p - lr g.
+//
+// The loops come in two forms, in place (param_out == param) and out of place (disjoint
+// buffers), so that every pointer can be __restrict in both and the loops vectorise without a
+// runtime overlap check (which would send the in-place form to the scalar path).
+
+namespace {
+
+struct SgdScalars {
+  float lr, wd, mom, damp;
+  bool first, nesterov;
+};
+
+template <bool kInPlace>
+void sgd_plain_loop(const float* __restrict in, const float* __restrict gr, float* __restrict out,
+                    int64_t n, SgdScalars k) {
+  const float* w = kInPlace ? out : in;
+  for (int64_t i = 0; i < n; ++i) out[i] = w[i] - k.lr * (gr[i] + k.wd * w[i]);
+}
+
+template <bool kInPlace>
+void sgd_momentum_loop(const float* __restrict in, const float* __restrict gr,
+                       float* __restrict out, float* __restrict buf, int64_t n, SgdScalars k) {
+  const float* w = kInPlace ? out : in;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gr[i] + k.wd * w[i];
+    const float b = k.first ? g : k.mom * buf[i] + k.damp * g;
+    buf[i] = b;
+    out[i] = w[i] - k.lr * (k.nesterov ? g + k.mom * b : b);
+  }
+}
+
+}  // namespace
+
+void CpuBackend::sgd_update(const float* param, const float* grad, float* param_out,
+                            float* momentum_buf, int64_t n, const SgdParams& p) {
+  require_in_place_or_disjoint("sgd_update", param, param_out, n);
+  const SgdScalars k{p.lr, p.weight_decay, p.momentum, 1.f - p.dampening, p.first_step, p.nesterov};
+  const bool in_place = param == param_out;
+  if (k.mom == 0.f) {
     cpu::parallel_elements(threads_, n, [=](int64_t i0, int64_t i1) {
-      float* __restrict w = param;
-      const float* __restrict gr = grad;
-      for (int64_t i = i0; i < i1; ++i) w[i] -= lr * (gr[i] + wd * w[i]);
+      if (in_place)
+        sgd_plain_loop<true>(nullptr, grad + i0, param_out + i0, i1 - i0, k);
+      else
+        sgd_plain_loop<false>(param + i0, grad + i0, param_out + i0, i1 - i0, k);
     });
     return;
   }
   if (momentum_buf == nullptr)
     throw UsageError(fmt::format(
         "sgd_update: momentum is {} but no momentum buffer was given; allocate one of {} floats",
-        mom, n));
-  const bool first = p.first_step, nesterov = p.nesterov;
+        k.mom, n));
   cpu::parallel_elements(threads_, n, [=](int64_t i0, int64_t i1) {
-    float* __restrict w = param;
-    const float* __restrict gr = grad;
-    float* __restrict buf = momentum_buf;
-    for (int64_t i = i0; i < i1; ++i) {
-      const float g = gr[i] + wd * w[i];
-      const float b = first ? g : mom * buf[i] + damp * g;
-      buf[i] = b;
-      w[i] -= lr * (nesterov ? g + mom * b : b);
-    }
+    if (in_place)
+      sgd_momentum_loop<true>(nullptr, grad + i0, param_out + i0, momentum_buf + i0, i1 - i0, k);
+    else
+      sgd_momentum_loop<false>(param + i0, grad + i0, param_out + i0, momentum_buf + i0, i1 - i0,
+                               k);
   });
 }
 
 // ---- AdamW --------------------------------------------------------------------------------
 // p *= 1 - lr wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
-// p -= (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps). The bias corrections are host
-// scalars computed in double, as PyTorch does; the per-element work is float.
+// p_out = p decayed - (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps). The bias
+// corrections are host scalars computed in double, as PyTorch does; the per-element work is
+// float.
 
 namespace {
 
@@ -77,10 +109,12 @@ struct AdamWScalars {
   float decay, step_size, bc2_sqrt, b1, b2, c1, c2, eps;
 };
 
-// sqrt and divide per element: compute-bound without wide vectors, hence the clones.
-PT_CPU_SIMD_CLONES void adamw_loop(float* __restrict w, const float* __restrict gr,
-                                   float* __restrict pm, float* __restrict pv, int64_t n,
-                                   AdamWScalars k) {
+template <bool kInPlace>
+[[gnu::always_inline]] inline void adamw_body(const float* __restrict in,
+                                              const float* __restrict gr, float* __restrict out,
+                                              float* __restrict pm, float* __restrict pv, int64_t n,
+                                              AdamWScalars k) {
+  const float* w = kInPlace ? out : in;
   for (int64_t i = 0; i < n; ++i) {
     const float g = gr[i];
     const float mi = k.b1 * pm[i] + k.c1 * g;
@@ -88,16 +122,28 @@ PT_CPU_SIMD_CLONES void adamw_loop(float* __restrict w, const float* __restrict 
     pm[i] = mi;
     pv[i] = vi;
     const float denom = std::sqrt(vi) / k.bc2_sqrt + k.eps;
-    w[i] = w[i] * k.decay - k.step_size * (mi / denom);
+    out[i] = w[i] * k.decay - k.step_size * (mi / denom);
   }
+}
+
+// sqrt and divide per element: compute-bound without wide vectors, hence the clones (of plain
+// functions: GCC does not clone templates).
+PT_CPU_SIMD_CLONES void adamw_in_place(const float* gr, float* w, float* pm, float* pv, int64_t n,
+                                       AdamWScalars k) {
+  adamw_body<true>(nullptr, gr, w, pm, pv, n, k);
+}
+PT_CPU_SIMD_CLONES void adamw_out_of_place(const float* in, const float* gr, float* out, float* pm,
+                                           float* pv, int64_t n, AdamWScalars k) {
+  adamw_body<false>(in, gr, out, pm, pv, n, k);
 }
 
 }  // namespace
 
-void CpuBackend::adamw_update(float* param, const float* grad, float* m, float* v, int64_t n,
-                              const AdamWParams& p) {
+void CpuBackend::adamw_update(const float* param, const float* grad, float* param_out, float* m,
+                              float* v, int64_t n, const AdamWParams& p) {
   if (p.step < 1)
     throw UsageError(fmt::format("adamw_update: step must count from 1, got {}", p.step));
+  require_in_place_or_disjoint("adamw_update", param, param_out, n);
   const double t = static_cast<double>(p.step);
   AdamWScalars k;
   k.decay = static_cast<float>(1.0 - static_cast<double>(p.lr) * p.weight_decay);
@@ -108,8 +154,12 @@ void CpuBackend::adamw_update(float* param, const float* grad, float* m, float* 
   k.c1 = 1.f - p.beta1;
   k.c2 = 1.f - p.beta2;
   k.eps = p.eps;
+  const bool in_place = param == param_out;
   cpu::parallel_elements(threads_, n, [=](int64_t i0, int64_t i1) {
-    adamw_loop(param + i0, grad + i0, m + i0, v + i0, i1 - i0, k);
+    if (in_place)
+      adamw_in_place(grad + i0, param_out + i0, m + i0, v + i0, i1 - i0, k);
+    else
+      adamw_out_of_place(param + i0, grad + i0, param_out + i0, m + i0, v + i0, i1 - i0, k);
   });
 }
 

@@ -619,23 +619,26 @@ bool CudaBackend::all_finite(const float* x, int64_t n) {
   read_back(&host, flag, sizeof(host));
   return host == 0;
 }
-void CudaBackend::sgd_update(float* param, const float* grad, float* momentum_buf, int64_t n,
-                             const SgdParams& p) {
+void CudaBackend::sgd_update(const float* param, const float* grad, float* param_out,
+                             float* momentum_buf, int64_t n, const SgdParams& p) {
   // The CPU backend's argument checks, as usage errors rather than a CUDA error code.
+  require_in_place_or_disjoint("sgd_update", param, param_out, n);
   if (p.momentum != 0.f && momentum_buf == nullptr)
     throw UsageError(fmt::format(
         "sgd_update: momentum is {} but no momentum buffer was given; allocate one of {} "
         "floats",
         p.momentum, n));
   DeviceGuard guard(device_);
-  check(launch_sgd_update(param, grad, momentum_buf, n, p, compute_), "launch_sgd_update");
+  check(launch_sgd_update(param, grad, param_out, momentum_buf, n, p, compute_),
+        "launch_sgd_update");
 }
-void CudaBackend::adamw_update(float* param, const float* grad, float* m, float* v, int64_t n,
-                               const AdamWParams& p) {
+void CudaBackend::adamw_update(const float* param, const float* grad, float* param_out, float* m,
+                               float* v, int64_t n, const AdamWParams& p) {
   if (p.step < 1)
     throw UsageError(fmt::format("adamw_update: step must count from 1, got {}", p.step));
+  require_in_place_or_disjoint("adamw_update", param, param_out, n);
   DeviceGuard guard(device_);
-  check(launch_adamw_update(param, grad, m, v, n, p, compute_), "launch_adamw_update");
+  check(launch_adamw_update(param, grad, param_out, m, v, n, p, compute_), "launch_adamw_update");
 }
 
 }  // namespace pt::cuda

@@ -118,10 +118,10 @@ class CudaBackend final : public Backend {
                           float scale) override;
   double sum_squares(const float* x, int64_t n) override;
   bool all_finite(const float* x, int64_t n) override;
-  void sgd_update(float* param, const float* grad, float* momentum_buf, int64_t n,
-                  const SgdParams& p) override;
-  void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n,
-                    const AdamWParams& p) override;
+  void sgd_update(const float* param, const float* grad, float* param_out, float* momentum_buf,
+                  int64_t n, const SgdParams& p) override;
+  void adamw_update(const float* param, const float* grad, float* param_out, float* m, float* v,
+                    int64_t n, const AdamWParams& p) override;
 
  private:
   // A device buffer that only grows, for scratch used by work on the compute stream (bf16

@@ -18,22 +18,26 @@ namespace pt::cuda {
 
 namespace {
 
-// momentum == 0: p -= lr (g + wd p).
+// Each element reads param[i] before it writes param_out[i], so param_out may be param.
+
+// momentum == 0: p_out = p - lr (g + wd p).
 struct SgdPlainOp {
-  float* param;
+  const float* param;
   const float* grad;
+  float* param_out;
   float lr, wd;
   __device__ void operator()(int64_t i) const {
     const float w = param[i];
-    param[i] = w - mul(lr, grad[i] + mul(wd, w));
+    param_out[i] = w - mul(lr, grad[i] + mul(wd, w));
   }
 };
 
 // g = grad + wd p; buf = first ? g : momentum buf + (1 - dampening) g;
-// p -= lr (nesterov ? g + momentum buf : buf).
+// p_out = p - lr (nesterov ? g + momentum buf : buf).
 struct SgdMomentumOp {
-  float* param;
+  const float* param;
   const float* grad;
+  float* param_out;
   float* buf;
   float lr, wd, momentum, one_minus_dampening;
   bool first_step, nesterov;
@@ -42,15 +46,16 @@ struct SgdMomentumOp {
     const float g = grad[i] + mul(wd, w);
     const float b = first_step ? g : mul(momentum, buf[i]) + mul(one_minus_dampening, g);
     buf[i] = b;
-    param[i] = w - mul(lr, nesterov ? g + mul(momentum, b) : b);
+    param_out[i] = w - mul(lr, nesterov ? g + mul(momentum, b) : b);
   }
 };
 
 // m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
-// p = p (1 - lr wd) - step_size m / (sqrt(v) / bc2_sqrt + eps).
+// p_out = p (1 - lr wd) - step_size m / (sqrt(v) / bc2_sqrt + eps).
 struct AdamWOp {
-  float* param;
+  const float* param;
   const float* grad;
+  float* param_out;
   float* m;
   float* v;
   float decay, step_size, bc2_sqrt, b1, b2, c1, c2, eps;
@@ -61,19 +66,21 @@ struct AdamWOp {
     m[i] = mi;
     v[i] = vi;
     const float denom = __fdiv_rn(__fsqrt_rn(vi), bc2_sqrt) + eps;
-    param[i] = mul(param[i], decay) - mul(step_size, __fdiv_rn(mi, denom));
+    param_out[i] = mul(param[i], decay) - mul(step_size, __fdiv_rn(mi, denom));
   }
 };
 
 }  // namespace
 
-cudaError_t launch_sgd_update(float* param, const float* grad, float* momentum_buf, int64_t n,
-                              const SgdParams& p, cudaStream_t stream) {
+cudaError_t launch_sgd_update(const float* param, const float* grad, float* param_out,
+                              float* momentum_buf, int64_t n, const SgdParams& p,
+                              cudaStream_t stream) {
   if (p.momentum == 0.f)
-    return launch_for_each(n, SgdPlainOp{param, grad, p.lr, p.weight_decay}, stream);
+    return launch_for_each(n, SgdPlainOp{param, grad, param_out, p.lr, p.weight_decay}, stream);
   if (momentum_buf == nullptr) return cudaErrorInvalidValue;
   const SgdMomentumOp op{.param = param,
                          .grad = grad,
+                         .param_out = param_out,
                          .buf = momentum_buf,
                          .lr = p.lr,
                          .wd = p.weight_decay,
@@ -84,14 +91,15 @@ cudaError_t launch_sgd_update(float* param, const float* grad, float* momentum_b
   return launch_for_each(n, op, stream);
 }
 
-cudaError_t launch_adamw_update(float* param, const float* grad, float* m, float* v, int64_t n,
-                                const AdamWParams& p, cudaStream_t stream) {
+cudaError_t launch_adamw_update(const float* param, const float* grad, float* param_out, float* m,
+                                float* v, int64_t n, const AdamWParams& p, cudaStream_t stream) {
   if (p.step < 1) return cudaErrorInvalidValue;
   // Host scalars exactly as CpuBackend::adamw_update computes them (double, then float).
   const double t = static_cast<double>(p.step);
   const AdamWOp op{
       .param = param,
       .grad = grad,
+      .param_out = param_out,
       .m = m,
       .v = v,
       .decay = static_cast<float>(1.0 - static_cast<double>(p.lr) * p.weight_decay),

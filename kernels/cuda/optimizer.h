@@ -15,12 +15,14 @@
 
 namespace pt::cuda {
 
+// param_out is param (in place) or a buffer that does not overlap it (Backend::sgd_update).
 // momentum_buf may be null when p.momentum == 0 (it is then not touched); a null buffer with
 // non-zero momentum is cudaErrorInvalidValue.
-cudaError_t launch_sgd_update(float* param, const float* grad, float* momentum_buf, int64_t n,
-                              const pt::SgdParams& p, cudaStream_t stream);
+cudaError_t launch_sgd_update(const float* param, const float* grad, float* param_out,
+                              float* momentum_buf, int64_t n, const pt::SgdParams& p,
+                              cudaStream_t stream);
 // p.step counts from 1; step < 1 is cudaErrorInvalidValue.
-cudaError_t launch_adamw_update(float* param, const float* grad, float* m, float* v, int64_t n,
-                                const pt::AdamWParams& p, cudaStream_t stream);
+cudaError_t launch_adamw_update(const float* param, const float* grad, float* param_out, float* m,
+                                float* v, int64_t n, const pt::AdamWParams& p, cudaStream_t stream);
 
 }  // namespace pt::cuda

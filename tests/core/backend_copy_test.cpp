@@ -144,10 +144,11 @@ class HiddenMemoryBackend final : public Backend {
   }
   double sum_squares(const float*, int64_t) override { unused("sum_squares"); }
   bool all_finite(const float*, int64_t) override { unused("all_finite"); }
-  void sgd_update(float*, const float*, float*, int64_t, const SgdParams&) override {
+  void sgd_update(const float*, const float*, float*, float*, int64_t, const SgdParams&) override {
     unused("sgd_update");
   }
-  void adamw_update(float*, const float*, float*, float*, int64_t, const AdamWParams&) override {
+  void adamw_update(const float*, const float*, float*, float*, float*, int64_t,
+                    const AdamWParams&) override {
     unused("adamw_update");
   }
 

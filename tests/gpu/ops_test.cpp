@@ -706,7 +706,8 @@ TEST_CASE("cuda vs cpu: sgd_update (momentum, nesterov, weight decay, first step
                           Config{0.9f, false, 0.1f}, Config{0.f, false, 0.f}}) {
     INFO("sgd momentum " << c.momentum << " nesterov " << c.nesterov << " dampening "
                          << c.dampening);
-    Twin param = P.upload(randf(sz(n), 40)), buf = P.upload(nans(sz(n)));
+    Twin param = P.upload(randf(sz(n), 40)), buf = P.upload(nans(sz(n))),
+         out = P.upload(nans(sz(n)));
     SgdParams sp;
     sp.lr = 0.05f;
     sp.momentum = c.momentum;
@@ -716,11 +717,14 @@ TEST_CASE("cuda vs cpu: sgd_update (momentum, nesterov, weight decay, first step
     for (int step = 0; step < 2; ++step) {
       sp.first_step = step == 0;  // the buffer starts as NaN: the first step must not read it
       Twin grad = P.upload(randf(sz(n), 41 + static_cast<uint64_t>(step)));
+      // The first step in place, the second into another buffer (2BW's update over the stash).
+      Twin& to = step == 0 ? param : out;
       P.run([&](Backend& be, int s) {
-        be.sgd_update(param.f(s), grad.f(s), c.momentum != 0.f ? buf.f(s) : nullptr, n, sp);
+        be.sgd_update(param.f(s), grad.f(s), to.f(s), c.momentum != 0.f ? buf.f(s) : nullptr, n,
+                      sp);
       });
       const std::string at = " step " + std::to_string(step + 1);
-      P.compare("sgd_update param" + at, param, kElementwise);
+      P.compare("sgd_update param" + at, to, kElementwise);
       if (c.momentum != 0.f) P.compare("sgd_update momentum buffer" + at, buf, kElementwise);
     }
   }
@@ -730,17 +734,19 @@ TEST_CASE("cuda vs cpu: adamw_update, two steps") {
   Pair P;
   const int64_t n = 100003;
   Twin param = P.upload(randf(sz(n), 43)), m = P.upload(std::vector<float>(sz(n), 0.f)),
-       v = P.upload(std::vector<float>(sz(n), 0.f));
+       v = P.upload(std::vector<float>(sz(n), 0.f)), out = P.upload(nans(sz(n)));
   AdamWParams ap;
   ap.lr = 1e-2f;
   ap.weight_decay = 0.1f;
   for (int64_t step = 1; step <= 2; ++step) {
     ap.step = step;
     Twin grad = P.upload(randf(sz(n), 44 + static_cast<uint64_t>(step), -2.f, 2.f));
-    P.run(
-        [&](Backend& be, int s) { be.adamw_update(param.f(s), grad.f(s), m.f(s), v.f(s), n, ap); });
+    Twin& to = step == 1 ? param : out;  // in place, then into another buffer
+    P.run([&](Backend& be, int s) {
+      be.adamw_update(param.f(s), grad.f(s), to.f(s), m.f(s), v.f(s), n, ap);
+    });
     const std::string at = " step " + std::to_string(step);
-    P.compare("adamw_update param" + at, param, kElementwise);
+    P.compare("adamw_update param" + at, to, kElementwise);
     P.compare("adamw_update m" + at, m, kElementwise);
     P.compare("adamw_update v" + at, v, {1e-12, 1e-6});
   }

@@ -113,9 +113,9 @@ Outputs run_every_op(CpuBackend& be) {
   sp.nesterov = true;
   sp.weight_decay = 0.01f;
   Floats param(be, X), buf(be, n, 0.f), m(be, n, 0.f), v(be, n, 0.f);
-  be.sgd_update(param.get(), y.get(), buf.get(), kN, sp);
+  be.sgd_update(param.get(), y.get(), param.get(), buf.get(), kN, sp);
   AdamWParams ap;
-  be.adamw_update(param.get(), y.get(), m.get(), v.get(), kN, ap);
+  be.adamw_update(param.get(), y.get(), param.get(), m.get(), v.get(), kN, ap);
   out["optimizers"] = param.read();
   return out;
 }

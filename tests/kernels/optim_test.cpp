@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "engine/core/error.h"
 #include "tests/kernels/kernel_test_util.h"
@@ -72,11 +73,11 @@ TEST_CASE("sgd: two steps against hand-computed values") {
     SgdParams params = c.params;
     params.first_step = true;
     float* buf_ptr = params.momentum != 0.f ? buf.get() : nullptr;
-    be.sgd_update(p.get(), g.get(), buf_ptr, 1, params);
+    be.sgd_update(p.get(), g.get(), p.get(), buf_ptr, 1, params);
     CHECK(p.read()[0] == doctest::Approx(c.after1).epsilon(1e-6));
     params.first_step = false;
     be.copy_from_host(g.get(), std::vector<float>{-0.25f}.data(), sizeof(float));
-    be.sgd_update(p.get(), g.get(), buf_ptr, 1, params);
+    be.sgd_update(p.get(), g.get(), p.get(), buf_ptr, 1, params);
     CHECK(p.read()[0] == doctest::Approx(c.after2).epsilon(1e-6));
   }
 }
@@ -86,7 +87,7 @@ TEST_CASE("sgd: momentum without a buffer is a usage error") {
   Floats p(be, {1.f}), g(be, {1.f});
   SgdParams params;
   params.momentum = 0.9f;
-  CHECK_THROWS_AS(be.sgd_update(p.get(), g.get(), nullptr, 1, params), UsageError);
+  CHECK_THROWS_AS(be.sgd_update(p.get(), g.get(), p.get(), nullptr, 1, params), UsageError);
 }
 
 TEST_CASE("sgd: vector update matches the formula (not first step, nesterov, decay, dampening)") {
@@ -107,7 +108,7 @@ TEST_CASE("sgd: vector update matches the formula (not first step, nesterov, dec
     wp[i] = P[i] - 0.05 * (g + 0.8 * wb[i]);
   }
   Floats p(be, P), g(be, G), b(be, B);
-  be.sgd_update(p.get(), g.get(), b.get(), static_cast<int64_t>(n), sp);
+  be.sgd_update(p.get(), g.get(), p.get(), b.get(), static_cast<int64_t>(n), sp);
   check_close(p.read(), wp, 1e-6, 1e-6, "sgd param");
   check_close(b.read(), wb, 1e-6, 1e-6, "sgd momentum buffer");
 }
@@ -129,19 +130,19 @@ TEST_CASE("adamw: two steps against hand-computed values") {
   ap.weight_decay = 0.01f;
   Floats p(be, {1.f}), g(be, {0.5f}), m(be, {0.f}), v(be, {0.f});
   ap.step = 1;
-  be.adamw_update(p.get(), g.get(), m.get(), v.get(), 1, ap);
+  be.adamw_update(p.get(), g.get(), p.get(), m.get(), v.get(), 1, ap);
   CHECK(p.read()[0] == doctest::Approx(0.899000002).epsilon(1e-6));
   CHECK(m.read()[0] == doctest::Approx(0.05).epsilon(1e-6));
   CHECK(v.read()[0] == doctest::Approx(0.00025).epsilon(1e-6));
   ap.step = 2;
   be.copy_from_host(g.get(), std::vector<float>{-0.25f}.data(), sizeof(float));
-  be.adamw_update(p.get(), g.get(), m.get(), v.get(), 1, ap);
+  be.adamw_update(p.get(), g.get(), p.get(), m.get(), v.get(), 1, ap);
   CHECK(p.read()[0] == doctest::Approx(0.871467299).epsilon(1e-6));
   CHECK(m.read()[0] == doctest::Approx(0.02).epsilon(1e-6));
   CHECK(v.read()[0] == doctest::Approx(0.00031225).epsilon(1e-6));
 
   ap.step = 0;
-  CHECK_THROWS_AS(be.adamw_update(p.get(), g.get(), m.get(), v.get(), 1, ap), UsageError);
+  CHECK_THROWS_AS(be.adamw_update(p.get(), g.get(), p.get(), m.get(), v.get(), 1, ap), UsageError);
 }
 
 TEST_CASE("adamw: vector update matches the formula") {
@@ -163,8 +164,70 @@ TEST_CASE("adamw: vector update matches the formula") {
             double(ap.lr) * mh / (std::sqrt(vh) + double(ap.eps));
   }
   Floats p(be, P), g(be, G), m(be, M), v(be, V);
-  be.adamw_update(p.get(), g.get(), m.get(), v.get(), static_cast<int64_t>(n), ap);
+  be.adamw_update(p.get(), g.get(), p.get(), m.get(), v.get(), static_cast<int64_t>(n), ap);
   check_close(m.read(), wm, 1e-7, 1e-5, "adamw m");
   check_close(v.read(), wv, 1e-9, 1e-5, "adamw v");
   check_close(p.read(), wp, 1e-6, 1e-5, "adamw param");
+}
+
+// PipeDream-2BW writes the new version into the stash instead of copying the latest there and
+// updating it in place: the out-of-place update must give the in-place bits, leave its input as
+// it was, and refuse buffers that overlap without being the same.
+TEST_CASE("sgd and adamw out of place: the in-place bits, the input untouched") {
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    CpuBackend be(0, threads);
+    const size_t n = 100003;  // above the parallel threshold
+    const auto n64 = static_cast<int64_t>(n);
+    const auto P = random_floats(n, 11), G = random_floats(n, 12), B = random_floats(n, 13),
+               V = random_floats(n, 14, 0.f, 0.01f);
+    for (int kind = 0; kind < 3; ++kind) {  // SGD without momentum, SGD with nesterov, AdamW
+      CAPTURE(kind);
+      SgdParams sp;
+      sp.lr = 0.05f;
+      sp.weight_decay = 0.01f;
+      sp.momentum = kind == 1 ? 0.9f : 0.f;
+      sp.nesterov = kind == 1;
+      sp.first_step = false;
+      AdamWParams ap;
+      ap.step = 3;
+      auto update = [&](float* param, float* out, Floats& m, Floats& v) {
+        const Floats g(be, G);
+        if (kind < 2)
+          be.sgd_update(param, g.get(), out, kind == 1 ? m.get() : nullptr, n64, sp);
+        else
+          be.adamw_update(param, g.get(), out, m.get(), v.get(), n64, ap);
+      };
+      Floats in_place(be, P), m1(be, B), v1(be, V);
+      update(in_place.get(), in_place.get(), m1, v1);
+      Floats from(be, P), to(be, std::vector<float>(n, std::nanf(""))), m2(be, B), v2(be, V);
+      update(from.get(), to.get(), m2, v2);
+      const auto want = in_place.read(), got = to.read(), source = from.read();
+      CHECK(want != P);    // the update moved something
+      CHECK(got == want);  // vectors of floats: NaN anywhere is unequal
+      CHECK(source == P);
+      CHECK(m2.read() == m1.read());
+      CHECK(v2.read() == v1.read());
+    }
+  }
+}
+
+TEST_CASE("sgd and adamw: an output that overlaps the input without being it is a usage error") {
+  CpuBackend be(0, 1);
+  Floats p(be, std::vector<float>(8, 1.f)), g(be, std::vector<float>(8, 0.5f)),
+      m(be, std::vector<float>(8, 0.f)), v(be, std::vector<float>(8, 0.f));
+  SgdParams sp;
+  AdamWParams ap;
+  try {
+    be.sgd_update(p.get(), g.get(), p.get() + 1, nullptr, 4, sp);
+    FAIL("no error");
+  } catch (const UsageError& e) {
+    CHECK(std::string(e.what()).find("sgd_update: param_out overlaps param") != std::string::npos);
+  }
+  CHECK_THROWS_AS(be.adamw_update(p.get() + 3, g.get(), p.get(), m.get(), v.get(), 4, ap),
+                  UsageError);
+  // Adjacent is not overlapping.
+  be.sgd_update(p.get(), g.get(), p.get() + 4, nullptr, 4, sp);
+  CHECK(p.read()[4] != 1.f);
+  CHECK(p.read()[0] == 1.f);
 }
