@@ -7,7 +7,8 @@
 #   python3 scripts/bench-table.py OUT.jsonl              (the table again, from the file)
 #
 # Runs (in this order): pipetrain-bench-train-step; scripts/torch-compare.sh (skips itself when
-# python3 has no torch); pipetrain-fashion 3 epochs on 2 threads; pipetrain-bench-pipeline;
+# python3 has no torch); pipetrain-fashion 3 epochs on 2 threads; pipetrain-bench-pipeline (the
+# MLP, and 1F1B at M = 8 on --model deep, whose stages balance);
 # mpirun -np 2 pipetrain-bench-allreduce (to 64 MiB); mpirun -np 2 pipetrain-bench-data-parallel
 # at batch 128, 256, 512; pipetrain-bench-gpt; pipetrain-bench-attention at T = 128 and 512;
 # pipetrain-bench-memory (2,000 steps); pipetrain-bench-flight-recorder (the per-action trace);
@@ -134,6 +135,10 @@ run torch "$here/torch-compare.sh" "$build" 20
 run fashion text_to_json fashion_example 2 "$build/examples/pipetrain-fashion" --devices cpu:0 \
   --threads 2 --epochs 3
 run pipeline "$b/pipetrain-bench-pipeline" --steps 10
+# The MLP's two stages cannot balance closer than about 4.3 vs 5.4 ms per micro-batch; this one's
+# can, so its 1F1B shows the pipeline against the ideal S·M/(M + S − 1) itself.
+run pipeline_deep "$b/pipetrain-bench-pipeline" --model deep --schedules 1f1b --microbatches 8 \
+  --steps 20
 run allreduce mpirun_np 2 "$b/pipetrain-bench-allreduce" --max-mb 64
 for batch in 128 256 512; do
   run "dp_b$batch" mpirun_np 2 "$b/pipetrain-bench-data-parallel" --batch "$batch" --steps 10

@@ -113,15 +113,15 @@ def fashion(rows):
 SCHEDULE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B", "zb-h1": "ZB-H1"}
 
 
-def pipelines_at(rows, M):
+def pipelines_at(rows, M, run="pipeline"):
     lines = [
         r
         for r in rows
-        if r.get("run") == "pipeline" and r.get("bench") == "pipeline" and r.get("microbatches") == M
+        if r.get("run") == run and r.get("bench") == "pipeline" and r.get("microbatches") == M
         and "speedup" in r
     ]
     if not lines:
-        raise Missing(f"no pipeline lines at M = {M}")
+        raise Missing(f"no {run} lines at M = {M}")
     parts = []
     for r in lines:
         name = SCHEDULE_NAMES.get(r["schedule"], r["schedule"])
@@ -131,6 +131,19 @@ def pipelines_at(rows, M):
             f"{ratio(r['ideal'])})"
         )
     return ", ".join(parts)
+
+
+def balanced_pipeline(rows):
+    """The same pipeline on a model whose two stages balance, with its simulator figures."""
+    text = pipelines_at(rows, 8, "pipeline_deep")
+    r = pick(rows, "pipeline_deep", "pipeline", microbatches=8)
+    errors = [abs(v) for k, v in r.items() if k.startswith("bubble_err_vs_sim_pp_d") and v is not None]
+    per_mb = [sum(float(x) for x in r[f"stage_fiw_ms_s{s}"].split("/")) for s in (0, 1)]
+    return (
+        f"{text}; stages of {per_mb[0]:.2f} and {per_mb[1]:.2f} ms per micro-batch (F + I + W); "
+        f"simulated ÷ measured {ratio(r['predicted_over_measured'])}, bubble within "
+        f"{max(errors):.1f} pp of the simulated one"
+    )
 
 
 def threads_at_8(rows):
@@ -342,6 +355,8 @@ ROWS = [
     ("Fashion-MNIST MLP, 3 epochs", fashion),
     ("2 stages on 2 cores vs 1 device on 1 core, MLP, M = 8", lambda r: pipelines_at(r, 8)),
     ("same at M = 2", lambda r: pipelines_at(r, 2)),
+    ("same, M = 8, a model whose two stages balance (`--model deep`: 784-512×8-10)",
+     balanced_pipeline),
     ("1 device on 2 threads, same M = 8, for comparison", threads_at_8),
     ("1 device on 1 core by micro-batch count (the pipelines' baseline)", one_core_by_m),
     ("peak memory of stage 0", memory_m8),

@@ -21,7 +21,7 @@ fail() {
 python3 "$table" "$fixture" >"$tmp/full.md" || fail "bench-table.py exited $? on the fixture"
 cat "$tmp/full.md"
 rows=$(grep -c '^| ' "$tmp/full.md")
-[ "$rows" -ge 19 ] || fail "$rows table lines, expected the header and at least 18 rows"
+[ "$rows" -ge 20 ] || fail "$rows table lines, expected the header and at least 19 rows"
 ! grep -q 'not measured' "$tmp/full.md" || fail "a row is not measured on a complete run"
 grep -q '^## Figures (this machine: 2 cores, ' "$tmp/full.md" || fail "no machine in the heading"
 
@@ -47,6 +47,15 @@ for l in open(sys.argv[1]):
                                                      r["speedup_max"]))' \
   "$fixture")
 expect "2 stages on 2 cores" "$speedup"
+deep=$(python3 -c '
+import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    if r.get("run") == "pipeline_deep" and r.get("bench") == "pipeline":
+        print("1F1B {:.2f} [{:.2f}, {:.2f}]× ({:.2f} of ideal".format(
+            r["speedup"], r["speedup_min"], r["speedup_max"], r["speedup_over_ideal"]))' \
+  "$fixture")
+expect "same, M = 8, a model whose two stages balance" "$deep"
 
 # ---- torch absent: only its row says so ----
 grep -v '"run": "torch"' "$fixture" >"$tmp/no-torch.jsonl"
