@@ -7,7 +7,9 @@
 // (their mean), so both sides of a ratio see the same load; the figures are the medians over the
 // repetitions and the spread (min, max) of the per-repetition ratios.
 // With --breakdown, one line per op of the step (median ms): each layer's forward (F), input
-// gradient (I) and weight gradient (W), and the epilogue's gradient norm and optimizer update.
+// gradient (I) and weight gradient (W), and the epilogue's gradient norm and optimizer update
+// (in place; out of place, as PipeDream-2BW's UPDATE writes into the stash; and a copy of the
+// parameters, what that UPDATE did first before it stepped out of place).
 // Model FLOPs per sample count GEMMs only: forward 2W, weight gradient 2W, input gradient 2W
 // except for the first layer (W = weights of the linear layers).
 #include <algorithm>
@@ -79,12 +81,21 @@ void print_breakdown(pt::Trainer& trainer, const pt::Model& model, pt::Backend& 
   const pt::Tensor g = params.grads_flat(), w = params.params_flat();
   const double norm_s = median_seconds(7, [&] { pt::global_grad_norm({&params}); });
   const double update_s = median_seconds(7, [&] { trainer.optimizer().step(w, g, 0.f); });
+  // PipeDream-2BW's UPDATE (--update async) writes the new version into the stash: the same
+  // step out of place. Before b463367 it copied the parameters there and stepped in place.
+  const pt::Tensor stash = backend.empty(w.shape(), w.dtype());
+  const double out_of_place_s =
+      median_seconds(7, [&] { trainer.optimizer().step(w, g, stash, 0.f); });
+  const double copy_s =
+      median_seconds(7, [&] { backend.copy_within(stash.data(), w.data(), w.bytes()); });
   pt::bench::emit({{"bench", std::string("mlp_op")},
                    {"threads", int64_t{threads}},
                    {"kind", std::string("epilogue")},
                    {"params", g.numel()},
                    {"grad_norm_ms", norm_s * 1e3},
-                   {"optimizer_ms", update_s * 1e3}});
+                   {"optimizer_ms", update_s * 1e3},
+                   {"optimizer_out_of_place_ms", out_of_place_s * 1e3},
+                   {"parameter_copy_ms", copy_s * 1e3}});
 }
 
 }  // namespace
