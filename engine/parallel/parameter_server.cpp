@@ -63,9 +63,11 @@ void pack_state(std::vector<std::byte>& out, const Tensor& params, const Optimiz
     return static_cast<const std::byte*>(t.data()) + begin;
   };
   std::memcpy(out.data(), from(params), bytes);
-  if (!optimizer)
+  if (!optimizer) {
     std::fill(out.begin() + static_cast<std::ptrdiff_t>(bytes), out.end(), std::byte{0});
-  for (size_t i = 0; optimizer && i < slots; ++i)
+    return;
+  }
+  for (size_t i = 0; i < slots; ++i)
     std::memcpy(out.data() + bytes * (1 + i), from(optimizer->slots()[i].state.flat()), bytes);
 }
 void unpack_state(const std::vector<std::byte>& in, const Tensor& params, Optimizer& optimizer,
