@@ -1,5 +1,5 @@
 # The CUDA plugin libpipetrain_cuda.so: built wherever nvcc is found, loaded at run time by
-# engine/cuda_plugin.cpp (dlopen) only when CUDA is asked for. Nothing else links CUDA, so a
+# engine/devices/cuda_plugin.cpp (dlopen) only when CUDA is asked for. Nothing else links CUDA, so a
 # CPU-only run never pays for cuBLAS/cuDNN/NCCL (~220 MB RSS, 0.35 s at start).
 #
 # Sets, for the rest of the build:
@@ -114,7 +114,7 @@ endif()
 
 set(PIPETRAIN_HAVE_CUDA_PLUGIN ON)
 
-# ---- where the engine's loader looks (engine/cuda_plugin.cpp) --------------------------------
+# ---- where the engine's loader looks (engine/devices/cuda_plugin.cpp) --------------------------------
 # Next to an executable in <dir>/lib/pipetrain or <dir>/../lib/pipetrain (the build tree: tests/,
 # examples/ and bench/ sit next to lib/), <dir>/../<libdir>/pipetrain (an installed prefix), then
 # PIPETRAIN_PLUGIN_INSTALL_DIR (set in CMakeLists.txt).

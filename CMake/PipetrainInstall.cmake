@@ -20,7 +20,7 @@ install(FILES ${PROJECT_BINARY_DIR}/pipetrainConfig.cmake ${PROJECT_BINARY_DIR}/
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/pipetrain)
 
 # The CUDA plugin (when built): not part of the export, nothing links it; the engine dlopen()s it
-# from <libdir>/pipetrain (see engine/cuda_plugin.h for where it looks).
+# from <libdir>/pipetrain (see engine/devices/cuda_plugin.h for where it looks).
 if(TARGET pipetrain_cuda)
   install(TARGETS pipetrain_cuda LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/pipetrain)
 endif()

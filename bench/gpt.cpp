@@ -26,7 +26,7 @@
 #include "engine/core/random.h"
 #include "engine/data/batching.h"
 #include "engine/pipeline/pipeline_trainer.h"
-#include "engine/trainer.h"
+#include "engine/train/trainer.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "layers/zoo.h"
 #include "schedule/generators.h"

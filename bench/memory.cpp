@@ -25,7 +25,7 @@
 #include "bench/json_line.h"
 #include "bench/repeated_seconds.h"
 #include "bench/synthetic_batch.h"
-#include "engine/resident_memory.h"
+#include "engine/report/resident_memory.h"
 #include "engine/setup/training_run.h"
 #include "layers/zoo.h"
 

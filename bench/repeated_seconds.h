@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "bench/json_line.h"
-#include "engine/median.h"
+#include "engine/report/median.h"
 
 namespace pt::bench {
 

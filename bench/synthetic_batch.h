@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "engine/core/random.h"
-#include "engine/trainer.h"
+#include "engine/train/trainer.h"
 
 namespace pt::bench {
 

@@ -23,8 +23,8 @@
 #include "bench/repeated_seconds.h"
 #include "engine/core/random.h"
 #include "engine/partition/layer_costs.h"
-#include "engine/trainer.h"
-#include "engine/training_engine.h"
+#include "engine/train/trainer.h"
+#include "engine/train/training_engine.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "layers/zoo.h"
 

@@ -1,8 +1,8 @@
 #pragma once
 // A Model is the definition of a network: the ordered layers (each knowing its per-sample input
 // and output shapes) and the loss. It holds no device memory of its own: a stage instantiates
-// the parameters of a contiguous layer range on one device (engine/stage_parameters.h) and binds
-// them to the layers. Global layer indices (0-based positions in `layers`) name parameters
+// the parameters of a contiguous layer range on one device (engine/train/stage_parameters.h) and
+// binds them to the layers. Global layer indices (0-based positions in `layers`) name parameters
 // everywhere: in initialisation, checkpoints and the partitioner.
 #include <memory>
 #include <string>
@@ -83,7 +83,7 @@ class Model {
 };
 
 // "{global_layer_index}.{layer_name}.{param}", e.g. "0.linear.weight": the name of a parameter
-// in checkpoints (documented in the README).
+// in checkpoints (documented in docs/checkpoints.md).
 std::string parameter_name(int global_layer_index, const Layer& layer, const std::string& param);
 
 }  // namespace pt

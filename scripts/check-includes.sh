@@ -6,6 +6,8 @@
 #   layers/          includes only layers/ and engine/core/ (third-party <...> headers allowed)
 #   kernels/         includes only kernels/ and engine/core/ (third-party <...> headers allowed)
 #   engine/core/     includes only engine/core/ (third-party <...> headers allowed)
+#   engine/A/        includes engine/B/ only where B is at or below A in engine_layers (below):
+#                    the layers of ARCHITECTURE.md, bottom up; engine/ has no loose source file
 #   engine/ outside engine/cuda/
 #                    includes no CUDA header (<cuda*.h>, <cublas*>, <cudnn*>, <nccl*>) and no
 #                    kernels/cpu/ header: the engine reaches devices through engine/core/backend.h
@@ -21,6 +23,13 @@ cd "$(dirname "$0")/.."
 # "file:included path    why it is still there", one a line.
 known_exceptions=(
 )
+
+# The folders of engine/, bottom up (ARCHITECTURE.md, "The layers"): a folder may include its
+# own headers and those of the folders before it, never one after it.
+engine_layers=(core io trace comm data report process cuda devices optim train checkpoint parallel
+  update pipeline replicas partition plan loop inference setup)
+declare -A engine_level=()
+for i in "${!engine_layers[@]}"; do engine_level[${engine_layers[$i]}]=$i; done
 
 allow_known=0
 for arg in "$@"; do
@@ -128,6 +137,15 @@ while IFS= read -r hit; do
   if [[ $file == engine/core/* && -n $target && $target != engine/core/* ]]; then
     report "$file" "$line" "$text" "engine/core/ includes only engine/core/" "$target"
   fi
+  if [[ $file == engine/*/* && $target == engine/*/* ]]; then
+    from=${file#engine/} to=${target#engine/}
+    from=${from%%/*} to=${to%%/*}
+    if [[ -z ${engine_level[$from]:-} ]]; then
+      report "$file" "$line" "$text" "engine/$from/ is not in engine_layers of $0: add it where it belongs (and to ARCHITECTURE.md)" "$target"
+    elif [[ -z ${engine_level[$to]:-} ]] || ((engine_level[$to] > engine_level[$from])); then
+      report "$file" "$line" "$text" "engine/$from/ may not include engine/$to/, a layer above it (ARCHITECTURE.md): move the shared piece down, or pass it in through an interface" "$target"
+    fi
+  fi
   if [[ $file == engine/* && $file != engine/cuda/* ]]; then
     if [[ -z $target ]] && is_cuda_header "$path"; then
       report "$file" "$line" "$text" "engine/ outside engine/cuda/ includes no CUDA header" "$path"
@@ -136,6 +154,12 @@ while IFS= read -r hit; do
     fi
   fi
 done < <(git grep -nE '^[[:space:]]*#[[:space:]]*include' -- schedule layers kernels engine)
+
+# engine/ holds folders only: each source file belongs to the folder named for its job.
+while IFS= read -r loose; do
+  echo "$loose: a loose source file at the top of engine/: move it into the folder of its job"
+  violations=$((violations + 1))
+done < <(git ls-files -- 'engine/*.h' 'engine/*.cpp' | grep -v '^engine/.*/')
 
 stale=0
 for key in "${!exception_reason[@]}"; do

@@ -21,8 +21,9 @@
 #include <string>
 
 #include "engine/comm/communicator.h"
-#include "engine/optimizer.h"
-#include "engine/stage_parameters.h"
+#include "engine/optim/optimizer.h"
+#include "engine/train/stage_parameters.h"
+#include "engine/train/stage_state.h"
 
 namespace pt {
 
@@ -35,12 +36,6 @@ struct TrainingState {
   uint64_t seed = 0;
   std::map<std::string, std::string> extra;   // program-defined settings, checked on resume
   std::map<std::string, std::string> layout;  // how it was saved (stages, replicas, ...): a record
-};
-
-// The state of one stage as the checkpoint sees it; `optimizer` may be null (weights only).
-struct StageState {
-  StageParameters* params = nullptr;
-  Optimizer* optimizer = nullptr;
 };
 
 struct SaveStats {

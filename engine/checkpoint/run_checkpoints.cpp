@@ -6,7 +6,7 @@
 #include "engine/checkpoint/manifest.h"
 #include "engine/core/error.h"
 #include "engine/io/output_path.h"
-#include "engine/training_engine.h"
+#include "engine/train/training_engine.h"
 
 namespace pt {
 

@@ -1,6 +1,6 @@
 #pragma once
 // MPI communicators: one process per device, started by mpirun/srun. This header does not
-// include <mpi.h>; only engine/comm/mpi.cpp talks to MPI.
+// include <mpi.h>; only engine/comm/mpi*.cpp talk to MPI.
 //
 // Every blocking operation is a nonblocking MPI call polled with a deadline, so a rank whose
 // peer died or took another path throws TimeoutError instead of hanging. After a collective timed

@@ -12,7 +12,7 @@
 //   pipetrain_kernels_cpu as a whole archive (CMakeLists.txt): every program that links the
 //   engine contains the object, and it registers "cpu" before main();
 // - the CUDA backend lives in a plugin loaded at run time (dlopen): the engine's loader,
-//   engine/cuda_plugin.cpp, registers "cuda", whose factory loads the plugin on first use.
+//   engine/devices/cuda_plugin.cpp, registers "cuda", whose factory loads the plugin on first use.
 // A third backend is a folder with its Backend class and one BackendRegistration, built as a
 // library linked like pipetrain_kernels_cpu (or a plugin whose loader registers it).
 #include <functional>

@@ -55,7 +55,7 @@ namespace pt::cuda {
 class CudaBackend;
 
 namespace nccl_detail {
-struct State;  // the NCCL communicators, streams and queues (nccl_communicator.cpp)
+struct State;  // the NCCL communicators, streams and queues (nccl_internal.h)
 }
 
 class NcclCommunicator final : public pt::Communicator {

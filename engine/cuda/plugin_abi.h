@@ -1,7 +1,7 @@
 /* The C ABI between the engine and its CUDA plugin (libpipetrain_cuda.so).
  *
- * Plain C, no CUDA headers: the engine side (engine/cuda_plugin.cpp) includes this file without
- * knowing anything about CUDA, and the plugin (engine/cuda/, around the CUDA backend of
+ * Plain C, no CUDA headers: the engine side (engine/devices/cuda_plugin.cpp) includes this file
+ * without knowing anything about CUDA, and the plugin (engine/cuda/, around the CUDA backend of
  * kernels/cuda/) implements it. The engine dlopen()s the plugin, looks up the one exported symbol
  * PT_CUDA_PLUGIN_ENTRY and checks abi_version before calling anything else.
  *

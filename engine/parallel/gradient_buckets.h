@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/stage_parameters.h"
+#include "engine/train/stage_parameters.h"
 
 namespace pt {
 

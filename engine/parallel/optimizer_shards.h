@@ -6,7 +6,7 @@
 // bit-identical to the unsharded run: each tensor's sum of squares is computed by one replica
 // over the same summed gradient the unsharded run would hold.
 //
-// A step (driven by finish_step, engine/step_epilogue.h):
+// A step (driven by finish_step, engine/train/step_epilogue.h):
 //   reduce_gradients   reduce_scatter of the stage's gradient arena: the owner gets the sum of
 //                      its range. Ranges have unequal sizes, so each replica's block is padded
 //                      with zeros to the largest range (reduce_scatter takes equal counts; the
@@ -35,8 +35,8 @@
 #include <vector>
 
 #include "engine/comm/communicator.h"
-#include "engine/optimizer.h"
-#include "engine/stage_parameters.h"
+#include "engine/optim/optimizer.h"
+#include "engine/train/stage_parameters.h"
 
 namespace pt {
 

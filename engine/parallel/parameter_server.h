@@ -25,8 +25,8 @@
 //   asynchronous only:     PAUSE before an evaluation (the workers wait for each other there),
 //                          RESUME + PARAMS before the next step
 //
-// Stop signals (SIGTERM from a scheduler, Ctrl-C: engine/preemption.h). Synchronous workers meet
-// every step and agree on a stop there. Asynchronous ones never do, so the servers relay it: a
+// Stop signals (SIGTERM from a scheduler, Ctrl-C: engine/process/preemption.h). Synchronous workers
+// meet every step and agree on a stop there. Asynchronous ones never do, so the servers relay it: a
 // worker that stops early says so (PAUSE with its stop flag set), and every reply after that
 // carries the stop flag, so each other worker stops after the step it is in and all of them reach
 // the final save; a signal to a server process itself is relayed the same way (the server keeps
@@ -68,10 +68,10 @@
 #include <vector>
 
 #include "engine/comm/communicator.h"
-#include "engine/lr_schedule.h"
-#include "engine/optimizer.h"
-#include "engine/stage_parameters.h"
-#include "engine/step_epilogue.h"
+#include "engine/optim/lr_schedule.h"
+#include "engine/optim/optimizer.h"
+#include "engine/train/stage_parameters.h"
+#include "engine/train/step_epilogue.h"
 #include "layers/model.h"
 
 namespace pt {

@@ -8,12 +8,12 @@
 
 #include "engine/core/error.h"
 #include "engine/core/random.h"
-#include "engine/forward_pass.h"
-#include "engine/median.h"
 #include "engine/partition/layer_costs.h"
 #include "engine/partition/min_max_split.h"
 #include "engine/partition/on_every_device.h"
-#include "engine/stage_parameters.h"
+#include "engine/report/median.h"
+#include "engine/train/forward_pass.h"
+#include "engine/train/stage_parameters.h"
 #include "layers/embedding.h"
 
 namespace pt {

@@ -11,9 +11,9 @@
 #include "engine/comm/in_process.h"
 #include "engine/core/arena.h"
 #include "engine/core/error.h"
-#include "engine/median.h"
 #include "engine/parallel/all_reduce_gradients.h"
 #include "engine/partition/on_every_device.h"
+#include "engine/report/median.h"
 
 namespace pt {
 

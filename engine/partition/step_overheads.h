@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "engine/core/backend.h"
-#include "engine/optimizer.h"
+#include "engine/optim/optimizer.h"
 
 namespace pt {
 

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.h"
-#include "engine/trainer.h"
+#include "engine/train/trainer.h"
 
 namespace pt {
 

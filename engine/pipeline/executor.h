@@ -11,14 +11,14 @@
 #include <string>
 #include <vector>
 
-#include "engine/forward_pass.h"
 #include "engine/parallel/gradient_reducer.h"
 #include "engine/pipeline/layout.h"
 #include "engine/pipeline/recompute.h"
 #include "engine/pipeline/skip_routing.h"
 #include "engine/pipeline/transport.h"
-#include "engine/stage_parameters.h"
 #include "engine/trace/flight_recorder.h"
+#include "engine/train/forward_pass.h"
+#include "engine/train/stage_parameters.h"
 #include "schedule/timed_action.h"
 
 namespace pt {

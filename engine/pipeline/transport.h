@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "engine/comm/communicator.h"
+#include "engine/comm/remote_transfer.h"
 #include "engine/pipeline/mailbox.h"
-#include "engine/pipeline/remote_transfer.h"
 
 namespace pt {
 
@@ -61,7 +61,7 @@ class InProcessTransport final : public Transport {
 };
 
 // Devices of other processes: the pipeline communicator (rank = schedule device), one message tag
-// per key, the tensor's shape in a header (engine/pipeline/remote_transfer.h).
+// per key, the tensor's shape in a header (engine/comm/remote_transfer.h).
 class ProcessTransport final : public Transport {
  public:
   ProcessTransport(Communicator& group, std::vector<Backend*> devices, int skip_edges);

@@ -11,7 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "engine/core/error.h"
-#include "engine/devices.h"
+#include "engine/devices/devices.h"
 #include "engine/io/atomic_file.h"
 #include "engine/partition/cost_file.h"
 #include "engine/partition/layer_costs.h"
@@ -77,22 +77,16 @@ std::pair<TrainingOptions, std::string> options_for(const TrainingOptions& given
 
 }  // namespace
 
-AutoPlan plan_automatically(const TrainingOptions& opt, const Model& model,
-                            const std::function<Model()>& make_model,
+AutoPlan plan_automatically(const TrainingOptions& opt, const std::vector<Backend*>& devices,
+                            const Model& model, const std::function<Model()>& make_model,
                             const OptimizerConfig& optimizer, int64_t batch) {
-  if (opt.devices == "auto")
-    throw UsageError(
-        "--plan auto plans over the devices it is given: list them, e.g. --devices cpu:0,cpu:1 "
-        "(or cpu:0..3)");
-  DeviceSet devices = open_devices(opt.devices, 1, opt.threads, opt.precision);
-  std::vector<Backend*> all;
-  for (auto& b : devices.backends) all.push_back(b.get());
+  const std::vector<Backend*>& all = devices;
   PlannerRequest request;
-  request.devices = static_cast<int>(devices.backends.size());
+  request.devices = static_cast<int>(devices.size());
   request.batch = batch;
   request.mem_cap_bytes = static_cast<int64_t>(opt.mem_cap_mib * 1024 * 1024);
   request.optimizer_slots = optimizer.state_slots();
-  Backend& first = *devices.backends[0];
+  Backend& first = *devices.at(0);
   const bool profiling = opt.costs.kind == CostSource::Kind::profile;
   const std::string every = every_device_at_once(all);
   const LayerProfiler profiler = profiler_on(model, make_model, all);

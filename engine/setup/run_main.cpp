@@ -10,10 +10,10 @@
 #include "engine/comm/mpi.h"
 #include "engine/comm/recording_communicator.h"
 #include "engine/core/error.h"
-#include "engine/option_range.h"
-#include "engine/preemption.h"
+#include "engine/core/option_range.h"
+#include "engine/process/preemption.h"
+#include "engine/process/signal_thread.h"
 #include "engine/setup/training_options.h"
-#include "engine/signal_thread.h"
 #include "engine/trace/flight_recorder.h"
 #include "engine/trace/flight_watch.h"
 

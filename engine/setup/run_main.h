@@ -15,9 +15,9 @@ namespace pt {
 
 // Without an MPI launcher runs body(nullptr). Under mpirun/srun starts MPI, silences stdout on
 // ranks other than 0, runs body(world), and ends the whole job (MPI_Abort) when any rank fails,
-// so no peer is left waiting (except kExitPreempted, engine/preemption.h, which every rank returns
-// together and which ends MPI normally). Errors become one message on stderr ("error: ...", with
-// the rank under MPI) and exit code 2 (bad input: UsageError) or 1. Returns body's exit code
+// so no peer is left waiting (except kExitPreempted, engine/process/preemption.h, which every rank
+// returns together and which ends MPI normally). Errors become one message on stderr ("error: ...",
+// with the rank under MPI) and exit code 2 (bad input: UsageError) or 1. Returns body's exit code
 // otherwise.
 //
 // With `flight_recorder_dir` (--flight-recorder DIR) each process writes its flight record

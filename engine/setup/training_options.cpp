@@ -3,9 +3,9 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.h"
-#include "engine/devices.h"
+#include "engine/core/option_range.h"
+#include "engine/devices/devices.h"
 #include "engine/io/output_path.h"
-#include "engine/option_range.h"
 
 namespace pt {
 

@@ -7,12 +7,12 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/cuda_plugin.h"
+#include "engine/devices/cuda_plugin.h"
 #include "engine/partition/cost_source.h"
 #include "engine/partition/partition_method.h"
-#include "engine/pipeline/async_delay.h"
 #include "engine/pipeline/recompute.h"
-#include "engine/pipeline/schedule_choice.h"
+#include "engine/plan/schedule_choice.h"
+#include "engine/update/async_delay.h"
 
 namespace pt {
 
@@ -58,12 +58,12 @@ struct TrainingOptions {
   // --write-costs FILE (with --plan auto): the layer costs the planner used, one table per
   // micro-batch size, as a cost file for pipetrain-plan (engine/partition/cost_file.h).
   std::string write_costs;
-  // --update async: PipeDream-2BW (engine/pipeline/weight_versions.h), --async-window steps per
+  // --update async: PipeDream-2BW (engine/update/weight_versions.h), --async-window steps per
   // schedule run. Only with 1f1b, --stages >= 2, --dp 1, --microbatches >= stages - 1, no --clip.
   bool async_update = false;
   int async_window = 8;
   // --async-delay: uniform (PipeDream-2BW, every stage one step) or per-stage (the last stage
-  // none, engine/pipeline/weight_versions.h).
+  // none, engine/update/weight_versions.h).
   AsyncDelay async_delay = AsyncDelay::uniform;
   bool print = true;  // make_training prints the device note and the plan on stdout
   std::string trace,

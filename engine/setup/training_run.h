@@ -1,14 +1,22 @@
 #pragma once
-// The composition root: TrainingOptions plus a model -> devices -> plan -> a TrainingEngine: one
-// device (Trainer, the reference), a pipeline over S devices, R pipeline replicas in this
-// process, or one process per device under mpirun/srun (when `world` is given; see run_main.h).
+// The composition root: TrainingOptions plus a model -> a TrainingEngine: one device (Trainer,
+// the reference), a pipeline over S devices, R pipeline replicas in this process, or one process
+// per device under mpirun/srun (when `world` is given; see run_main.h). One pass, each step a
+// function that hands its result to the next and none re-derives what an earlier one made:
+//   1. the options, checked once (TrainingOptions::check and what cannot go together)
+//   2. the devices, opened once (run_devices.h)
+//   3. --plan auto: the plan searched on those devices (auto_plan.h); its options replace the
+//      user's (one device with all the threads, when the planner merges them, is then opened)
+//   4. the pipeline's plan: partition and schedule for the options (engine/plan/plan.h)
+//   5. the engine: replicas and their groups, each pipeline with its update strategy
+//      (run_engine.h)
 //
 //   pt::TrainingOptions opt;
 //   opt.devices = "cpu:0,cpu:1";
 //   opt.stages = 2;
 //   opt.microbatches = 4;
-//   pt::TrainingRun run = pt::make_training(opt, model, make_model, trainer_config, batch);
-//   run.engine->train_step(x, y);
+//   pt::TrainingRun run = pt::make_training(opt, make_model, batch);
+//   pt::fit(*run.engine, train, &test, {.batch = batch});   // or run.engine->train_step(x, y)
 #include <functional>
 #include <map>
 #include <memory>
@@ -17,18 +25,21 @@
 #include <vector>
 
 #include "engine/comm/communicator.h"
-#include "engine/devices.h"
+#include "engine/devices/devices.h"
 #include "engine/parallel/parameter_server.h"
 #include "engine/pipeline/pipeline_trainer.h"
-#include "engine/pipeline/plan.h"
-#include "engine/pipeline/planner.h"
+#include "engine/plan/plan.h"
+#include "engine/plan/planner.h"
 #include "engine/setup/training_options.h"
-#include "engine/trainer.h"
-#include "engine/training_engine.h"
+#include "engine/train/trainer.h"
+#include "engine/train/training_engine.h"
 
 namespace pt {
 
 struct TrainingRun {
+  // The model the engine trains (replica 0's) when the run built it (make_training with a model
+  // factory only); declared first, so that it outlives the engine.
+  std::unique_ptr<Model> model;
   TrainingOptions options;                 // what ran: the given ones, or --plan auto's choice
   std::optional<PlanCandidate> auto_plan;  // --plan auto: the plan chosen, with its prediction
   DeviceSet devices;                       // opened here (one per process under mpirun)
@@ -67,6 +78,13 @@ struct TrainingRun {
 TrainingRun make_training(const TrainingOptions& opt, Model& model,
                           const std::function<Model()>& make_model, const TrainerConfig& config,
                           int64_t batch, Communicator* world = nullptr);
+
+// The library's entry point: the run builds its model with make_model() and owns it
+// (TrainingRun::model; make_model() is called again for each further replica and for the
+// profiler). `config`: the optimizer, learning rates, clipping and seed (defaults: SGD).
+TrainingRun make_training(const TrainingOptions& opt, const std::function<Model()>& make_model,
+                          int64_t batch, const TrainerConfig& config = {},
+                          Communicator* world = nullptr);
 
 // After training: the gradient reduction of the last step, its measured vs predicted bubble,
 // and opt.trace / opt.timeline files (single process only); the whole step's wall time and,

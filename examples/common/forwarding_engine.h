@@ -3,7 +3,7 @@
 // change one call (the test-only fault injection, --parity-check's lock-step reference).
 #include <vector>
 
-#include "engine/training_engine.h"
+#include "engine/train/training_engine.h"
 
 namespace pt::examples {
 

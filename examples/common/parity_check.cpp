@@ -11,8 +11,8 @@
 #include <fmt/format.h>
 
 #include "engine/checkpoint/checkpoint.h"
-#include "engine/compare.h"
 #include "engine/core/error.h"
+#include "engine/report/compare.h"
 #include "kernels/cpu/cpu_backend.h"
 
 namespace pt::examples {

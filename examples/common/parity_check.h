@@ -13,7 +13,7 @@
 // (which, step by step, makes the whole run bit-identical); otherwise the replicas' sums are
 // grouped differently and each step must agree within kParityTolerance. Under mpirun every
 // process checks the stages it holds and the verdict is combined over `world`. NaN counts as a
-// difference of +inf (engine/compare.h). The first step of a resumed run starts from the
+// difference of +inf (engine/report/compare.h). The first step of a resumed run starts from the
 // checkpoint's state, so --resume combines with it.
 #include <filesystem>
 #include <functional>
@@ -23,8 +23,8 @@
 
 #include "engine/comm/communicator.h"
 #include "engine/setup/training_options.h"
-#include "engine/trainer.h"
-#include "engine/training_engine.h"
+#include "engine/train/trainer.h"
+#include "engine/train/training_engine.h"
 #include "examples/common/forwarding_engine.h"
 #include "layers/model.h"
 

@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.h"
-#include "engine/training_engine.h"
+#include "engine/train/training_engine.h"
 #include "examples/common/forwarding_engine.h"
 
 namespace pt {

@@ -9,8 +9,8 @@
 
 #include "engine/checkpoint/run_checkpoints.h"
 #include "engine/data/dataset.h"
-#include "engine/lr_schedule.h"
-#include "engine/optimizer.h"
+#include "engine/optim/lr_schedule.h"
+#include "engine/optim/optimizer.h"
 #include "engine/setup/training_options.h"
 #include "examples/common/checkpoint_flags.h"
 #include "examples/common/parallel_flags.h"

@@ -25,12 +25,12 @@
 
 #include "engine/core/error.h"
 #include "engine/data/dataset.h"
-#include "engine/fit.h"
-#include "engine/preemption.h"
-#include "engine/resident_memory.h"
+#include "engine/loop/fit.h"
+#include "engine/process/preemption.h"
+#include "engine/report/resident_memory.h"
 #include "engine/setup/run_main.h"
 #include "engine/setup/training_run.h"
-#include "engine/trainer.h"
+#include "engine/train/trainer.h"
 #include "examples/common/checkpoint_flags.h"
 #include "examples/common/parallel_flags.h"
 #include "examples/common/parity_check.h"
@@ -49,8 +49,10 @@ int run(const pt::examples::FashionFlags& f, pt::Communicator* world) {
   const pt::TrainingOptions& par = checked.parallel;
   const pt::CheckpointOptions& checkpoints = checked.checkpoints;
   const auto make_model = [&] { return f.model == "mlp" ? pt::fashion_mlp() : pt::fashion_cnn(); };
-  pt::Model model = make_model();
-  if (f.summary) fmt::print("{}", model.summary());
+  // Built here once so that a model that cannot be built (its shapes) fails before any data is
+  // read; make_training builds the one it trains.
+  const pt::Model checked_model = make_model();
+  if (f.summary) fmt::print("{}", checked_model.summary());
 
   pt::TrainerConfig cfg;
   cfg.microbatches = par.microbatches;
@@ -58,7 +60,7 @@ int run(const pt::examples::FashionFlags& f, pt::Communicator* world) {
   cfg.optimizer = opt;
   cfg.clip_norm = f.clip;
   if (par.plan_only) {  // before loading any data
-    pt::make_training(par, model, make_model, cfg, f.batch, world);
+    pt::make_training(par, make_model, f.batch, cfg, world);
     return 0;
   }
 
@@ -75,7 +77,7 @@ int run(const pt::examples::FashionFlags& f, pt::Communicator* world) {
   fit.world = world;
   cfg.lr = {checked.lr_schedule, f.lr, f.warmup, pt::planned_steps(fit, train.size()), 0.f};
 
-  pt::TrainingRun setup = pt::make_training(par, model, make_model, cfg, f.batch, world);
+  pt::TrainingRun setup = pt::make_training(par, make_model, f.batch, cfg, world);
   if (setup.serve) return setup.serve();  // --ps: this process is a parameter server
   // The training loop's collectives (stop-signal check every step, checkpoints) are the workers'
   // only; asynchronous workers never meet per step: the stop check is over the workers in
@@ -91,7 +93,7 @@ int run(const pt::examples::FashionFlags& f, pt::Communicator* world) {
 #endif
   fmt::print(
       "pipetrain-fashion: {} ({} parameters) on {}, batch {}{} in {} micro-batch{}, {}, {} steps\n",
-      f.model, model.param_count(), setup.description, f.batch,
+      f.model, setup.model->param_count(), setup.description, f.batch,
       setup.options.dp > 1 ? " (split between the replicas)" : "", setup.options.microbatches,
       setup.options.microbatches == 1 ? "" : "es", opt.str(), cfg.lr.total_steps);
   fit.checkpoints.layout = setup.layout;

@@ -3,9 +3,9 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.h"
+#include "engine/core/option_range.h"
 #include "engine/io/output_path.h"
-#include "engine/option_range.h"
-#include "engine/pipeline/async_update_limits.h"
+#include "engine/update/async_update_limits.h"
 #include "examples/common/integer_text.h"
 
 namespace pt::examples {

@@ -9,9 +9,9 @@
 #include <CLI/CLI.hpp>
 
 #include "engine/checkpoint/run_checkpoints.h"
-#include "engine/generate.h"
-#include "engine/lr_schedule.h"
-#include "engine/optimizer.h"
+#include "engine/inference/generate.h"
+#include "engine/optim/lr_schedule.h"
+#include "engine/optim/optimizer.h"
 #include "engine/setup/training_options.h"
 #include "examples/common/checkpoint_flags.h"
 #include "examples/common/parallel_flags.h"

@@ -36,14 +36,14 @@
 #include "engine/checkpoint/run_checkpoints.h"
 #include "engine/core/error.h"
 #include "engine/data/text_corpus.h"
-#include "engine/generate.h"
-#include "engine/metrics.h"
-#include "engine/preemption.h"
-#include "engine/progress.h"
-#include "engine/resident_memory.h"
+#include "engine/inference/generate.h"
+#include "engine/process/preemption.h"
+#include "engine/report/metrics.h"
+#include "engine/report/progress.h"
+#include "engine/report/resident_memory.h"
 #include "engine/setup/run_main.h"
 #include "engine/setup/training_run.h"
-#include "engine/trainer.h"
+#include "engine/train/trainer.h"
 #include "examples/common/checkpoint_flags.h"
 #include "examples/common/parallel_flags.h"
 #include "examples/common/parity_check.h"
@@ -85,8 +85,10 @@ int run(const pt::examples::GptFlags& f, pt::Communicator* world) {
   const auto make_model = [&] {
     return pt::gpt(pt::TextCorpus::kVocab, f.context, f.d_model, f.layers, f.heads, !f.untied);
   };
-  pt::Model model = make_model();
-  if (f.summary) fmt::print("{}", model.summary());
+  // Built here once so that a model that cannot be built (its shapes) fails before any data is
+  // read; make_training builds the one it trains.
+  const pt::Model checked_model = make_model();
+  if (f.summary) fmt::print("{}", checked_model.summary());
 
   pt::TrainerConfig cfg;
   cfg.microbatches = par.microbatches;
@@ -95,7 +97,7 @@ int run(const pt::examples::GptFlags& f, pt::Communicator* world) {
   cfg.clip_norm = f.clip;
   cfg.lr = {checked.lr_schedule, f.lr, f.warmup, f.steps, f.min_lr};
   if (par.plan_only) {  // before reading any text
-    pt::make_training(par, model, make_model, cfg, f.batch, world);
+    pt::make_training(par, make_model, f.batch, cfg, world);
     return 0;
   }
 
@@ -110,7 +112,7 @@ int run(const pt::examples::GptFlags& f, pt::Communicator* world) {
 
   checkpoint_options.settings["data"] = corpus.source();
 
-  pt::TrainingRun setup = pt::make_training(par, model, make_model, cfg, f.batch, world);
+  pt::TrainingRun setup = pt::make_training(par, make_model, f.batch, cfg, world);
   std::unique_ptr<pt::examples::ParityCheckedEngine> parity;
   if (f.parity_check)
     parity = std::make_unique<pt::examples::ParityCheckedEngine>(
@@ -122,10 +124,10 @@ int run(const pt::examples::GptFlags& f, pt::Communicator* world) {
   fmt::print(
       "pipetrain-gpt: gpt(context {}, d_model {}, {} layers, {} heads; {} parameters) on {}, "
       "batch {} x {} bytes in {} micro-batch{}, {}, lr {} ({}{}), {} steps\n",
-      f.context, f.d_model, f.layers, f.heads, model.param_count(), setup.description, f.batch,
-      f.context, setup.options.microbatches, setup.options.microbatches == 1 ? "" : "es", opt.str(),
-      f.lr, f.lr_schedule, f.warmup > 0 ? fmt::format(", {} warm-up steps", f.warmup) : "",
-      f.steps);
+      f.context, f.d_model, f.layers, f.heads, setup.model->param_count(), setup.description,
+      f.batch, f.context, setup.options.microbatches, setup.options.microbatches == 1 ? "" : "es",
+      opt.str(), f.lr, f.lr_schedule,
+      f.warmup > 0 ? fmt::format(", {} warm-up steps", f.warmup) : "", f.steps);
 
   // ---- resume ----
   int64_t resumed_at = -1;

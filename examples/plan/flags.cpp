@@ -7,7 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "engine/core/error.h"
-#include "engine/pipeline/planner.h"
+#include "engine/plan/planner.h"
 #include "examples/common/integer_text.h"
 
 namespace pt::examples {
@@ -15,7 +15,7 @@ namespace pt::examples {
 void add_plan_flags(CLI::App& app, PlanFlags& f) {
   app.add_option("--costs", f.costs, "layer-cost file (engine/partition/cost_file.h)");
   app.add_option("--write-costs", f.write_costs, "write the GPT's layer costs to this file");
-  app.add_option("--cluster", f.cluster, "cluster file (engine/pipeline/cluster.h)");
+  app.add_option("--cluster", f.cluster, "cluster file (engine/plan/cluster.h)");
   app.add_option("--gpt-layers", f.gpt.layers, "GPT: transformer blocks L")->check(kIntText);
   app.add_option("--gpt-width", f.gpt.width, "GPT: width d")->check(kInt64Text);
   app.add_option("--context", f.gpt.context, "GPT: tokens per sample T")->check(kInt64Text);
@@ -70,7 +70,7 @@ std::vector<std::string> check_plan_flags(const PlanFlags& f) {
   if (f.cluster.empty() && f.write_costs.empty())
     throw UsageError(
         "--cluster FILE is missing: the devices, their memory and links to plan for "
-        "(engine/pipeline/cluster.h)");
+        "(engine/plan/cluster.h)");
   if (f.cluster.empty()) return {};
   if (f.batch < 1 || f.batch > (int64_t{1} << 40))
     throw UsageError(

@@ -1,4 +1,4 @@
-// pipetrain-plan: the planner of --plan auto (engine/pipeline/planner.h) and its timed simulator,
+// pipetrain-plan: the planner of --plan auto (engine/plan/planner.h) and its timed simulator,
 // for a cluster we do not have. Nothing runs: a model given by its layer costs (a cost file, or a
 // GPT's shape at a stated achieved FLOP/s) and a cluster file (devices, memory, nodes, links) in,
 // the best plans out, with step time, bubble, peak memory, throughput, S x R, M, schedule and
@@ -25,8 +25,8 @@
 #include "engine/io/atomic_file.h"
 #include "engine/partition/cost_file.h"
 #include "engine/partition/gpt_costs.h"
-#include "engine/pipeline/cluster.h"
-#include "engine/pipeline/planner.h"
+#include "engine/plan/cluster.h"
+#include "engine/plan/planner.h"
 #include "examples/plan/flags.h"
 
 namespace {

@@ -1,5 +1,5 @@
-// The CUDA plugin loader (engine/cuda_plugin.h) on any machine: with or without the plugin, with
-// or without a GPU, it answers with a status and one line, and never crashes.
+// The CUDA plugin loader (engine/devices/cuda_plugin.h) on any machine: with or without the plugin,
+// with or without a GPU, it answers with a status and one line, and never crashes.
 #include <doctest/doctest.h>
 
 #include <cstdio>
@@ -12,8 +12,8 @@
 
 #include "engine/core/error.h"
 #include "engine/cuda/plugin_abi.h"
-#include "engine/cuda_plugin.h"
-#include "engine/devices.h"
+#include "engine/devices/cuda_plugin.h"
+#include "engine/devices/devices.h"
 
 using namespace pt;
 namespace fs = std::filesystem;

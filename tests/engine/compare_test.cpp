@@ -5,7 +5,7 @@
 #include <limits>
 #include <vector>
 
-#include "engine/compare.h"
+#include "engine/report/compare.h"
 
 using namespace pt;
 

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "engine/core/error.h"
-#include "engine/generate.h"
-#include "engine/stage_parameters.h"
-#include "engine/trainer.h"
+#include "engine/inference/generate.h"
+#include "engine/train/stage_parameters.h"
+#include "engine/train/trainer.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "layers/builder.h"
 #include "layers/zoo.h"

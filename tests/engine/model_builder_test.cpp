@@ -7,7 +7,7 @@
 #include <string>
 
 #include "engine/core/error.h"
-#include "engine/stage_parameters.h"
+#include "engine/train/stage_parameters.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "layers/builder.h"
 #include "layers/zoo.h"

@@ -5,8 +5,8 @@
 #include <limits>
 
 #include "engine/core/error.h"
-#include "engine/lr_schedule.h"
-#include "engine/optimizer.h"
+#include "engine/optim/lr_schedule.h"
+#include "engine/optim/optimizer.h"
 #include "kernels/cpu/cpu_backend.h"
 
 using namespace pt;

@@ -2,7 +2,7 @@
 // compared with.
 #include <doctest/doctest.h>
 
-#include "engine/step_clock.h"
+#include "engine/report/step_clock.h"
 
 using namespace pt;
 

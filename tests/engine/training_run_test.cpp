@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/core/error.h"
-#include "engine/devices.h"
+#include "engine/devices/devices.h"
 #include "engine/setup/training_run.h"
 #include "layers/builder.h"
 #include "tests/engine/synthetic.h"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pipetrain-fashion --plan auto (engine/pipeline/planner.h):
+# pipetrain-fashion --plan auto (engine/plan/planner.h):
 #  - --plan-only prints the ranked table, the rejected classes, the chosen plan as flags and
 #    that plan's partition, and trains nothing;
 #  - the chosen flags, typed by hand, plan the same prediction as --plan auto did;

@@ -1,5 +1,5 @@
 // Fuzz target: pipetrain-plan's two input files, the layer-cost file
-// (engine/partition/cost_file.h) and the cluster file (engine/pipeline/cluster.h), as --costs and
+// (engine/partition/cost_file.h) and the cluster file (engine/plan/cluster.h), as --costs and
 // --cluster read them. The first byte chooses the parser (even: costs, odd: cluster), the rest is
 // the file. Every input must parse or be refused with FileError; a cost file that parses must
 // print (cost_file_text) to text that parses back to the same numbers, and scale to any size
@@ -12,7 +12,7 @@
 
 #include "engine/core/error.h"
 #include "engine/partition/cost_file.h"
-#include "engine/pipeline/cluster.h"
+#include "engine/plan/cluster.h"
 #include "tests/fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -6,7 +6,7 @@
 
 #include <cstdio>
 
-#include "engine/cuda_plugin.h"
+#include "engine/devices/cuda_plugin.h"
 
 int main(int argc, char** argv) {
   const pt::CudaStatus& cuda = pt::cuda_status();

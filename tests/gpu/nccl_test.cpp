@@ -10,7 +10,7 @@
 
 #include "engine/comm/in_process.h"
 #include "engine/core/random.h"
-#include "engine/cuda_plugin.h"
+#include "engine/devices/cuda_plugin.h"
 
 using namespace pt;
 

@@ -60,7 +60,7 @@
 #include "engine/core/backend.h"
 #include "engine/core/error.h"
 #include "engine/core/random.h"
-#include "engine/cuda_plugin.h"
+#include "engine/devices/cuda_plugin.h"
 #include "kernels/cpu/cpu_backend.h"
 
 using namespace pt;

@@ -14,9 +14,9 @@
 #include <fmt/format.h>
 
 #include "engine/core/random.h"
-#include "engine/cuda_plugin.h"
+#include "engine/devices/cuda_plugin.h"
 #include "engine/pipeline/pipeline_trainer.h"
-#include "engine/trainer.h"
+#include "engine/train/trainer.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "layers/zoo.h"
 #include "tests/pipeline/pipeline_test_util.h"

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "engine/core/backend.h"
-#include "engine/cuda_plugin.h"
+#include "engine/devices/cuda_plugin.h"
 #include "engine/pipeline/pipeline_trainer.h"
 #include "layers/zoo.h"
 #include "schedule/generators.h"

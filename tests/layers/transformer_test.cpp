@@ -14,9 +14,9 @@
 
 #include <fmt/format.h>
 
-#include "engine/compare.h"
 #include "engine/core/error.h"
 #include "engine/core/random.h"
+#include "engine/report/compare.h"
 #include "layers/layers.h"
 #include "layers/zoo.h"
 #include "tests/layers/gradcheck.h"

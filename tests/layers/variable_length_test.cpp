@@ -11,9 +11,9 @@
 #include <memory>
 #include <vector>
 
-#include "engine/compare.h"
 #include "engine/core/error.h"
-#include "engine/trainer.h"
+#include "engine/report/compare.h"
+#include "engine/train/trainer.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "layers/layers.h"
 #include "layers/zoo.h"

@@ -8,7 +8,7 @@
 #include "engine/core/error.h"
 #include "engine/partition/layer_costs.h"
 #include "engine/partition/step_overheads.h"
-#include "engine/stage_parameters.h"
+#include "engine/train/stage_parameters.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "layers/builder.h"
 #include "layers/zoo.h"

@@ -1,4 +1,4 @@
-// The planner (engine/pipeline/planner.h) on synthetic cost tables whose best plan is known by
+// The planner (engine/plan/planner.h) on synthetic cost tables whose best plan is known by
 // construction, the recompute cost model it uses, and the refusals around --plan auto.
 #include <doctest/doctest.h>
 
@@ -9,8 +9,8 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.h"
-#include "engine/pipeline/planner.h"
-#include "engine/pipeline/recompute_cost.h"
+#include "engine/plan/planner.h"
+#include "engine/plan/recompute_cost.h"
 #include "engine/setup/training_options.h"
 
 using namespace pt;

@@ -13,8 +13,8 @@
 #include "engine/core/error.h"
 #include "engine/partition/cost_file.h"
 #include "engine/partition/gpt_costs.h"
-#include "engine/pipeline/cluster.h"
-#include "engine/pipeline/planner.h"
+#include "engine/plan/cluster.h"
+#include "engine/plan/planner.h"
 
 using namespace pt;
 

@@ -15,11 +15,11 @@
 
 #include "../engine/synthetic.h"
 #include "engine/comm/in_process.h"
-#include "engine/compare.h"
 #include "engine/core/error.h"
 #include "engine/data/batching.h"
-#include "engine/parallel/data_parallel_trainer.h"
 #include "engine/parallel/gradient_buckets.h"
+#include "engine/replicas/data_parallel_trainer.h"
+#include "engine/report/compare.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "layers/builder.h"
 #include "layers/zoo.h"

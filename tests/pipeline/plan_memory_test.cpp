@@ -8,7 +8,7 @@
 
 #include "engine/core/error.h"
 #include "engine/partition/stage_cost.h"
-#include "engine/pipeline/plan.h"
+#include "engine/plan/plan.h"
 #include "layers/builder.h"
 #include "layers/zoo.h"
 

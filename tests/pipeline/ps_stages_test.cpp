@@ -19,7 +19,7 @@
 
 #include "engine/checkpoint/run_checkpoints.h"
 #include "engine/core/error.h"
-#include "engine/parallel/ps_trainer.h"
+#include "engine/replicas/ps_trainer.h"
 #include "engine/setup/training_options.h"
 #include "engine/setup/training_run.h"
 #include "layers/zoo.h"

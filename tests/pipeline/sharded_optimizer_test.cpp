@@ -16,10 +16,10 @@
 
 #include "../engine/synthetic.h"
 #include "engine/checkpoint/checkpoint.h"
-#include "engine/compare.h"
 #include "engine/core/error.h"
-#include "engine/parallel/data_parallel_trainer.h"
 #include "engine/parallel/optimizer_shards.h"
+#include "engine/replicas/data_parallel_trainer.h"
+#include "engine/report/compare.h"
 #include "engine/setup/training_options.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "layers/zoo.h"

@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "engine/cuda/plugin_abi.h"
-#include "engine/cuda_plugin.h"
+#include "engine/devices/cuda_plugin.h"
 
 int main() {
   const pt::CudaStatus& status = pt::cuda_status();

@@ -1,16 +1,19 @@
 // Uses the installed headers and libraries the way a user's program would: the version, a shape,
-// whether CUDA is there, and the library's entry point (engine/setup) training a small MLP built
-// with the builder API as a 2-stage pipeline over two CPU devices, on synthetic data.
+// whether CUDA is there, and the library's entry point (engine/setup: a model factory, options,
+// fit) training a small MLP built with the builder API as a 2-stage pipeline over two CPU
+// devices, on synthetic data (the loss before and after, evaluated on that data).
 #include <cstdint>
 #include <cstdio>
 #include <vector>
 
 #include "engine/core/shape.h"
-#include "engine/cuda_plugin.h"
-#include "engine/devices.h"
+#include "engine/data/dataset.h"
+#include "engine/devices/cuda_plugin.h"
+#include "engine/devices/devices.h"
+#include "engine/loop/fit.h"
+#include "engine/process/version.h"
 #include "engine/setup/run_main.h"
 #include "engine/setup/training_run.h"
-#include "engine/version.h"
 #include "layers/builder.h"
 
 namespace {
@@ -28,50 +31,60 @@ pt::Model make_mlp() {
       .build();
 }
 
-// Features in [-1, 1) from a fixed LCG; the label says which of the first kClasses features is
-// largest, so there is something to learn.
-void synthetic_batch(std::vector<float>& x, std::vector<int32_t>& y) {
+// One batch of features in [-1, 1) from a fixed LCG; the label says which of the first kClasses
+// features is largest, so there is something to learn.
+pt::Dataset synthetic_data() {
+  pt::Dataset d;
+  d.sample_shape = pt::Shape{kFeatures};
+  d.num_classes = kClasses;
   uint32_t state = 12345;
-  x.resize(kBatch * kFeatures);
-  y.resize(kBatch);
-  for (float& v : x) {
+  d.inputs.resize(kBatch * kFeatures);
+  d.labels.resize(kBatch);
+  for (float& v : d.inputs) {
     state = state * 1664525u + 1013904223u;
     v = static_cast<float>(state >> 8) / static_cast<float>(1u << 24) * 2.f - 1.f;
   }
   for (int64_t i = 0; i < kBatch; ++i) {
     int32_t best = 0;
     for (int32_t c = 1; c < kClasses; ++c)
-      if (x[static_cast<size_t>(i * kFeatures + c)] > x[static_cast<size_t>(i * kFeatures + best)])
+      if (d.inputs[static_cast<size_t>(i * kFeatures + c)] >
+          d.inputs[static_cast<size_t>(i * kFeatures + best)])
         best = c;
-    y[static_cast<size_t>(i)] = best;
+    d.labels[static_cast<size_t>(i)] = best;
   }
+  return d;
 }
 
+pt::Tensor tensor_inputs(const pt::Dataset& d) {
+  return pt::Tensor::borrow(const_cast<float*>(d.inputs.data()), pt::Shape{d.size(), kFeatures});
+}
+pt::Tensor tensor_labels(const pt::Dataset& d) {
+  return pt::Tensor::borrow(const_cast<int32_t*>(d.labels.data()), pt::Shape{d.size()},
+                            pt::DType::i32);
+}
+
+// The library's entry point as a user's program says it: a model factory, the options, fit.
 int train(pt::Communicator* world) {
   pt::TrainingOptions opt;
   opt.devices = "cpu:0,cpu:1";
-  opt.threads = 1;
   opt.stages = 2;
   opt.microbatches = 4;
   opt.print = false;
   pt::TrainerConfig config;
   config.optimizer.lr = 0.1f;
-  pt::Model model = make_mlp();
-  pt::TrainingRun run = pt::make_training(opt, model, make_mlp, config, kBatch, world);
-
-  std::vector<float> xs;
-  std::vector<int32_t> ys;
-  synthetic_batch(xs, ys);
-  const pt::Tensor x = pt::Tensor::borrow(xs.data(), pt::Shape{kBatch, kFeatures});
-  const pt::Tensor y = pt::Tensor::borrow(ys.data(), pt::Shape{kBatch}, pt::DType::i32);
-  constexpr int kSteps = 30;
-  double first = 0, loss = 0;
-  for (int step = 0; step < kSteps; ++step) {
-    loss = run.engine->train_step(x, y).loss;
-    if (step == 0) first = loss;
-  }
+  pt::TrainingRun run = pt::make_training(opt, make_mlp, kBatch, config, world);
+  const pt::Dataset data = synthetic_data();
+  pt::FitOptions fit;
+  fit.batch = kBatch;
+  fit.steps = 30;
+  fit.shuffle = false;
+  fit.log_every = 30;
+  fit.watch_signals = false;
+  const double first = run.engine->evaluate(tensor_inputs(data), tensor_labels(data)).loss;
+  const pt::FitResult r = pt::fit(*run.engine, data, nullptr, fit);
+  const double loss = run.engine->evaluate(tensor_inputs(data), tensor_labels(data)).loss;
   std::printf("{\"stages\": %zu, \"loss\": %.6f}\n", run.plan->partition.stages.size(), loss);
-  std::printf("{\"first_loss\": %.6f, \"steps\": %d}\n", first, kSteps);
+  std::printf("{\"first_loss\": %.6f, \"steps\": %lld}\n", first, static_cast<long long>(r.steps));
   return 0;
 }
 

@@ -1,0 +1,51 @@
+#include "engine/process/preemption.h"
+
+#include <csignal>
+
+#include "engine/core/error.h"
+
+namespace pt {
+
+namespace {
+
+volatile std::sig_atomic_t g_signal = 0;
+bool g_installed = false;
+struct sigaction g_old_term {
+}, g_old_int{};
+
+extern "C" void on_stop_signal(int sig) { g_signal = sig; }
+
+}  // namespace
+
+PreemptionWatch::PreemptionWatch() {
+  if (g_installed) throw std::logic_error("PreemptionWatch: only one at a time");
+  g_signal = 0;
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND | SA_RESTART;  // the second signal takes the default action
+  sigaction(SIGTERM, &sa, &g_old_term);
+  sigaction(SIGINT, &sa, &g_old_int);
+  g_installed = true;
+}
+
+PreemptionWatch::~PreemptionWatch() {
+  sigaction(SIGTERM, &g_old_term, nullptr);
+  sigaction(SIGINT, &g_old_int, nullptr);
+  g_installed = false;
+}
+
+bool PreemptionWatch::requested(Communicator* world, bool relayed) {
+  int64_t mine = g_signal != 0 || relayed ? 1 : 0;
+  if (!world) return mine != 0;
+  world->all_reduce(&mine, 1, ElemType::i64, ReduceOp::sum, "the check for a stop signal");
+  return mine != 0;
+}
+
+const char* PreemptionWatch::which() const {
+  if (g_signal == SIGTERM) return "SIGTERM";
+  if (g_signal == SIGINT) return "SIGINT";
+  return "a stop signal in another process";
+}
+
+}  // namespace pt

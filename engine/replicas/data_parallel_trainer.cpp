@@ -1,0 +1,245 @@
+#include "engine/replicas/data_parallel_trainer.h"
+
+#include <exception>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "engine/comm/in_process.h"
+#include "engine/core/error.h"
+#include "engine/devices/cuda_plugin.h"
+
+namespace pt {
+
+DataParallelTrainer::DataParallelTrainer(Parts parts) : parts_(std::move(parts)) {
+  if (parts_.replicas.empty())
+    throw UsageError("a data-parallel run needs at least one replica in this process");
+}
+
+DataParallelTrainer::~DataParallelTrainer() {
+  parts_.replicas.clear();  // before the communicators and models they use
+}
+
+void DataParallelTrainer::set_step(int64_t step) {
+  for (auto& r : parts_.replicas) r->set_step(step);
+}
+
+std::vector<StageState> DataParallelTrainer::all_stage_copies() {
+  // Sharded: full optimizers for the checkpoint to fill; stage_copies_loaded shards them.
+  for (auto& r : parts_.replicas) r->make_full_optimizers();
+  std::vector<StageState> all;
+  for (auto& r : parts_.replicas)
+    for (const StageState& s : r->stage_states()) all.push_back(s);
+  return all;
+}
+
+void DataParallelTrainer::stage_copies_loaded() {
+  for (auto& r : parts_.replicas) r->take_full_optimizers();
+}
+
+std::vector<StageState> DataParallelTrainer::stages_to_save() {
+  // Sharded: the checkpoint holds the unsharded state, gathered from the replicas' shards (a
+  // collective: every replica of every process takes part, though replica 0 alone writes).
+  if (replica(0).config().parallel.shard_optimizer)
+    on_all_replicas([&](int i) { replica(i).gather_full_optimizers(); });
+  if (replica(0).config().parallel.replica != 0) return {};
+  return replica(0).stage_states();
+}
+
+void DataParallelTrainer::on_all_replicas(const std::function<void(int)>& job) {
+  std::vector<std::exception_ptr> errors(parts_.replicas.size());
+  std::vector<std::thread> threads;
+  for (int i = 1; i < local_replicas(); ++i)
+    threads.emplace_back([&, i] {
+      try {
+        job(i);
+      } catch (...) {
+        errors[static_cast<size_t>(i)] = std::current_exception();
+      }
+    });
+  try {
+    job(0);
+  } catch (...) {
+    errors[0] = std::current_exception();
+  }
+  for (auto& t : threads) t.join();
+  // A replica that failed on its own (e.g. a timeout naming its peer) reports first; the others
+  // usually failed because of it.
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+namespace {
+
+// Sums [loss, correct, replicas without a class count] over the world; the loss and correct
+// count come only from processes holding a last stage (others contribute zeros).
+void sum_over_world(Communicator* world, double& loss, int64_t& correct, std::string_view what) {
+  if (!world) return;
+  double v[3] = {loss, correct < 0 ? 0.0 : static_cast<double>(correct), correct < 0 ? 1.0 : 0.0};
+  world->all_reduce(v, 3, ElemType::f64, ReduceOp::sum, what);
+  loss = v[0];
+  correct = v[2] > 0 ? -1 : static_cast<int64_t>(v[1]);
+}
+
+}  // namespace
+
+StepStats DataParallelTrainer::train_step(const Tensor& inputs, const Tensor& targets) {
+  std::vector<StepStats> each(parts_.replicas.size());
+  on_all_replicas(
+      [&](int i) { each[static_cast<size_t>(i)] = replica(i).train_step(inputs, targets); });
+  StepStats out = each[0];  // grad norm, lr and skipped are the same on every replica
+  out.loss = 0;
+  out.correct = 0;
+  out.reserved_bytes = 0;
+  for (const StepStats& s : each) out.reserved_bytes += s.reserved_bytes;  // distinct devices
+  for (size_t i = 0; i < each.size(); ++i) {
+    if (!replica(static_cast<int>(i)).holds_last_stage()) continue;
+    out.loss += each[i].loss;
+    out.correct = each[i].correct < 0 || out.correct < 0 ? -1 : out.correct + each[i].correct;
+  }
+  if (parts_.local_step_stats && parts_.world) {
+    sum_over_world(parts_.local_stats_group, out.loss, out.correct,
+                   "the exchange of the step's loss between a replica's stages");
+    const int scale =
+        parts_.local_stats_scale > 0 ? parts_.local_stats_scale : parts_.world->size();
+    out.loss *= scale;
+    if (out.correct > 0) out.correct *= scale;
+    return out;
+  }
+  sum_over_world(parts_.world, out.loss, out.correct,
+                 "the exchange of the step's loss between processes");
+  return out;
+}
+
+std::vector<StepStats> DataParallelTrainer::train_steps(std::span<const HostBatch> batches) {
+  if (window() == 1) return TrainingEngine::train_steps(batches);
+  // Every local replica runs the same windows at once, each on its own thread (their UPDATEs
+  // meet in the data-parallel all-reduces); the loss is summed as in train_step.
+  std::vector<std::vector<StepStats>> each(parts_.replicas.size());
+  on_all_replicas([&](int i) { each[static_cast<size_t>(i)] = replica(i).train_steps(batches); });
+  std::vector<StepStats> out = each[0];  // grad norm and lr are the same on every replica
+  for (size_t k = 0; k < out.size(); ++k) {
+    StepStats& s = out[k];
+    s.loss = 0;
+    s.correct = 0;
+    s.reserved_bytes = 0;
+    for (size_t i = 0; i < each.size(); ++i) {
+      s.reserved_bytes += each[i][k].reserved_bytes;
+      if (!replica(static_cast<int>(i)).holds_last_stage()) continue;
+      s.loss += each[i][k].loss;
+      s.correct = each[i][k].correct < 0 || s.correct < 0 ? -1 : s.correct + each[i][k].correct;
+    }
+    sum_over_world(parts_.world, s.loss, s.correct,
+                   "the exchange of the step's loss between processes");
+  }
+  return out;
+}
+
+EvalStats DataParallelTrainer::evaluate(const Tensor& inputs, const Tensor& targets,
+                                        int64_t chunk) {
+  const int64_t n = inputs.shape()[0];
+  std::vector<PipelineTrainer::EvalShare> each(parts_.replicas.size());
+  on_all_replicas([&](int i) {
+    const ParallelContext& p = replica(i).config().parallel;
+    const int64_t first = n * p.replica / p.replicas, end = n * (p.replica + 1) / p.replicas;
+    each[static_cast<size_t>(i)] =
+        replica(i).evaluate_rows(inputs, targets, first, end - first, n, chunk);
+  });
+  double loss = 0;
+  int64_t correct = 0;
+  for (size_t i = 0; i < each.size(); ++i) {
+    if (!replica(static_cast<int>(i)).holds_last_stage()) continue;
+    loss += each[i].loss;
+    correct = each[i].correct < 0 || correct < 0 ? -1 : correct + each[i].correct;
+  }
+  sum_over_world(parts_.world, loss, correct,
+                 "the exchange of the evaluation results between processes");
+  EvalStats out;
+  out.samples = n;
+  out.loss = loss;
+  out.accuracy = correct < 0 ? -1.0 : static_cast<double>(correct) / static_cast<double>(n);
+  return out;
+}
+
+std::unique_ptr<DataParallelTrainer> make_local_data_parallel(
+    const std::function<Model()>& make_model, const std::vector<Backend*>& devices,
+    const PipelineConfig& config, int replicas) {
+  const int D = config.schedule.num_devices;
+  if (replicas < 1) throw UsageError(fmt::format("--dp {} must be >= 1", replicas));
+  if (static_cast<int>(devices.size()) != replicas * D)
+    throw UsageError(fmt::format(
+        "{} replicas x {} pipeline devices need {} devices but {} were given: list them "
+        "with --devices (e.g. cpu:0..{})",
+        replicas, D, replicas * D, devices.size(), replicas * D - 1));
+  DataParallelTrainer::Parts parts;
+  // groups[d][r]: device d's data-parallel group, as seen by replica r.
+  std::vector<std::vector<Communicator*>> groups(static_cast<size_t>(D));
+  if (replicas > 1)
+    for (int d = 0; d < D; ++d)
+      for (auto& c : make_in_process_group(replicas, config.timeout_s,
+                                           fmt::format("data-parallel device {}", d))) {
+        groups[static_cast<size_t>(d)].push_back(c.get());
+        parts.communicators.push_back(std::move(c));
+      }
+  for (int r = 0; r < replicas; ++r) {
+    PipelineConfig rc = config;
+    rc.parallel.replicas = replicas;
+    rc.parallel.replica = r;
+    rc.parallel.pipeline_group = nullptr;
+    rc.parallel.data_parallel_groups.assign(static_cast<size_t>(D), nullptr);
+    if (replicas > 1)
+      for (int d = 0; d < D; ++d)
+        rc.parallel.data_parallel_groups[static_cast<size_t>(d)] =
+            groups[static_cast<size_t>(d)][static_cast<size_t>(r)];
+    parts.models.push_back(std::make_unique<Model>(make_model()));
+    const std::vector<Backend*> mine(devices.begin() + r * D, devices.begin() + (r + 1) * D);
+    parts.replicas.push_back(std::make_unique<PipelineTrainer>(*parts.models.back(), mine, rc));
+  }
+  return std::make_unique<DataParallelTrainer>(std::move(parts));
+}
+
+std::unique_ptr<DataParallelTrainer> make_process_data_parallel(
+    const std::function<Model()>& make_model, Backend& device, const PipelineConfig& config,
+    Communicator& world, int replicas) {
+  const int D = config.schedule.num_devices;
+  if (replicas < 1) throw UsageError(fmt::format("--dp {} must be >= 1", replicas));
+  if (world.size() != replicas * D)
+    throw UsageError(
+        fmt::format("{} processes were started but --dp {} x {} pipeline devices need {}: start "
+                    "mpirun -np {} (or change --stages / --dp)",
+                    world.size(), replicas, D, replicas * D, replicas * D));
+  const int r = world.rank() / D, d = world.rank() % D;
+  DataParallelTrainer::Parts parts;
+  parts.world = &world;
+  // Created eagerly, in the same order on every rank: a communicator made lazily in the middle
+  // of a step could deadlock against a peer already waiting in a transfer.
+  auto pipeline = world.split(r, d, fmt::format("pipeline of replica {}", r));
+  auto data_parallel = world.split(d, r, fmt::format("data-parallel device {}", d));
+  // GPUs all-reduce their gradients with NCCL, in device memory, when every replica of this
+  // device has a GPU of its own (NCCL refuses two ranks on one GPU); otherwise through the host
+  // over MPI. The MPI group stays: it carried NCCL's unique id and stays its bootstrap.
+  std::unique_ptr<Communicator> nccl;
+  // --shard-optimizer exchanges through host buffers: it keeps the MPI group.
+  if (replicas > 1 && !config.parallel.shard_optimizer &&
+      device.device().kind == DeviceKind::cuda && nccl_usable(*data_parallel, device))
+    nccl = make_nccl_communicator(*data_parallel, device,
+                                  fmt::format("nccl data-parallel device {}", d));
+  PipelineConfig rc = config;
+  rc.parallel.replicas = replicas;
+  rc.parallel.replica = r;
+  rc.parallel.pipeline_group = pipeline.get();
+  rc.parallel.data_parallel_groups.assign(static_cast<size_t>(D), nullptr);
+  if (replicas > 1)
+    rc.parallel.data_parallel_groups[static_cast<size_t>(d)] =
+        nccl ? nccl.get() : data_parallel.get();
+  std::vector<Backend*> devices(static_cast<size_t>(D), nullptr);
+  devices[static_cast<size_t>(d)] = &device;
+  parts.communicators.push_back(std::move(pipeline));
+  parts.communicators.push_back(std::move(data_parallel));
+  if (nccl) parts.communicators.push_back(std::move(nccl));
+  parts.models.push_back(std::make_unique<Model>(make_model()));
+  parts.replicas.push_back(std::make_unique<PipelineTrainer>(*parts.models.back(), devices, rc));
+  return std::make_unique<DataParallelTrainer>(std::move(parts));
+}
+
+}  // namespace pt
