@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Every benchmark behind the README's Figures table, in one go: writes all their JSON lines to
-# one file (each with a "run" field: which command printed it) and prints the table in the
-# README's format (scripts/bench-table.py), so the README's figures can be pasted from one run.
+# Every benchmark behind the Figures table (docs/figures.md), in one go: writes all their JSON
+# lines to one file (each with a "run" field: which command printed it) and prints the table in
+# docs/figures.md's format (scripts/bench-table.py), so its heading line and table can be pasted
+# into docs/figures.md from one run.
 #
 #   scripts/bench-all.sh [BUILD_DIR] [OUT.jsonl]          (defaults: build, bench-all.jsonl)
 #   python3 scripts/bench-table.py OUT.jsonl              (the table again, from the file)

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The README's Figures table, in Markdown, from the JSON lines of one scripts/bench-all.sh run.
+"""The Figures table of docs/figures.md, in Markdown, from the JSON lines of one
+scripts/bench-all.sh run: its heading line and table, to paste over those in docs/figures.md.
 
     python3 scripts/bench-table.py OUT.jsonl
 

@@ -3,7 +3,8 @@
 # replicas of 2 micro-batches each (the replicas' sums are added) against one device adding the
 # same 4 micro-batches in order. Both start from the same weights and see the same batches; the
 # differences start at rounding level and compound over the steps. This is the tolerance a
-# checkpoint resumed under another number of replicas can be held to (README, "Checkpoints").
+# checkpoint resumed under another number of replicas can be held to (docs/checkpoints.md,
+# "Resharding").
 # Prints one JSON line per measured step: the largest |w_a - w_b| over all weights.
 #
 #   scripts/replica-drift.sh [build dir] [steps]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The PyTorch comparison of the README's Figures, in one go: the MLP 784-1024x4-10 training step
-# (batch 256, SGD momentum 0.9, cross-entropy) in PyTorch and in pipetrain
+# The PyTorch comparison of the Figures (docs/figures.md), in one go: the MLP 784-1024x4-10
+# training step (batch 256, SGD momentum 0.9, cross-entropy) in PyTorch and in pipetrain
 # (pipetrain-bench-train-step), on 1 and 2 threads, in the same run. Prints JSON lines:
 #
 #   {"bench":"mlp_step", ...}                        pipetrain's (bench/train_step.cpp's lines)

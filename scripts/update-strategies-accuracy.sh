@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Convergence of the update strategies, the half of the README's "synchronous or asynchronous"
-# table that pipetrain-bench-update-strategies (throughput) does not measure: Fashion-MNIST MLP
-# test accuracy after 3 epochs (batch 256) for synchronous and asynchronous pipelines (SGD and
-# AdamW), all-reduce and the parameter server (sync, async T = 1, 4); and the GPT's validation
-# loss after 200 steps, synchronous vs asynchronous pipeline (AdamW and SGD, untied embeddings:
-# async refuses ties across stages; no clipping: async has no global norm). One thread per device
-# or process. Prints JSON lines.
+# Convergence of the update strategies, the half of the "synchronous or asynchronous" table
+# (docs/update-strategies.md) that pipetrain-bench-update-strategies (throughput) does not measure:
+# Fashion-MNIST MLP test accuracy after 3 epochs (batch 256) for synchronous and asynchronous
+# pipelines (SGD and AdamW), all-reduce and the parameter server (sync, async T = 1, 4); and the
+# GPT's validation loss after 200 steps, synchronous vs asynchronous pipeline (AdamW and SGD, untied
+# embeddings: async refuses ties across stages; no clipping: async has no global norm). One thread
+# per device or process. Prints JSON lines.
 # The second part: the one-step delay with Nesterov momentum (which, for a delay of one step, is
 # the spike compensation of Kosson et al. 2021, "Pipelined Backpropagation at Scale"), sync vs
 # async over three seeds, since a single run's accuracy varies by about a point between seeds

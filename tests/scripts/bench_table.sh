@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# scripts/bench-table.py (the README's Figures table from one scripts/bench-all.sh run) on a
-# recorded run (bench_all_fixture.jsonl: the lines of a real run on a loaded machine, trimmed; the
-# train_step, gpt, attention, memory and flight_recorder lines from later runs of those): every
-# row has its figure, the figures are the medians and spreads of the lines (not the best), a
-# missing benchmark turns its rows into "not measured" and leaves the others, a failed command is
-# named, and a file that is not a bench-all.sh output is refused.
+# scripts/bench-table.py (the Figures table of docs/figures.md, from one scripts/bench-all.sh run)
+# on a recorded run (bench_all_fixture.jsonl: the lines of a real run on a loaded machine, trimmed;
+# the train_step, gpt, attention, memory and flight_recorder lines from later runs of those): every
+# row has its figure, the figures are the medians and spreads of the lines (not the best), a missing
+# benchmark turns its rows into "not measured" and leaves the others, a failed command is named, and
+# a file that is not a bench-all.sh output is refused.
 #   bench_table.sh SOURCE_DIR
 set -euo pipefail
 src=$1
