@@ -12,32 +12,50 @@ bash scripts/install-deps.sh
 jobs=$(nproc)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-echo "== Static checks =="
+# Each stage's wall time, printed as it ends and again in a table at the end (CI's budget is
+# 60 minutes on 2 cores: the table says where it goes).
+stage_names=() stage_seconds=() stage_name="" stage_start=$SECONDS
+end_stage() {
+  [[ -n $stage_name ]] || return 0
+  local took=$((SECONDS - stage_start))
+  echo "-- stage '$stage_name' took ${took} s"
+  stage_names+=("$stage_name") stage_seconds+=("$took") stage_name=""
+}
+stage() {  # stage NAME: ends the one before, starts NAME
+  end_stage
+  stage_name=$1 stage_start=$SECONDS
+  echo "== $1 =="
+}
+
+stage "Static checks"
 static_failed=0
 bash scripts/check-format.sh || static_failed=1
 bash scripts/check-includes.sh || static_failed=1
 ((static_failed == 0)) || { echo "static checks failed (see above)"; exit 1; }
 
-echo "== Release build, warnings as errors =="
+stage "Release build, warnings as errors"
 cmake -S . -B build-ci -G Ninja -DCMAKE_BUILD_TYPE=Release -DPIPETRAIN_WERROR=ON
 cmake --build build-ci -j "$jobs"
+stage "Release tests"
 ctest --test-dir build-ci --output-on-failure -j "$jobs" --timeout 1200
 
-echo "== ASan + UBSan build =="
+stage "ASan + UBSan build"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPIPETRAIN_WERROR=ON \
   -DPIPETRAIN_SANITIZE=address,undefined -DPIPETRAIN_CUDA=OFF -DPIPETRAIN_BUILD_BENCH=OFF
 cmake --build build-asan -j "$jobs"
+stage "ASan + UBSan tests"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 1200 -LE 'slow|install|units-cover-asan'
 
-echo "== Fuzzing: every parser of outside input, a short fixed run each (clang, libFuzzer, ASan+UBSan) =="
+stage "Fuzzing: every parser of outside input, a short fixed run each (clang, libFuzzer, ASan+UBSan)"
 bash scripts/fuzz-short.sh
 
-echo "== TSan build of the unit tests =="
+stage "TSan build of the unit tests"
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPIPETRAIN_WERROR=ON \
   -DPIPETRAIN_SANITIZE=thread -DPIPETRAIN_CUDA=OFF -DPIPETRAIN_BUILD_BENCH=OFF -DPIPETRAIN_BUILD_EXAMPLES=OFF
 units=(test_core test_layers test_engine test_trace test_partition test_schedule test_comm)
 cmake --build build-tsan -j "$jobs" --target "${units[@]}" test_kernels test_pipeline
+stage "TSan unit tests"
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 for t in "${units[@]}"; do
   echo "-- $t"
@@ -53,4 +71,8 @@ echo "-- test_kernels"
 # schedule, 1..4 devices, each device its own thread.
 echo "-- test_pipeline"
 ./build-tsan/tests/test_pipeline -tce='*CNN*,*Fashion-MNIST MLP*'
+end_stage
+echo "== Stage times =="
+for i in "${!stage_names[@]}"; do printf '%6d s  %s\n' "${stage_seconds[$i]}" "${stage_names[$i]}"; done
+printf '%6d s  in all\n' "$SECONDS"
 echo "all test stages passed"
