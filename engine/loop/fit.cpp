@@ -1,6 +1,6 @@
 #include "engine/loop/fit.h"
+#include "engine/loop/step_record.h"
 
-#include <chrono>
 #include <optional>
 #include <vector>
 
@@ -13,7 +13,6 @@
 #include "engine/process/preemption.h"
 #include "engine/report/metrics.h"
 #include "engine/report/progress.h"
-#include "engine/report/resident_memory.h"
 
 namespace pt {
 
@@ -99,33 +98,17 @@ FitResult fit(TrainingEngine& trainer, const Dataset& train, const Dataset* test
       host.push_back({Tensor::borrow(batch.inputs.data(), batch.input_shape),
                       Tensor::borrow(batch.labels.data(), Shape{batch.size}, DType::i32)});
 
-    const auto t0 = std::chrono::steady_clock::now();
-    const std::vector<StepStats> window_stats = trainer.train_steps(host);
-    const double window_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    result.seconds += window_s;
-    // A window's steps share its time evenly.
-    const double dt = window_s / static_cast<double>(window_stats.size());
-    for (size_t k = 0; k < window_stats.size(); ++k) {
-      const StepStats& st = window_stats[k];
+    const TimedSteps window_stats = train_timed(trainer, host);
+    result.seconds += window_stats.seconds;
+    for (size_t k = 0; k < window_stats.stats.size(); ++k) {
+      const StepStats& st = window_stats.stats[k];
       const int64_t step_done = first + static_cast<int64_t>(k) + 1;
       ++result.steps;
       result.last_loss = st.loss;
       loss_sum += st.loss;
       ++loss_count;
-      if (st.skipped)
-        fmt::print(
-            stderr,
-            "\nstep {}: gradients are not finite (norm {}): step skipped, parameters unchanged\n",
-            step_done - 1, st.grad_norm);
-      metrics.write({{"step", step_done},
-                     {"epoch", epoch + 1},
-                     {"loss", st.loss},
-                     {"lr", static_cast<double>(st.lr)},
-                     {"grad_norm", st.grad_norm},
-                     {"samples_per_s", static_cast<double>(st.samples) / dt},
-                     {"reserved_bytes", static_cast<int64_t>(st.reserved_bytes)},
-                     {"rss_bytes", static_cast<int64_t>(resident_bytes())}});
+      record_step(metrics, st, step_done, window_stats.step_seconds(), "samples_per_s",
+                  static_cast<double>(st.samples), {{"epoch", epoch + 1}});
       progress.update(step_done, fmt::format("epoch {} loss {:.4f}", epoch + 1,
                                              loss_sum / static_cast<double>(loss_count)));
     }

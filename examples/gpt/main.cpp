@@ -37,6 +37,7 @@
 #include "engine/core/error.h"
 #include "engine/data/text_corpus.h"
 #include "engine/inference/generate.h"
+#include "engine/loop/step_record.h"
 #include "engine/process/preemption.h"
 #include "engine/report/metrics.h"
 #include "engine/report/progress.h"
@@ -171,30 +172,16 @@ int run(const pt::examples::GptFlags& f, pt::Communicator* world) {
     }
     std::vector<pt::HostBatch> host;
     for (const pt::TextBatch& b : window) host.push_back({b.inputs(), b.targets()});
-    const auto t0 = std::chrono::steady_clock::now();
-    const std::vector<pt::StepStats> stats = engine.train_steps(host);
-    const double window_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    train_seconds += window_s;
-    const double dt = window_s / static_cast<double>(stats.size());  // the steps share the time
-    for (size_t k = 0; k < stats.size(); ++k) {
-      const pt::StepStats& st = stats[k];
+    const pt::TimedSteps window_stats = pt::train_timed(engine, host);
+    train_seconds += window_stats.seconds;
+    for (size_t k = 0; k < window_stats.stats.size(); ++k) {
+      const pt::StepStats& st = window_stats.stats[k];
       const int64_t step_done = first + static_cast<int64_t>(k) + 1;
       recent_loss += st.loss;
       ++recent;
       ++steps_trained;
-      if (st.skipped)
-        fmt::print(
-            stderr,
-            "\nstep {}: gradients are not finite (norm {}): step skipped, parameters unchanged\n",
-            step_done - 1, st.grad_norm);
-      metrics.write({{"step", step_done},
-                     {"loss", st.loss},
-                     {"lr", static_cast<double>(st.lr)},
-                     {"grad_norm", st.grad_norm},
-                     {"tokens_per_s", static_cast<double>(tokens_per_step) / dt},
-                     {"reserved_bytes", static_cast<int64_t>(st.reserved_bytes)},
-                     {"rss_bytes", static_cast<int64_t>(pt::resident_bytes())}});
+      pt::record_step(metrics, st, step_done, window_stats.step_seconds(), "tokens_per_s",
+                      static_cast<double>(tokens_per_step));
       progress.update(step_done,
                       fmt::format("loss {:.4f}", recent_loss / static_cast<double>(recent)));
       if (step_done % f.log_every == 0) {  // the progress loss is over the last log_every steps
