@@ -39,8 +39,13 @@ cmake --build build-ci -j "$jobs"
 stage "Release tests"
 ctest --test-dir build-ci --output-on-failure -j "$jobs" --timeout 1200
 
+# The sanitizer builds compile at -O1 with line tables only (-g1): what the sanitizers' own docs
+# advise, reports still name file and line, and a test TU compiles ~40% faster than at -O2 -g
+# (8.2 s -> 5.0 s, tests/pipeline/parity_test.cpp under ASan); at -O2 -g the ASan build took
+# 17 of the run's 53 minutes.
+sanitizer_flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
 stage "ASan + UBSan build"
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPIPETRAIN_WERROR=ON \
+cmake -S . -B build-asan -G Ninja "${sanitizer_flags[@]}" -DPIPETRAIN_WERROR=ON \
   -DPIPETRAIN_SANITIZE=address,undefined -DPIPETRAIN_CUDA=OFF -DPIPETRAIN_BUILD_BENCH=OFF
 cmake --build build-asan -j "$jobs"
 stage "ASan + UBSan tests"
@@ -51,7 +56,7 @@ stage "Fuzzing: every parser of outside input, a short fixed run each (clang, li
 bash scripts/fuzz-short.sh
 
 stage "TSan build of the unit tests"
-cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPIPETRAIN_WERROR=ON \
+cmake -S . -B build-tsan -G Ninja "${sanitizer_flags[@]}" -DPIPETRAIN_WERROR=ON \
   -DPIPETRAIN_SANITIZE=thread -DPIPETRAIN_CUDA=OFF -DPIPETRAIN_BUILD_BENCH=OFF -DPIPETRAIN_BUILD_EXAMPLES=OFF
 units=(test_core test_layers test_engine test_trace test_partition test_schedule test_comm)
 cmake --build build-tsan -j "$jobs" --target "${units[@]}" test_kernels test_pipeline
