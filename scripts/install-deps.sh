@@ -11,6 +11,7 @@ packages=(
   libdnnl-dev ocl-icd-opencl-dev zlib1g-dev
   libopenmpi-dev openmpi-bin
   iproute2  # ip netns, tc: tests/examples/two_hosts.sh (two "hosts" in network namespaces)
+  slurmctld slurmd slurm-client munge  # a one-node Slurm cluster: scripts/slurm-local.sh, tests/examples/slurm.sh
   python3
   dataset-fashion-mnist bible-kjv
 )

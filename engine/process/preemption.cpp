@@ -11,7 +11,7 @@ namespace {
 volatile std::sig_atomic_t g_signal = 0;
 bool g_installed = false;
 struct sigaction g_old_term {
-}, g_old_int{};
+}, g_old_int{}, g_old_usr2{};
 
 extern "C" void on_stop_signal(int sig) { g_signal = sig; }
 
@@ -26,12 +26,19 @@ PreemptionWatch::PreemptionWatch() {
   sa.sa_flags = SA_RESETHAND | SA_RESTART;  // the second signal takes the default action
   sigaction(SIGTERM, &sa, &g_old_term);
   sigaction(SIGINT, &sa, &g_old_int);
+  // SIGUSR2 asks for the same stop but never kills: Open MPI's mpirun forwards it to every rank
+  // at once (a SIGTERM it holds for odls_base_sigkill_timeout, then kills), and a rank may get it
+  // twice (from mpirun and from a scheduler that signals every process, sbatch --signal=USR2@N).
+  struct sigaction again = sa;
+  again.sa_flags = SA_RESTART;
+  sigaction(SIGUSR2, &again, &g_old_usr2);
   g_installed = true;
 }
 
 PreemptionWatch::~PreemptionWatch() {
   sigaction(SIGTERM, &g_old_term, nullptr);
   sigaction(SIGINT, &g_old_int, nullptr);
+  sigaction(SIGUSR2, &g_old_usr2, nullptr);
   g_installed = false;
 }
 
@@ -45,6 +52,7 @@ bool PreemptionWatch::requested(Communicator* world, bool relayed) {
 const char* PreemptionWatch::which() const {
   if (g_signal == SIGTERM) return "SIGTERM";
   if (g_signal == SIGINT) return "SIGINT";
+  if (g_signal == SIGUSR2) return "SIGUSR2";
   return "a stop signal in another process";
 }
 

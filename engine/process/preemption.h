@@ -6,9 +6,13 @@
 //
 // Under mpirun the processes agree: requested(world) is true on every process at the same step
 // when any process received a signal (schedulers signal all of them, not always at once).
-// Note: mpirun itself kills its processes 1 s after forwarding a SIGTERM (Open MPI's
-// odls_base_sigkill_timeout); raise it (--mca odls_base_sigkill_timeout 60) when a step and a
-// checkpoint take longer. srun waits KillWait (default 30 s).
+// SIGUSR2 is a third stop signal, for mpirun: Open MPI 4.1's mpirun does not forward a SIGTERM.
+// It sends SIGCONT, sleeps odls_base_sigkill_timeout (default 1 s), then SIGTERM, sleeps again,
+// then SIGKILL; so a stop needs either a small timeout (and a step plus a save within it) or a
+// SIGTERM held that long. SIGUSR2 it forwards to every rank at once and kills nothing, so
+// `kill -USR2 <mpirun>` stops a job cleanly (docs/checkpoints.md "Preemption"). A repeated
+// SIGUSR2 changes nothing (a rank may get one from mpirun and one from the scheduler).
+// srun forwards SIGTERM at once and SIGKILLs after Slurm's KillWait (default 30 s).
 #include "engine/comm/communicator.h"
 
 namespace pt {

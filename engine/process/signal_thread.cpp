@@ -15,6 +15,7 @@ sigset_t routed_signals() {
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGUSR1);
+  sigaddset(&set, SIGUSR2);
   return set;
 }
 
@@ -40,7 +41,7 @@ void deliver(int sig) {
     }
     return;
   }
-  // The default action of all three is to end the process: let the kernel do it, with the
+  // The default action of all four is to end the process: let the kernel do it, with the
   // signal, on this thread.
   sigset_t one;
   sigemptyset(&one);

@@ -1,45 +1,34 @@
 #include "engine/setup/run_devices.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 
 #include <fmt/format.h>
 
 #include "engine/core/error.h"
 #include "engine/devices/cuda_plugin.h"
+#include "engine/setup/node_placement.h"
 
 namespace pt {
 
 namespace {
 
-// Under mpirun each process opens one device. "auto" there means this node's GPU number
-// local rank mod GPUs (Open MPI and Slurm export the local rank), so the ranks of a node spread
-// over its GPUs; without GPUs, CPU devices as usual.
-std::string process_devices(const std::string& devices, Communicator* world) {
-  if (!world || devices != "auto" || !cuda_status().available) return devices;
-  int local_rank = world->rank();
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID"})
-    if (const char* v = std::getenv(name); v != nullptr && v[0] != '\0') {
-      local_rank = std::atoi(v);
-      break;
-    }
-  return fmt::format("cuda:{}", local_rank % static_cast<int>(cuda_status().devices.size()));
+// Under mpirun/srun each process opens one device. "auto" there means this node's GPU number
+// local rank mod GPUs (node_placement.h), so the ranks of a node spread over the GPUs the job
+// was given; without GPUs, CPU devices as usual.
+std::string process_devices(const std::string& devices, const NodePlacement& node) {
+  if (devices != "auto" || !cuda_status().available) return devices;
+  return fmt::format("cuda:{}", gpu_for_local_rank(node.local_rank,
+                                                   static_cast<int>(cuda_status().devices.size())));
 }
 
-// Threads per process under mpirun: the cores this process may use, shared with the other
-// processes of the job on this node (Open MPI and Slurm say how many there are).
-int mpi_threads(int requested) {
+// Threads per process under mpirun/srun: the cores this process may use, shared with the other
+// processes of the job on this node.
+int mpi_threads(int requested, const NodePlacement& node) {
   if (requested > 0) return requested;
-  int local = 1;
-  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", "MPI_LOCALNRANKS"})
-    if (const char* v = std::getenv(var); v && std::atoi(v) > 0) {
-      local = std::atoi(v);
-      break;
-    }
   // Open MPI binds each of up to 2 processes to its own core: then the affinity already says 1.
   const int cores = available_cores();
-  return std::max(1, cores >= local ? cores / local : 1);
+  return std::max(1, cores >= node.local_size ? cores / node.local_size : 1);
 }
 
 }  // namespace
@@ -47,8 +36,16 @@ int mpi_threads(int requested) {
 DeviceSet open_run_devices(const TrainingOptions& opt, Communicator* world) {
   // In one process: one device per stage and replica. Under mpirun: one device per process.
   const int wanted = world ? 1 : opt.stages * opt.dp;
-  DeviceSet devices = open_devices(process_devices(opt.devices, world), wanted,
-                                   world ? mpi_threads(opt.threads) : opt.threads, opt.precision);
+  DeviceSet devices;
+  if (world) {
+    // Collective, on every rank alike: the options are the same everywhere.
+    const NodePlacement node =
+        (opt.devices == "auto" || opt.threads <= 0) ? node_placement(*world) : NodePlacement{};
+    devices = open_devices(process_devices(opt.devices, node), wanted,
+                           mpi_threads(opt.threads, node), opt.precision);
+  } else {
+    devices = open_devices(opt.devices, wanted, opt.threads, opt.precision);
+  }
   if (opt.print && !devices.note.empty()) fmt::print("{}\n", devices.note);
   if (static_cast<int>(devices.backends.size()) != wanted)
     throw UsageError(fmt::format(

@@ -1,7 +1,8 @@
 #pragma once
 // Step 2 of assembling a run (training_run.h): the devices, opened once. In one process, one
-// device per stage and replica (--devices lists them); under mpirun, one per process ("auto":
-// this node's GPU local rank mod GPUs), with the cores shared between the node's processes.
+// device per stage and replica (--devices lists them); under mpirun/srun, one per process ("auto":
+// this node's GPU local rank mod GPUs, node_placement.h), with the cores shared between the
+// node's processes.
 #include "engine/comm/communicator.h"
 #include "engine/devices/devices.h"
 #include "engine/setup/training_options.h"
