@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 #include "schedule/dry_run.h"
@@ -130,11 +131,17 @@ std::vector<long long> peak_device_activation_bytes(const Schedule& schedule,
         " stage sizes for " + std::to_string(schedule.num_stages) + " stages");
   std::vector<long long> peak;
   for (const auto& list : schedule.actions) {
+    // Saturating at the largest long long (sizes >= 0): a planner's sizes from a cost file's
+    // maxima overflow, and a wrapped sum was a negative peak that fit every memory cap. Once
+    // saturated, `high` stays there whatever `now` does after.
     long long now = 0, high = 0;
     for (const Action& a : list) {
       if (a.stage < 0 || a.stage >= schedule.num_stages) continue;  // the validator reports it
       const long long bytes = stage_bytes[static_cast<size_t>(a.stage)];
-      if (a.type == ActionType::F) high = std::max(high, now += bytes);
+      if (a.type == ActionType::F) {
+        if (__builtin_add_overflow(now, bytes, &now)) now = std::numeric_limits<long long>::max();
+        high = std::max(high, now);
+      }
       if (a.type == ActionType::W || a.type == ActionType::B) now -= bytes;
     }
     peak.push_back(high);

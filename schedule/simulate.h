@@ -58,8 +58,8 @@ SimResult simulate(const Schedule& schedule, const SimConfig& config = {});
 
 // Per device: the peak over its list of sum_s inflight_s * stage_bytes[s] over the stages s it
 // holds (the activation memory the schedule makes it hold at once, when stage s saves
-// stage_bytes[s] per micro-batch). stage_bytes has one entry per stage. Throws
-// std::invalid_argument for a wrong size.
+// stage_bytes[s] per micro-batch, >= 0), saturating at the largest long long instead of
+// overflowing. stage_bytes has one entry per stage. Throws std::invalid_argument for a wrong size.
 std::vector<long long> peak_device_activation_bytes(const Schedule& schedule,
                                                     const std::vector<long long>& stage_bytes);
 

@@ -21,7 +21,9 @@
 //                          (as for PAUSE) and its next step pulls afresh (RESUME)
 //   every worker, step t:  PUSH(grads, version it computed on) -> every server holding layers
 //                          of its stage <- PARAMS(version, norm, skipped) from each of them
-//   every worker, at end:  STOP -> every server
+//   every worker, at end:  STOP -> every server; also a worker that never started (a resumed
+//                          checkpoint already at the last step): a server that gets STOP from
+//                          replica 0 where INIT was due takes every worker's STOP and ends
 //   asynchronous only:     PAUSE before an evaluation (the workers wait for each other there),
 //                          RESUME + PARAMS before the next step
 //
@@ -60,7 +62,11 @@
 //   gradients only).
 //
 // Every wait has the group's timeout: a dead worker ends the server with a TimeoutError naming its
-// world rank; a dead server ends the worker likewise.
+// world rank; a dead server ends the worker likewise. Waits that another rank's wait may explain
+// take two timeouts, so that the rank which knows who stalled reports first (issue 37): a worker
+// waiting for a server's reply (the server may wait one timeout for another worker first), and a
+// server waiting for a paused worker (which waits for the other workers at a save or an
+// evaluation, and names the one that stalled).
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -75,6 +81,10 @@
 #include "layers/model.h"
 
 namespace pt {
+
+namespace ps_detail {
+struct PullHeader;  // ps_protocol.h
+}
 
 // One parameter tensor of a server's shard.
 struct PsTensor {
@@ -202,6 +212,8 @@ class PsClient {
   // of this worker's stage, waited for.
   void tell_servers(int64_t kind, const char* what);
   int server_rank(size_t contact) const;
+  // The header of server `contact`'s reply (parameters or state), waiting up to two timeouts.
+  ps_detail::PullHeader receive_reply(size_t contact, const std::string& what);
 
   Communicator& ps_;
   int worker_;

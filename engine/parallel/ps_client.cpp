@@ -48,7 +48,10 @@ int PsClient::server_rank(size_t contact) const {
 }
 
 PsClient::~PsClient() {
-  if (!started_ || stopped_) return;
+  // Sent even by a worker that never started: a resumed checkpoint already at the last step
+  // trains nothing, and the servers, still waiting for replica 0's INIT, learn from this STOP
+  // that there is nothing to serve (else they would wait a whole --timeout and fail).
+  if (stopped_) return;
   try {
     tell_servers(kStop, "a worker's STOP to the parameter servers");
   } catch (const std::exception& e) {
@@ -79,33 +82,32 @@ void PsClient::push(StageParameters& stage, int64_t kind, int64_t step) {
   });
 }
 
+PullHeader PsClient::receive_reply(size_t k, const std::string& what) {
+  // Two timeouts: a server waits up to one for the other workers (synchronous), for the
+  // staleness bound (asynchronous) or for a reply to a stalled worker to be taken before it
+  // replies to this one, so when a worker is dead or stopped the server, which knows which one,
+  // reports first and the job ends naming it, not the server (issue 37: a worker SIGSTOPped at a
+  // save made the other worker's wait for its FETCH reply blame the healthy server).
+  for (int attempt = 0;; ++attempt) {
+    try {
+      return receive_header<PullHeader>(ps_, server_rank(k), kTagToWorker, what);
+    } catch (const TimeoutError&) {
+      if (attempt == 1) throw;
+      // Quietly: the error that ends the job should be the first thing a user reads, and it
+      // comes from the server or from a wait that names the stalled rank.
+    }
+  }
+}
+
 EpilogueResult PsClient::finish_pull(StageParameters& stage) {
   std::byte* dst = reinterpret_cast<std::byte*>(stage.params_flat().f32());
   EpilogueResult out;
   for (size_t k = 0; k < pieces_.size(); ++k) {
     const PsPiece& p = pieces_[k];
     const int server = servers_[k];
-    // Two timeouts: a server waits up to one for the other workers (synchronous) or for the
-    // staleness bound (asynchronous) before it replies, so when a worker is dead the server,
-    // which knows which one, reports first and the job ends naming it.
-    PullHeader h;
-    for (int attempt = 0;; ++attempt) {
-      try {
-        h = receive_header<PullHeader>(
-            ps_, server_rank(k), kTagToWorker,
-            fmt::format("worker {} waiting for parameters from parameter server {}", worker_,
-                        server));
-        break;
-      } catch (const TimeoutError&) {
-        if (attempt == 1) throw;
-        // Said now: another worker, meeting this one in a collective, may end the job first.
-        fmt::print(stderr,
-                   "warning: worker {}: parameter server {} (world rank {}) sent no parameters "
-                   "within {:g} s; waiting once more (a server waits up to one timeout for the "
-                   "other workers)\n",
-                   worker_, server, ps_.world_rank(server_rank(k)), ps_.timeout_s());
-      }
-    }
+    const PullHeader h = receive_reply(
+        k, fmt::format("worker {} waiting for parameters from parameter server {} (two timeouts)",
+                       worker_, server));
     // The parameters follow their header, straight into the arena.
     ps_.recv(
         dst + p.begin, p.bytes(), server_rank(k), kTagToWorker,
@@ -152,7 +154,7 @@ void PsClient::receive_state(StageParameters& stage, Optimizer& optimizer) {
     in.resize(state_payload_bytes(p.bytes(), optimizer.slots().size()));
     const std::string what =
         fmt::format("worker {} waiting for the state of parameter server {}", worker_, servers_[k]);
-    const auto h = receive_header<PullHeader>(ps_, server_rank(k), kTagToWorker, what);
+    const PullHeader h = receive_reply(k, what + " (two timeouts)");
     ps_.recv(in.data(), in.size(), server_rank(k), kTagToWorker, what);
     unpack_state(in, stage.params_flat(), optimizer, p.begin, p.bytes());
     // Every server steps once per update (synchronous) or push (asynchronous), skips included.

@@ -56,6 +56,7 @@ class Server {
       p->params = Arena(backend, p->table);
       p->optimizer = std::make_unique<Optimizer>(config.optimizer, backend, p->table);
       p->state_out.resize(R);  // before the threads: no insertion later
+      p->sending_to.assign(R, 0);
       const size_t bytes = p->table.total_bytes();
       size_t copies = 1 + static_cast<size_t>(config.optimizer.state_slots());
       if (config.staleness == 0) {  // the replicas' gradients are summed here
@@ -78,13 +79,24 @@ class Server {
     const int R = config_.workers;
     // INIT from replica 0's worker of each stage held: the starting parameters and step.
     // With the optimizer state: a resumed run continues where its checkpoint stopped.
+    // STOP instead: the workers stopped before their first step (a resumed checkpoint already
+    // at the last step, or a stop signal first), and this server has nothing to serve.
+    int never_started = 0;
     for (auto& p : pieces_) {
       const std::string what = fmt::format(
           "parameter server {} waiting for the initial parameters of stage {} from replica 0",
           stats_.server, p->shape.stage);
       const auto h = receive_header<PushHeader>(ps_, worker_rank(0, *p), kTagToServer, what);
+      if (h.kind == kStop) {
+        note_stop(h);
+        ++never_started;
+        continue;
+      }
       if (h.kind != kInit)
-        throw std::runtime_error("parameter server: expected INIT from replica 0");
+        throw std::runtime_error(fmt::format(
+            "parameter server {}: expected INIT or STOP from replica 0 (worker {}), got message "
+            "kind {}",
+            stats_.server, worker_rank(0, *p), h.kind));
       std::vector<std::byte> msg(
           state_payload_bytes(p->shape.bytes(), static_cast<size_t>(slots())));
       ps_.recv(msg.data(), msg.size(), worker_rank(0, *p), kTagToServer, what);
@@ -95,6 +107,10 @@ class Server {
       p->version = h.step * R;
       p->on.assign(static_cast<size_t>(R), p->version);
       p->computing.assign(static_cast<size_t>(R), true);
+    }
+    if (never_started > 0) {
+      end_before_start(never_started);
+      return stats_;
     }
     reply_all(false, 0.0);
     if (config_.staleness == 0)
@@ -117,10 +133,38 @@ class Server {
     std::vector<bool> computing;  // per replica: between its pull and push
     std::vector<Arena> pushed;    // per replica: its last push (asynchronous)
     int sending = 0;              // asynchronous: replies being sent straight from `params`
+    std::vector<int> sending_to;  // per replica: of those, to its worker (named in a timeout)
     std::vector<std::vector<std::byte>> state_out;  // per replica: its reply to FETCH
   };
 
   int worker_rank(int r, const Piece& p) const { return r * config_.stages + p.shape.stage; }
+
+  // Replica 0 said STOP instead of INIT for `stopped` of the pieces: the workers had nothing to
+  // train. Every other worker of those stages says STOP too (PsClient's destructor, whether or
+  // not it started); their STOPs are received so that no message is left unmatched, and the
+  // server ends at once instead of waiting a timeout for an INIT that never comes.
+  void end_before_start(int stopped) {
+    if (stopped != static_cast<int>(pieces_.size()))
+      throw std::runtime_error(fmt::format(
+          "parameter server {}: replica 0 stopped before its first step on {} of the {} stages "
+          "this server holds and started the others; the workers disagree on whether to train",
+          stats_.server, stopped, pieces_.size()));
+    for (int r = 1; r < config_.workers; ++r)
+      for (auto& p : pieces_) {
+        const auto h = receive_header<PushHeader>(
+            ps_, worker_rank(r, *p), kTagToServer,
+            fmt::format("parameter server {} waiting for worker {}'s STOP (replica 0 stopped "
+                        "before its first step)",
+                        stats_.server, worker_rank(r, *p)));
+        if (h.kind != kStop)
+          throw std::runtime_error(fmt::format(
+              "parameter server {}: replica 0 stopped before its first step but worker {} sent "
+              "message kind {}, not STOP",
+              stats_.server, worker_rank(r, *p), h.kind));
+        note_stop(h);
+      }
+    count(true);
+  }
 
   // Sends the current parameters to every worker at once, then waits for the sends (the
   // buffers are reused).
@@ -140,15 +184,21 @@ class Server {
   int slots() const { return config_.optimizer.state_slots(); }
 
   // The reply to FETCH: parameters, optimizer state and its step count, to replica r's worker
-  // of piece p's stage (called under the lock when asynchronous).
-  void send_state(Piece& p, int r) {
-    std::vector<std::byte>& out = p.state_out[static_cast<size_t>(r)];
-    pack_state(out, p.params.flat(), p.optimizer.get(), static_cast<size_t>(slots()), 0,
-               p.shape.bytes());
+  // of piece p's stage. Packed under the lock when asynchronous (the state as it is now), and
+  // sent without it: a worker stopped before it takes its reply must not hold back the other
+  // workers' replies for a timeout, or their own waits would time out first and blame this
+  // healthy server instead of the stopped worker (issue 37).
+  PullHeader pack_reply_state(Piece& p, int r) {
+    pack_state(p.state_out[static_cast<size_t>(r)], p.params.flat(), p.optimizer.get(),
+               static_cast<size_t>(slots()), 0, p.shape.bytes());
+    return PullHeader{p.version, 0, 0.0, p.optimizer->steps_taken()};
+  }
+  void send_state(Piece& p, int r) { send_state(p, r, pack_reply_state(p, r)); }
+  void send_state(Piece& p, int r, const PullHeader& header) {
+    const std::vector<std::byte>& out = p.state_out[static_cast<size_t>(r)];
     Sends sends(ps_);
     const int to = worker_rank(r, p);
-    sends.message(to, kTagToWorker, PullHeader{p.version, 0, 0.0, p.optimizer->steps_taken()}, to,
-                  out.data(), out.size());
+    sends.message(to, kTagToWorker, header, to, out.data(), out.size());
     sends.wait([&](int) {
       return fmt::format("parameter server {}: sending its state to worker {}", stats_.server, to);
     });
@@ -296,6 +346,34 @@ class Server {
     }
   }
 
+  // The next message of replica r's worker of piece p's stage. A paused worker (an evaluation, a
+  // save, agreeing on a stop) waits meanwhile for the other workers, and that wait names the one
+  // that stalled (a collective waits a little longer than one timeout); so the server gives it
+  // one more timeout before it blames this worker, or a healthy worker waiting at a save for a
+  // stopped one was the first to be blamed (issue 37).
+  PushHeader receive_from_worker(const Piece& p, int r, bool paused) {
+    for (int attempt = 0;; ++attempt) {
+      try {
+        return receive_header<PushHeader>(
+            ps_, worker_rank(r, p), kTagToServer,
+            paused ? what(r, p) + " (it paused: two timeouts)" : what(r, p));
+      } catch (const TimeoutError&) {
+        if (!paused || attempt == 1) throw;
+      }
+    }
+  }
+
+  // "worker 1 (world rank 1), ...": the workers a reply of piece p is being sent to (under the
+  // lock).
+  std::string replies_in_flight(const Piece& p) const {
+    std::string out;
+    for (int s = 0; s < config_.workers; ++s)
+      if (p.sending_to[static_cast<size_t>(s)] > 0)
+        out += fmt::format("{}worker {} (world rank {})", out.empty() ? "" : ", ",
+                           worker_rank(s, p), ps_.world_rank(worker_rank(s, p)));
+    return out.empty() ? fmt::format("a worker of stage {}", p.shape.stage) : out;
+  }
+
   // One thread per worker (replica r of a piece's stage): receive, apply under the lock, hold
   // the pull back while the bound says so, reply.
   void run_asynchronous() {
@@ -328,15 +406,19 @@ class Server {
     // This worker's gradients, received and applied from here (the piece's own gradient arena is
     // the synchronous sum's).
     const Arena& grads = p.pushed.at(ri);
+    bool paused = false;  // since its PAUSE or FETCH, until its next pull
     for (;;) {
-      const auto h = receive_header<PushHeader>(ps_, worker_rank(r, p), kTagToServer, what(r, p));
+      const auto h = receive_from_worker(p, r, paused);
       if (h.kind == kPush)
         ps_.recv(grads.flat().f32(), bytes, worker_rank(r, p), kTagToServer, what(r, p));
       std::unique_lock lock(mutex_);
       p.computing[ri] = false;
       if (h.kind == kFetch) {  // a save: the worker pauses (its next message is RESUME)
         changed_.notify_all();
-        send_state(p, r);
+        const PullHeader header = pack_reply_state(p, r);
+        lock.unlock();
+        send_state(p, r, header);
+        paused = true;
         continue;
       }
       if (h.kind == kStop || h.kind == kPause) {
@@ -344,6 +426,7 @@ class Server {
         note_stop(h);
         changed_.notify_all();
         if (h.kind == kStop) return;
+        paused = true;
         continue;
       }
       double norm = 0;
@@ -362,9 +445,9 @@ class Server {
         if (!skipped && !changed_.wait_until(lock, deadline_after(ps_.timeout_s()),
                                              [&] { return failed_ || p.sending == 0; }))
           throw TimeoutError(fmt::format(
-              "parameter server {}: a reply to a worker of stage {} was not received within {:g} "
-              "s, and worker {}'s push waits for it",
-              stats_.server, p.shape.stage, ps_.timeout_s(), worker_rank(r, p)));
+              "parameter server {}: its reply to {} was not received within {:g} s, and worker "
+              "{}'s push waits for it",
+              stats_.server, replies_in_flight(p), ps_.timeout_s(), worker_rank(r, p)));
         if (failed_) return;
         if (!skipped) {
           apply(p, grads.flat(), norm, config_.lr.at(p.version / R));
@@ -403,6 +486,8 @@ class Server {
       // waits while `sending`); the lock is not held meanwhile.
       const PullHeader reply{p.version, skipped ? 1 : 0, norm, 0, stop_flag()};
       ++p.sending;
+      ++p.sending_to[ri];
+      paused = false;
       lock.unlock();
       Sends sends(ps_);
       const int to = worker_rank(r, p);
@@ -410,6 +495,7 @@ class Server {
       sends.wait([&](int) { return sending_parameters(to); });
       lock.lock();
       --p.sending;
+      --p.sending_to[ri];
       changed_.notify_all();
     }
   }

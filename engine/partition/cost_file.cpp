@@ -6,6 +6,7 @@
 
 #include "engine/core/error.h"
 #include "engine/io/text_fields.h"
+#include "engine/partition/byte_count.h"
 
 namespace pt {
 
@@ -29,8 +30,9 @@ std::vector<LayerProfile> CostTables::for_samples(int64_t samples) const {
   if (it != by_samples.begin()) --it;         // the nearest at or below, else the smallest
   if (it->first == samples) return it->second;
   const double ratio = static_cast<double>(samples) / static_cast<double>(it->first);
+  // Up to 2^50 bytes x 2^40 / 1 samples: beyond int64_t, saturated (byte_count.h).
   const auto scaled = [&](int64_t bytes) {
-    return static_cast<int64_t>(std::llround(static_cast<double>(bytes) * ratio));
+    return bytes_from_double(static_cast<double>(bytes) * ratio);
   };
   std::vector<LayerProfile> out = it->second;
   for (LayerProfile& p : out) {

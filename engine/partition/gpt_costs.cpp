@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.h"
+#include "engine/partition/byte_count.h"
 
 namespace pt {
 
@@ -25,7 +26,8 @@ std::vector<LayerProfile> gpt_layer_costs(const GptShape& g, double flops_per_se
   const auto seconds = [&](double flops_per_token) {
     return T * flops_per_token / flops_per_second;
   };
-  const auto bytes = [](double b) { return static_cast<int64_t>(std::llround(b)); };
+  // At the flags' maxima attention's 5 heads T^2 bytes alone pass 2^63: saturated (byte_count.h).
+  const auto bytes = [](double b) { return bytes_from_double(b); };
   const int64_t boundary = bytes(2 * T * d);
 
   std::vector<LayerProfile> out;

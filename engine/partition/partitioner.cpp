@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "engine/core/error.h"
+#include "engine/partition/byte_count.h"
 #include "engine/partition/min_max_split.h"
 #include "engine/partition/stage_cost.h"
 
@@ -111,12 +112,24 @@ std::vector<std::vector<double>> time_table(const std::vector<LayerProfile>& cos
   return t;
 }
 
-// Prefix sums of an integer field (exact, so any range sum equals the in-order sum).
+// Prefix sums of an integer field (exact, so any range sum equals the in-order sum), saturating
+// (byte_count.h): a cost file's maxima overflow int64_t.
 template <class Field>
 std::vector<int64_t> prefix(const std::vector<LayerProfile>& costs, Field field) {
   std::vector<int64_t> p{0};
-  for (const LayerProfile& c : costs) p.push_back(p.back() + c.*field);
+  for (const LayerProfile& c : costs) p.push_back(add_bytes(p.back(), c.*field));
   return p;
+}
+
+// Layers [i, j)'s sum of a field from its prefix sums: their difference while the prefix is
+// exact, else (it saturated at or before j) the in-order sum itself, saturating as the rest.
+template <class Field>
+int64_t range_sum(const std::vector<int64_t>& p, const std::vector<LayerProfile>& costs,
+                  Field field, size_t i, size_t j) {
+  if (p[j] != kBytesBeyond) return p[j] - p[i];
+  int64_t sum = 0;
+  for (size_t l = i; l < j && sum != kBytesBeyond; ++l) sum = add_bytes(sum, costs[l].*field);
+  return sum;
 }
 
 // The memory method: fastest split under the cap, or an error naming the smallest cap that fits.
@@ -131,8 +144,10 @@ std::vector<int> memory_bounds(const std::vector<LayerProfile>& costs, const Par
   const auto acts = prefix(costs, &LayerProfile::activation_bytes);
   const auto mem = [&](int s, int i, int j) {  // = stage_memory_bytes(costs, i, j, ...)
     const auto u = static_cast<size_t>(i), v = static_cast<size_t>(j);
-    return (2 + r.optimizer_slots) * (params[v] - params[u]) +
-           inflight[static_cast<size_t>(s)] * (acts[v] - acts[u]);
+    return add_bytes(times_bytes(2 + r.optimizer_slots,
+                                 range_sum(params, costs, &LayerProfile::param_bytes, u, v)),
+                     times_bytes(inflight[static_cast<size_t>(s)],
+                                 range_sum(acts, costs, &LayerProfile::activation_bytes, u, v)));
   };
   const auto time = time_table(costs);
   auto b = min_max_split(L, S, [&](int s, int i, int j) {
@@ -164,7 +179,8 @@ std::vector<int> searched_bounds(const std::vector<LayerProfile>& costs, const P
   if (r.method.kind == PartitionMethod::Kind::params) {
     const auto params = prefix(costs, &LayerProfile::param_bytes);
     return min_max_split(L, r.stages, [&](int, int i, int j) {
-      return static_cast<double>(params[static_cast<size_t>(j)] - params[static_cast<size_t>(i)]);
+      return static_cast<double>(range_sum(params, costs, &LayerProfile::param_bytes,
+                                           static_cast<size_t>(i), static_cast<size_t>(j)));
     });
   }
   if (r.method.kind == PartitionMethod::Kind::time) {

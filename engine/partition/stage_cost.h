@@ -22,6 +22,7 @@ int64_t stage_activation_bytes(const std::vector<LayerProfile>& layers, int firs
 //   + activation bytes x inflight                         (saved tensors of the micro-batches
 //                                                          whose forward ran but whose backward
 //                                                          has not: GPipe M, 1F1B S - s)
+// Every byte count here saturates at kBytesBeyond (byte_count.h) instead of overflowing.
 int64_t stage_memory_bytes(const std::vector<LayerProfile>& layers, int first, int last,
                            int inflight, int optimizer_slots);
 

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.h"
+#include "engine/partition/byte_count.h"
 #include "engine/partition/stage_cost.h"
 #include "engine/plan/recompute_cost.h"
 #include "schedule/generators.h"
@@ -63,11 +64,13 @@ std::vector<int64_t> device_peak_memory(const sched::Schedule& schedule, const P
   for (size_t k = 0; k < partition.stages.size(); ++k) {
     const StagePlan& st = partition.stages[k];
     activations.push_back(stage_activation_bytes(costs, st.first_layer, st.last_layer));
-    out[static_cast<size_t>(schedule.device_of(static_cast<int>(k)))] +=
-        stage_memory_bytes(costs, st.first_layer, st.last_layer, 0, optimizer_slots);
+    // Saturating (byte_count.h): a cost file's maxima overflow int64_t.
+    int64_t& device = out[static_cast<size_t>(schedule.device_of(static_cast<int>(k)))];
+    device = add_bytes(
+        device, stage_memory_bytes(costs, st.first_layer, st.last_layer, 0, optimizer_slots));
   }
   const auto held = sched::peak_device_activation_bytes(schedule, activations);
-  for (size_t d = 0; d < out.size(); ++d) out[d] += held[d];
+  for (size_t d = 0; d < out.size(); ++d) out[d] = add_bytes(out[d], held[d]);
   return out;
 }
 

@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "engine/core/error.h"
+#include "engine/partition/byte_count.h"
 #include "engine/plan/plan.h"
 #include "engine/plan/recompute_cost.h"
 #include "schedule/generators.h"
@@ -67,10 +68,11 @@ std::pair<std::vector<int64_t>, std::vector<int64_t>> device_memory(
   for (int k = 0; k < stages; ++k) {
     const StagePlan& st = partition.stages[static_cast<size_t>(k)];
     const auto d = static_cast<size_t>(schedule.device_of(k));
-    peak[d] +=
-        stage_memory_bytes(costs, st.first_layer, st.last_layer, inflight[static_cast<size_t>(k)],
-                           optimizer_slots, policy, k == stages - 1);
-    grads[d] += st.params * static_cast<int64_t>(sizeof(float));
+    // Saturating (byte_count.h): a cost file's maxima overflow int64_t.
+    peak[d] = add_bytes(peak[d], stage_memory_bytes(costs, st.first_layer, st.last_layer,
+                                                    inflight[static_cast<size_t>(k)],
+                                                    optimizer_slots, policy, k == stages - 1));
+    grads[d] = add_bytes(grads[d], times_bytes(st.params, static_cast<int64_t>(sizeof(float))));
   }
   return {peak, grads};
 }
@@ -78,7 +80,7 @@ std::pair<std::vector<int64_t>, std::vector<int64_t>> device_memory(
 // The step's epilogue (step_overheads.h) for a replica with these gradient bytes per device.
 double epilogue_s(const PlannerRequest& r, const std::vector<int64_t>& grad_bytes) {
   int64_t total = 0;
-  for (int64_t b : grad_bytes) total += b;
+  for (int64_t b : grad_bytes) total = add_bytes(total, b);
   const int64_t most = *std::max_element(grad_bytes.begin(), grad_bytes.end());
   constexpr auto f32 = static_cast<int64_t>(sizeof(float));
   return r.overheads.seconds(total / f32, most / f32);

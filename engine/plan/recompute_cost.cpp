@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/partition/byte_count.h"
 #include "engine/partition/stage_cost.h"
 
 namespace pt {
@@ -10,7 +11,8 @@ namespace {
 
 int64_t activations(const std::vector<LayerProfile>& layers, int first, int last) {
   int64_t b = 0;
-  for (int l = first; l < last; ++l) b += layers[static_cast<size_t>(l)].activation_bytes;
+  for (int l = first; l < last; ++l)
+    b = add_bytes(b, layers[static_cast<size_t>(l)].activation_bytes);
   return b;
 }
 
@@ -22,14 +24,18 @@ int64_t stage_memory_bytes(const std::vector<LayerProfile>& layers, int first, i
   int64_t held = 0, rebuilt = 0;
   for (const Segment& seg : stage_segments(policy, first, last, last_stage)) {
     if (!seg.recompute) {
-      held += activations(layers, seg.first_layer, seg.last_layer);
+      held = add_bytes(held, activations(layers, seg.first_layer, seg.last_layer));
       continue;
     }
     // The model's input is the data batch, held by the caller whatever the policy.
-    if (seg.first_layer > 0) held += layers[static_cast<size_t>(seg.first_layer - 1)].output_bytes;
+    if (seg.first_layer > 0)
+      held = add_bytes(held, layers[static_cast<size_t>(seg.first_layer - 1)].output_bytes);
     rebuilt = std::max(rebuilt, activations(layers, seg.first_layer, seg.last_layer));
   }
-  return stage_memory_bytes(layers, first, last, 0, optimizer_slots) + inflight * held + rebuilt;
+  // Saturating (byte_count.h): a cost file's maxima overflow int64_t.
+  return add_bytes(add_bytes(stage_memory_bytes(layers, first, last, 0, optimizer_slots),
+                             times_bytes(inflight, held)),
+                   rebuilt);
 }
 
 double recompute_time_s(const std::vector<LayerProfile>& layers, int first, int last,

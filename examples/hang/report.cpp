@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "engine/pipeline/progress_grid.h"
+#include "engine/trace/flight_pairing.h"
 
 namespace pt::hang {
 
@@ -44,6 +45,11 @@ using GroupKey = std::pair<std::string, std::vector<int>>;
 struct Job {
   std::map<int, const FlightRecord*> by_rank;
   int world_size = 0;
+  FlightPairing pairs;  // every judged send and receive, and its partner (flight_pairing.h)
+
+  const FlightEvent& event(const FlightEventId& id) const {
+    return by_rank.at(id.first)->events[id.second];
+  }
 
   const FlightRecord* record(int rank) const {
     const auto it = by_rank.find(rank);
@@ -92,7 +98,8 @@ std::string records_section(const Job& job) {
           rank);
       continue;
     }
-    out += fmt::format("  rank {} (pid {}), written {}: {}\n", rank, r->pid,
+    out += fmt::format("  rank {} (pid {}{}), written {}: {}\n", rank, r->pid,
+                       runs_schedules(*r) ? "" : ", runs no schedule: a parameter server",
                        clock_time(r->written_unix_ns), first_line(r->reason));
   }
   return out;
@@ -139,17 +146,36 @@ struct Wait {
   bool long_wait;  // timed out, or kLongWaitS or longer
 };
 
-// Whether the peer's record shows the receive that matches send `e` of `rank` as finished (the
-// send is done then, even if nobody has tested its request yet).
-bool received(const Job& job, int rank, const FlightRecord& r, const FlightEvent& e) {
-  const FlightRecord* peer = job.record(e.peer);
-  if (!peer) return false;
-  const GroupKey g = Job::group(r, e);
-  for (const FlightEvent& o : peer->events)
-    if (o.kind == FlightKind::recv && o.state == FlightState::finished && o.peer == rank &&
-        o.tag == e.tag && o.run == e.run && Job::group(*peer, o) == g)
-      return true;
-  return false;
+// Whether the receive that took send `id` finished (the send is done then, even if nobody has
+// tested its request yet).
+bool received(const Job& job, const FlightEventId& id) {
+  const FlightEventId* partner = job.pairs.partner_of(id);
+  return partner && job.event(*partner).state == FlightState::finished;
+}
+
+// Whether open call `id` (a send or a receive) is stuck on its own rank's side: both sides
+// posted the message, so neither waits for the other to post it, and the transfer needs both
+// processes to make progress. The side that timed out was still running its waits; a side
+// still in the call past that is the one that stopped (SIGSTOP, swapped out, starved), and so is
+// a side that timed out long after the other. Where neither timed out, the receiver holds it up
+// (the message is there to take).
+bool stuck_here(const Job& job, const FlightEventId& id) {
+  const FlightEvent& e = job.event(id);
+  if (job.pairs.sent_while_waiting.count(id)) return true;
+  const FlightEventId* p = job.pairs.partner_of(id);
+  if (!p || !open(e)) return false;
+  const FlightEvent& other = job.event(*p);
+  if (other.state == FlightState::finished) return e.kind == FlightKind::recv;
+  const bool gave_up = e.state == FlightState::timed_out,
+             other_gave_up = other.state == FlightState::timed_out;
+  if (gave_up != other_gave_up) return other_gave_up;
+  if (gave_up) {
+    // Both timed out, from the same timeout: a healthy side gives up within it (a receive up to
+    // 2 s later: the time a cancel may take), so a side that gave up much later woke up late.
+    constexpr int64_t kLateNs = 2'500'000'000;
+    return (e.end_ns - e.start_ns) > (other.end_ns - other.start_ns) + kLateNs;
+  }
+  return e.kind == FlightKind::recv;
 }
 
 // The ranks each open communication call waits for.
@@ -158,26 +184,47 @@ std::vector<Wait> waits(const Job& job) {
   for (const auto& [rank, r] : job.by_rank) {
     // Per (group, run): how many collectives came before, to compare with the other members.
     std::map<std::pair<GroupKey, int64_t>, int> ordinal;
-    for (const FlightEvent& e : r->events) {
+    for (size_t i = 0; i < r->events.size(); ++i) {
+      const FlightEvent& e = r->events[i];
       if (e.kind == FlightKind::action) continue;
       const GroupKey g = Job::group(*r, e);
       int k = -1;
       if (e.kind == FlightKind::collective) k = ordinal[{g, e.run}]++;
       if (!open(e)) continue;
-      if (e.kind == FlightKind::send && received(job, rank, *r, e)) continue;
+      if (e.kind == FlightKind::send && received(job, {rank, i})) continue;
       Wait w{rank,
              {},
              "",
              e.state == FlightState::timed_out ||
                  seconds(r->written_unix_ns - e.start_ns) >= kLongWaitS};
       if (e.kind == FlightKind::recv) {
-        w.waited_for = {e.peer};
+        const FlightEventId* sent = job.pairs.partner_of({rank, i});
         w.text = fmt::format("recv from rank {}, tag {} ({} bytes) in {}{}: {}", e.peer, e.tag,
                              e.bytes, group_text(g), during(*r, e), how_long(*r, e));
+        if (sent)
+          w.text += fmt::format("; rank {} posted the matching send at {} ({})", e.peer,
+                                clock_time(job.event(*sent).start_ns),
+                                flight_state_name(job.event(*sent).state));
+        if (job.pairs.sent_while_waiting.count({rank, i}))
+          w.text += fmt::format(
+              "; rank {} had sent the message before it gave up (the next "
+              "receive took it)",
+              e.peer);
+        if (stuck_here(job, {rank, i}))
+          w.text += ", so it waits for no one but itself";
+        else
+          w.waited_for = {e.peer};
       } else if (e.kind == FlightKind::send) {
-        w.waited_for = {e.peer};
         w.text = fmt::format("send to rank {}, tag {} ({} bytes) in {} not completed{}: {}", e.peer,
                              e.tag, e.bytes, group_text(g), during(*r, e), how_long(*r, e));
+        if (const FlightEventId* took = job.pairs.partner_of({rank, i}))
+          w.text += fmt::format("; rank {} posted the matching recv at {} ({})", e.peer,
+                                clock_time(job.event(*took).start_ns),
+                                flight_state_name(job.event(*took).state));
+        if (stuck_here(job, {rank, i}))
+          w.text += ", so it waits for no one but itself";
+        else
+          w.waited_for = {e.peer};
       } else {
         // Members that have not reached the same collective (the k-th of this run on this group).
         for (int m : g.second) {
@@ -216,7 +263,9 @@ std::string waits_section(const Job& job, const std::vector<Wait>& ws) {
   std::set<int> waiting;
   for (const Wait& w : ws) {
     if (!w.long_wait) continue;
-    waiting.insert(w.waiter);
+    // A call that waits for nobody (a receive whose send was posted, a collective every member
+    // reached) leaves its rank at the end of a chain.
+    if (!w.waited_for.empty()) waiting.insert(w.waiter);
     for (int p : w.waited_for) waited_by[p].insert(w.waiter);
   }
   if (waiting.empty()) {
@@ -236,6 +285,23 @@ std::string waits_section(const Job& job, const std::vector<Wait>& ws) {
     const FlightRecord* r = job.record(rank);
     if (!r) {
       out += " and wrote no record: it died, was killed, or its folder is elsewhere\n";
+      continue;
+    }
+    // A transfer both sides posted that is stuck on this rank's side (stuck_here): the rank
+    // itself stopped making progress.
+    const FlightEvent* stuck = nullptr;
+    for (size_t i = 0; i < r->events.size(); ++i)
+      if (stuck_here(job, {rank, i})) stuck = &r->events[i];
+    if (stuck) {
+      out += fmt::format(
+          ": it is in a {} rank {} (tag {}, {} bytes) since {} although rank {} posted the "
+          "{}: this process stopped making progress (stopped by a signal such as SIGSTOP, "
+          "swapped out or starved of CPU)\n",
+          stuck->kind == FlightKind::recv ? "receive from" : "send to", stuck->peer, stuck->tag,
+          stuck->bytes, clock_time(stuck->start_ns), stuck->peer,
+          stuck->kind == FlightKind::send          ? "matching receive and gave up waiting"
+          : stuck->state == FlightState::timed_out ? "message before it timed out"
+                                                   : "matching send");
       continue;
     }
     const FlightEvent* last = nullptr;
@@ -259,41 +325,20 @@ std::string waits_section(const Job& job, const std::vector<Wait>& ws) {
   return out;
 }
 
-// Sends and receives paired by (group, sender, receiver, tag, run); what is left has no partner.
+// The judged sends and receives without a partner (flight_pairing.h: by run between ranks in
+// lock step, in order to and from a parameter server).
 std::string unmatched_section(const Job& job) {
-  using Key = std::tuple<GroupKey, int, int, int, int64_t>;  // group, from, to, tag, run
-  std::map<Key, std::vector<std::pair<int, const FlightEvent*>>> sends, recvs;
-  // Only runs every record still covers: older ones may have left some rings.
-  int64_t window = INT64_MAX;
-  for (const auto& [rank, r] : job.by_rank) {
-    int64_t last = 0;
-    for (const FlightEvent& e : r->events) last = std::max(last, e.run);
-    window = std::min(window, last);
-  }
-  for (const auto& [rank, r] : job.by_rank)
-    for (const FlightEvent& e : r->events) {
-      if (e.run < window) continue;
-      if (e.kind == FlightKind::send)
-        sends[{Job::group(*r, e), rank, e.peer, e.tag, e.run}].push_back({rank, &e});
-      else if (e.kind == FlightKind::recv)
-        recvs[{Job::group(*r, e), e.peer, rank, e.tag, e.run}].push_back({rank, &e});
-    }
   struct Left {
     int rank;
     const FlightEvent* e;
     bool is_send;
   };
   std::vector<Left> left;
-  const auto unpaired = [&](const auto& mine, const auto& theirs, bool is_send) {
-    for (const auto& [key, list] : mine) {
-      const auto it = theirs.find(key);
-      const size_t paired = it == theirs.end() ? 0 : it->second.size();
-      for (size_t i = paired; i < list.size(); ++i)
-        left.push_back({list[i].first, list[i].second, is_send});
+  for (const auto& [id, partner] : job.pairs.partner)
+    if (partner.first < 0) {
+      const FlightEvent& e = job.event(id);
+      left.push_back({id.first, &e, e.kind == FlightKind::send});
     }
-  };
-  unpaired(sends, recvs, true);
-  unpaired(recvs, sends, false);
   if (left.empty()) return "first unmatched send or receive: none (every one has its partner)\n";
   const Left& first = *std::min_element(left.begin(), left.end(), [](const Left& a, const Left& b) {
     return a.e->start_ns < b.e->start_ns;
@@ -320,6 +365,7 @@ std::string report(const std::vector<FlightRecord>& records) {
     job.by_rank[r.world_rank] = &r;
     job.world_size = std::max({job.world_size, r.world_size, r.world_rank + 1});
   }
+  job.pairs = pair_flight_messages(job.by_rank);
   const std::vector<Wait> ws = waits(job);
   return records_section(job) + "\n" + grid_section(job) + "\n" + waits_section(job, ws) + "\n" +
          unmatched_section(job);

@@ -5,6 +5,8 @@
 #    bubble in [0, 100), no NaN), the estimates that chose the finalists within 10% of them (5.8% here);
 #  - the MLP's costs written by pipetrain-fashion --plan auto --plan-only --costs profile
 #    --write-costs give the same ranking (plan, predicted step) as that --plan auto printed;
+#  - every input at its stated maximum (2^20 devices, --batch 2^40, fields of 2^50 bytes): no
+#    wrapped (negative) peak, refused under --mem-cap 1;
 #  - malformed cost and cluster files name the file and line, a cap nothing fits names the
 #    smallest that would, an unknown schedule lists the valid ones, missing inputs are named.
 #
@@ -77,6 +79,22 @@ if [ $rc1 -ne 0 ] || [ $rc2 -ne 0 ] || [ -z "$a" ] || [ "$(wc -l <<<"$a")" != "$
   echo "$auto" | head -5; echo "$ours" | head -5; fails=$((fails+1))
 else
   echo "ok: the MLP's costs from --plan auto --write-costs: the same $(wc -l <<<"$a") plans in the same order; best $(head -1 <<<"$a")"
+fi
+
+# Every input at its stated maximum (issue 37): 2^50 bytes per field, a table of 1 sample scaled
+# to 2^40 / 2^20 samples per micro-batch, 2^20 devices. Sizes saturate instead of wrapping: a
+# wrapped peak was -8,547,991,552 GiB per device and fit --mem-cap 1.
+{ echo 'samples 1'; for _ in 1 2; do echo '1e6 1e6 1e6 1125899906842624 1125899906842624 1125899906842624'; done; } >"$tmp/max.costs"
+printf 'devices 1048576\nmemory_gib 1048576\ndevices_per_node 1048576\nintra_node_gb_per_s 1e6\n' >"$tmp/max.txt"
+printf 'intra_node_latency_us 1e6\ninter_node_gb_per_s 1e6\ninter_node_latency_us 1e6\n' >>"$tmp/max.txt"
+max=(--costs "$tmp/max.costs" --cluster "$tmp/max.txt" --batch 1099511627776 --max-microbatches 65536 --simulate 1)
+expect_refused "no plan of the" "${max[@]}" --mem-cap 1
+out=$("$exe" "${max[@]}" --mem-cap 0 --top 5 2>&1); rc=$?
+rows=$(grep -E '^ +[0-9]+ +[0-9.]+ +[0-9.]+% ' <<<"$out")
+if [ $rc -ne 0 ] || [ -z "$rows" ] || awk '{ if (!($4 > 1e6)) bad = 1 } END { exit !bad }' <<<"$rows"; then
+  echo "FAIL: at the maxima without a cap (rc=$rc), every peak must be a size beyond 1e6 GiB:"; echo "$out"; fails=$((fails+1))
+else
+  echo "ok: at the maxima: refused under --mem-cap 1; without a cap, peaks $(awk '{ printf "%s ", $4 }' <<<"$rows")GiB"
 fi
 
 # Refusals.
