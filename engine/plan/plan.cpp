@@ -166,6 +166,7 @@ PipelinePlan plan_with_costs(sched::Schedule lowered, const std::vector<LayerPro
   }
   sim.transfer.pop_back();  // S - 1 boundaries
   plan.simulated = sched::simulate(plan.schedule, sim);
+  plan.simulated_with = std::move(sim);
   return plan;
 }
 

@@ -40,11 +40,12 @@ struct PlanRequest {
 };
 
 struct PipelinePlan {
-  sched::Schedule schedule;    // lowered (SEND/RECV) and validated
-  Partition partition;         // one StagePlan per (virtual) stage
-  sched::SimResult simulated;  // with the partition's per-stage costs (seconds)
-  std::string schedule_name;   // ScheduleChoice::str()
-  std::string costs;           // "estimated ..." | "profiled on cpu:0..cpu:1 at once"
+  sched::Schedule schedule;         // lowered (SEND/RECV) and validated
+  Partition partition;              // one StagePlan per (virtual) stage
+  sched::SimResult simulated;       // with the partition's per-stage costs (seconds)
+  sched::SimConfig simulated_with;  // those costs and the boundaries' transfer times
+  std::string schedule_name;        // ScheduleChoice::str()
+  std::string costs;                // "estimated ..." | "profiled on cpu:0..cpu:1 at once"
   // Per device: the parameters, gradients and optimizer state of every stage placed on it, plus
   // the most activation bytes its list holds at once (sched::peak_device_activation_bytes): with
   // several stages per device (interleaved, V shapes) less than the sum of the stages' peaks.

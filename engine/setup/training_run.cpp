@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include "engine/core/error.h"
+#include "engine/devices/describe_devices.h"
 #include "engine/setup/auto_plan.h"
 #include "engine/setup/run_devices.h"
 #include "engine/setup/run_engine.h"
@@ -56,7 +57,7 @@ void plan_on_devices(TrainingRun& run, const Model& model, const std::function<M
 void describe(TrainingRun& s, Communicator* world) {
   const TrainingOptions& opt = s.options;
   s.description = fmt::format(
-      "{}{}{}{}", s.backends[0]->describe(),
+      "{}{}{}{}", describe_devices(s.backends),
       world ? fmt::format(" in each of {} processes", world->size()) : "",
       opt.stages > 1 ? fmt::format(", {} stages, schedule {}, recompute {}", opt.stages,
                                    opt.schedule.str(), opt.recompute.str())
@@ -77,7 +78,7 @@ void describe(TrainingRun& s, Communicator* world) {
   s.layout = {{"stages", std::to_string(opt.stages)},
               {"replicas", std::to_string(opt.dp)},
               {"processes", std::to_string(world ? world->size() : 1)},
-              {"devices", s.backends[0]->describe()}};
+              {"devices", describe_devices(s.backends)}};
 }
 
 // Step 4: the pipeline's plan for the options (given, or chosen in step 3): partition and
