@@ -15,6 +15,7 @@
 
 #include "engine/checkpoint/manifest.h"
 #include "engine/core/error.h"
+#include "engine/io/output_path.h"
 
 namespace pt {
 
@@ -56,20 +57,10 @@ void check_checkpoint_path(const fs::path& given, std::string_view what, bool nu
   if (given.empty()) return;
   const fs::path path = without_trailing_slash(given);
   const std::string where = fmt::format("{} {}", what, given.string());
-  const fs::path dir = parent_of(path);
+  // The rule every output path follows (engine/io/output_path.h): missing folders above it are
+  // created when it is written, a dangling link is refused; the rest is a checkpoint's own.
+  check_output_parents(given, what);
   struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0) {
-    const int err = errno;
-    // Worded as check_output_path words it, so that every output flag reads the same.
-    throw UsageError(err == ENOENT ? fmt::format("{}: the folder {} does not exist; create it or "
-                                                 "choose another path",
-                                                 where, dir.string())
-                                   : fmt::format("{}: {}: {}; create it or choose another path",
-                                                 where, dir.string(), errno_text(err)));
-  }
-  if (!S_ISDIR(st.st_mode))
-    throw UsageError(
-        fmt::format("{}: {} is not a folder; choose another path", where, dir.string()));
   if (::stat(path.c_str(), &st) == 0) {
     if (!S_ISDIR(st.st_mode))
       throw UsageError(
@@ -92,17 +83,19 @@ void check_checkpoint_path(const fs::path& given, std::string_view what, bool nu
     if (numbered && ::access(path.c_str(), W_OK | X_OK) != 0)
       throw UsageError(
           fmt::format("{}: cannot write in it: {}; make it writable", where, errno_text(errno)));
-  } else if (errno != ENOENT) {
+  } else if (errno != ENOENT && errno != ENOTDIR) {
     throw UsageError(fmt::format("{}: cannot look at it: {}", where, errno_text(errno)));
   }
-  if (::access(dir.c_str(), W_OK | X_OK) != 0)
-    throw UsageError(fmt::format("{}: cannot write in the folder {}: {}; choose another path",
-                                 where, dir.string(), errno_text(errno)));
 }
 
 fs::path make_temporary_folder(const fs::path& given) {
   static std::atomic<int> counter{0};
   const fs::path target = without_trailing_slash(given);
+  std::error_code ec;  // the missing folders above it (engine/io/output_path.h)
+  fs::create_directories(parent_of(target), ec);
+  if (ec)
+    throw FileError(fmt::format("cannot create the folder {} for the checkpoint {}: {}",
+                                parent_of(target).string(), target.string(), ec.message()));
   const fs::path temp = parent_of(target) / fmt::format(".{}.tmp.{}.{}", target.filename().string(),
                                                         ::getpid(), counter++);
   if (::mkdir(temp.c_str(), 0755) != 0)
@@ -195,6 +188,11 @@ fs::path resolve_resume(const std::string& arg) {
   constexpr std::string_view kLatest = "latest:";
   if (arg.rfind(kLatest, 0) != 0) return arg;
   const fs::path dir = arg.substr(kLatest.size());
+  if (dir.empty())
+    throw UsageError(fmt::format(
+        "--resume {} names no folder: give latest:DIR, DIR being the folder that --save DIR "
+        "--save-every N wrote its numbered checkpoints to",
+        arg));
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     throw UsageError(fmt::format("--resume {}: {} is not a folder", arg, dir.string()));

@@ -19,13 +19,15 @@ namespace pt {
 bool is_checkpoint(const std::filesystem::path& path);
 
 // Throws UsageError "WHAT PATH: what is wrong; the fix" unless a checkpoint can be written at
-// `path`: its parent folder exists and is writable, and `path` is absent or a complete checkpoint
-// (which is replaced). With `numbered`, `path` is the folder of numbered checkpoints: absent (it is
-// created) or a folder that is not itself a checkpoint. Empty path: nothing to check.
+// `path`: the folders above it exist or can be created (check_output_parents, output_path.h), and
+// `path` is absent or a complete checkpoint (which is replaced). With `numbered`, `path` is the
+// folder of numbered checkpoints: absent (it is created) or a folder that is not itself a
+// checkpoint. Empty path: nothing to check (the flags refuse an empty one).
 void check_checkpoint_path(const std::filesystem::path& path, std::string_view what,
                            bool numbered = false);
 
-// A new hidden temporary folder next to `target` (".NAME.tmp.PID.K"), created empty.
+// A new hidden temporary folder next to `target` (".NAME.tmp.PID.K"), created empty, after the
+// missing folders above `target`.
 std::filesystem::path make_temporary_folder(const std::filesystem::path& target);
 
 // Makes the finished folder `temporary` the checkpoint `target`, atomically: after a crash at any

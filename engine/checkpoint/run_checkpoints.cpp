@@ -27,6 +27,7 @@ void CheckpointOptions::check() const {
   if (!save.empty() && !save_init.empty() &&
       fs::absolute(save).lexically_normal() == fs::absolute(save_init).lexically_normal())
     throw UsageError("--save and --save-init name the same path; give each its own");
+  if (resume == "latest:") resolve_resume(resume);  // refused: names no folder
   if (resume.rfind("latest:", 0) != 0 && !resume.empty()) {
     std::error_code ec;
     if (!fs::exists(resume, ec))

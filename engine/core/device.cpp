@@ -14,10 +14,18 @@ std::string DeviceId::str() const { return fmt::format("{}:{}", kind_name(kind),
 
 namespace {
 
+// The largest device index: beyond it a list such as cpu:0..999999 is a typo, not a machine.
+constexpr int kMaxDeviceIndex = 4096;
+
 int parse_index(std::string_view digits, std::string_view whole) {
   int value = -1;
   auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
-  if (ec != std::errc() || ptr != digits.data() + digits.size() || value < 0 || value > 4096)
+  const bool number = ptr == digits.data() + digits.size() && !digits.empty() &&
+                      (ec == std::errc() || ec == std::errc::result_out_of_range);
+  if (number && (ec != std::errc() || value > kMaxDeviceIndex))
+    throw UsageError(fmt::format("bad device '{}': the index {} is above the largest, {}", whole,
+                                 digits, kMaxDeviceIndex));
+  if (!number || value < 0)
     throw UsageError(
         fmt::format("bad device '{}': the index must be a number such as cpu:0 or cuda:1", whole));
   return value;

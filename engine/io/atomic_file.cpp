@@ -36,9 +36,10 @@ AtomicFileWriter::AtomicFileWriter(std::filesystem::path target) : target_(std::
   if (target_.filename().empty())
     throw UsageError(
         fmt::format("cannot write '{}': the path names a directory, not a file", target_.string()));
-  // Before any byte is written: a missing or unwritable folder, or a target that is not a
-  // regular file (a device, a FIFO, a folder, a link to one), which the rename would replace.
-  check_output_path(target_, "cannot write");
+  // Before any byte is written: an unwritable folder, or a target that is not a regular file (a
+  // device, a FIFO, a folder, a link to one or a dangling link), which the rename would replace.
+  // Missing folders above it are created.
+  prepare_output_path(target_, "cannot write");
   temp_ = temp_path_for(target_);
   const int fd = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   if (fd < 0) {

@@ -15,9 +15,9 @@ namespace pt {
 
 class AtomicFileWriter {
  public:
-  // Creates the temporary file next to `target`; throws UsageError when check_output_path
-  // (output_path.h) refuses `target` (a missing folder, a device, a FIFO, a folder ...) and
-  // FileError when the file cannot be created.
+  // Creates the missing folders above `target` and the temporary file next to it; throws
+  // UsageError when check_output_path (output_path.h) refuses `target` (an unwritable folder, a
+  // device, a FIFO, a folder, a dangling link ...) and FileError when it cannot be created.
   explicit AtomicFileWriter(std::filesystem::path target);
   // Without a successful commit(): closes and deletes the temporary file.
   ~AtomicFileWriter();

@@ -49,7 +49,7 @@ FitResult fit(TrainingEngine& trainer, const Dataset& train, const Dataset* test
     throw UsageError(fmt::format("--batch {} must be between 1 and the training set size {}",
                                  options.batch, train.size()));
   // Before any step: a path that cannot be written must not cost the whole run.
-  check_output_path(options.metrics, "--metrics");
+  if (!options.metrics.empty()) check_output_path(options.metrics, "--metrics");
   CheckpointOptions checkpoint_options = options.checkpoints;
   checkpoint_options.settings["batch"] = std::to_string(options.batch);
   checkpoint_options.settings["no-shuffle"] = options.shuffle ? "false" : "true";

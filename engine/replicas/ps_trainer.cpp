@@ -15,19 +15,20 @@ namespace pt {
 namespace {
 
 PsConfig ps_config(const PipelineConfig& config, int replicas, const PsOptions& ps) {
-  if (ps.servers < 1) throw UsageError(fmt::format("--ps {} must be >= 1", ps.servers));
+  if (ps.servers < 1)
+    throw UsageError(fmt::format("--ps {} must be an integer between 1 and 1024", ps.servers));
   if (ps.staleness < 0)
     throw UsageError(fmt::format("--staleness {} must be >= 0 (0: synchronous)", ps.staleness));
   const int S = static_cast<int>(config.layers_per_stage.size());
   if (ps.staleness > 0 && ps.servers > 1 && config.trainer.clip_norm > 0.f)
     throw UsageError(fmt::format(
-        "--clip-norm with --staleness {} needs --ps 1: each push is clipped by the norm of all "
+        "--clip with --staleness {} needs --ps 1: each push is clipped by the norm of all "
         "its gradients, and {} servers see pushes in different orders",
         ps.staleness, ps.servers));
   if (ps.staleness > 0 && S > 1 && config.trainer.clip_norm > 0.f)
     throw UsageError(fmt::format(
-        "--clip-norm with --staleness {} needs --stages 1: a push holds one stage's gradients, "
-        "not all of them; drop --clip-norm or use --staleness 0",
+        "--clip with --staleness {} needs --stages 1: a push holds one stage's gradients, "
+        "not all of them; drop --clip or use --staleness 0",
         ps.staleness));
   // Worker (r, s) is world rank r * S + s under mpirun, as data-parallel pipelines place them.
   bool one_per_device = config.schedule.num_devices == S;

@@ -11,6 +11,7 @@
 
 #include "engine/core/error.h"
 #include "engine/io/atomic_file.h"
+#include "engine/io/output_path.h"
 
 namespace pt {
 
@@ -55,6 +56,7 @@ std::string json_line(const std::vector<std::pair<std::string, MetricValue>>& fi
 }
 
 MetricsWriter::MetricsWriter(const std::filesystem::path& path, int64_t resumed_at) : path_(path) {
+  prepare_output_path(path, "--metrics");  // the missing folders above it; refuses a FIFO ...
   if (resumed_at >= 0) {
     // Keep the lines of steps up to the checkpoint (a line without a step is kept as it is).
     std::ifstream in(path);

@@ -41,7 +41,7 @@ void TrainingOptions::check(int64_t batch) const {
     throw UsageError(
         "--write-costs writes the layer costs --plan auto plans with: add --plan auto (and "
         "--plan-only to stop there)");
-  check_output_path(write_costs, "--write-costs");
+  if (!write_costs.empty()) check_output_path(write_costs, "--write-costs");
   // More threads per device than the machine has hardware threads only oversubscribe (ARCHITECTURE
   // notes halved throughput); up to 4x is allowed for experiments, more is surely a typo.
   const int cores = available_cores();
@@ -85,6 +85,11 @@ void TrainingOptions::check(int64_t batch) const {
         "stage on one device: use --schedule 1f1b, gpipe or zb-h1",
         schedule.str()));
   if (slow_replica >= 0) {
+    if (dp < 2)
+      throw UsageError(fmt::format(
+          "--slow-worker {}:{} slows one data-parallel replica against the others, and this run "
+          "has one (--dp {}): add --dp 2 or more (with or without --ps), or drop --slow-worker",
+          slow_replica, slow_factor, dp));
     if (slow_replica >= dp)
       throw UsageError(
           fmt::format("--slow-worker {}:{} names replica {} but --dp is {}: use a "
@@ -114,8 +119,8 @@ void TrainingOptions::check(int64_t batch) const {
           "would need a third weight version: raise --microbatches",
           stages, stages - 1));
   }
-  check_output_path(trace, "--trace");
-  check_output_path(timeline, "--timeline");
+  if (!trace.empty()) check_output_path(trace, "--trace");
+  if (!timeline.empty()) check_output_path(timeline, "--timeline");
 }
 
 bool TrainingOptions::pipelined() const {

@@ -14,6 +14,7 @@
 
 #include "engine/core/error.h"
 #include "engine/io/atomic_file.h"
+#include "engine/io/output_path.h"
 #include "engine/trace/flight_record_file.h"
 #include "engine/trace/flight_recorder.h"
 
@@ -50,13 +51,8 @@ fs::file_time_type mtime(const fs::path& p) {
 
 FlightRecorderWatch::FlightRecorderWatch(fs::path dir, int world_rank, int world_size)
     : dir_(std::move(dir)), world_rank_(world_rank), world_size_(world_size) {
-  std::error_code ec;
-  if (!fs::is_directory(dir_, ec))
-    throw UsageError(
-        fmt::format("--flight-recorder {}: not a folder; create it first", dir_.string()));
-  if (::access(dir_.c_str(), W_OK) != 0)
-    throw UsageError(
-        fmt::format("--flight-recorder {}: the folder is not writable", dir_.string()));
+  // A writable folder, created with the missing folders above it (engine/io/output_path.h).
+  prepare_output_path(dir_, "--flight-recorder", OutputKind::folder);
   if (g_signal_pipe >= 0) throw std::logic_error("FlightRecorderWatch: only one at a time");
   // Compared with the mtime of files in dir_: take "now" from the file system's own clock.
   started_ = fs::file_time_type::clock::now();

@@ -25,7 +25,8 @@ namespace pt {
 
 class FlightRecorderWatch {
  public:
-  // Checks that `dir` is a writable folder (UsageError naming --flight-recorder otherwise),
+  // Creates `dir` and the missing folders above it, or checks that it is a writable folder
+  // (UsageError naming --flight-recorder otherwise, prepare_output_path in output_path.h),
   // installs the SIGUSR1 handler and starts the watcher thread. One watch per process.
   FlightRecorderWatch(std::filesystem::path dir, int world_rank, int world_size);
   // Stops the thread and restores the previous SIGUSR1 handler.

@@ -22,8 +22,11 @@
 #include "engine/checkpoint/folders.h"
 #include "engine/core/error.h"
 #include "examples/ckpt/commands.h"
+#include "examples/common/command_line.h"
 
 namespace {
+
+using pt::examples::kNotEmpty;
 
 constexpr const char* kCheckpointHelp =
     "checkpoint folder (with manifest.json), or latest:DIR for the newest numbered one in DIR";
@@ -34,6 +37,10 @@ std::filesystem::path checkpoint_folder(const std::string& arg) {
   constexpr std::string_view kLatest = "latest:";
   if (!arg.starts_with(kLatest)) return arg;
   const std::filesystem::path dir = arg.substr(kLatest.size());
+  if (dir.empty())
+    throw pt::UsageError(fmt::format(
+        "CKPT {} names no folder: give latest:DIR, DIR being a folder of numbered checkpoints",
+        arg));
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec))
     throw pt::UsageError(fmt::format("CKPT {}: {} is not a folder", arg, dir.string()));
@@ -63,26 +70,30 @@ int main(int argc, char** argv) {
   bool as_json = false, with_optimizer = false;
 
   CLI::App* inspect = app.add_subcommand("inspect", "print what the checkpoint holds");
-  inspect->add_option("CKPT", checkpoint, kCheckpointHelp)->required();
-  inspect->add_flag("--json", as_json, "print one JSON object instead of tables");
+  inspect->add_option("CKPT", checkpoint, kCheckpointHelp)->required()->check(kNotEmpty);
+  inspect->add_flag("--json", as_json, "print one JSON object instead of tables")
+      ->group("Diagnostics");
 
   CLI::App* verify = app.add_subcommand(
       "verify", "check every piece and every tensor's CRC-32; exit 1 when anything is wrong");
-  verify->add_option("CKPT", checkpoint, kCheckpointHelp)->required();
+  verify->add_option("CKPT", checkpoint, kCheckpointHelp)->required()->check(kNotEmpty);
 
   CLI::App* merge = app.add_subcommand(
       "merge", "write the weights as one safetensors file (PyTorch's load_file reads it)");
-  merge->add_option("CKPT", checkpoint, kCheckpointHelp)->required();
-  merge->add_option("OUT", out, "the .safetensors file to write (replaced if it is a file)")
-      ->required();
-  merge->add_flag("--with-optimizer", with_optimizer,
-                  "also write the optimizer state (the optimizer.* tensors)");
+  merge->add_option("CKPT", checkpoint, kCheckpointHelp)->required()->check(kNotEmpty);
+  merge
+      ->add_option("OUT", out,
+                   "the .safetensors file to write (replaced if it is a file; missing folders "
+                   "above it are created)")
+      ->required()
+      ->check(kNotEmpty);
+  merge
+      ->add_flag("--with-optimizer", with_optimizer,
+                 "also write the optimizer state (the optimizer.* tensors)")
+      ->group("Checkpoints");
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;  // --help is 0; a bad command line is bad input
-  }
+  // --help is 0; a bad command line is bad input (2).
+  if (const int code = pt::examples::parse_command_line(app, argc, argv); code >= 0) return code;
   try {
     return run(app, checkpoint, out, as_json, with_optimizer);
   } catch (const pt::UsageError& e) {  // FileError too: missing, not a checkpoint, corrupt

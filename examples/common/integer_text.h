@@ -1,7 +1,8 @@
 #pragma once
 // CLI11 turns "--seed -1" into 2^64 - 1 for an unsigned option and clamps an integer beyond 64
-// bits (--steps 99999999999999999999) without a word. These validators look at the text before
-// CLI11 converts it and refuse both, naming the range (CLI11 prefixes the flag).
+// bits (--steps 99999999999999999999) without a word, and says "Could not convert" (exit 105) for
+// "--ps abc". These validators look at the text before CLI11 converts it and refuse all three,
+// naming the range (CLI11 prefixes the flag); examples/common/command_line.h makes it exit 2.
 #include <charconv>
 #include <cstdint>
 #include <string>
@@ -38,5 +39,14 @@ inline const CLI::Validator kUint64Text(
       return integer_text_error<uint64_t>(text, "between 0 and 2^64 - 1 (18446744073709551615)");
     },
     "UINT64");
+
+// For an integer flag with a range of its own: text that is not an integer of type Int is
+// refused with that range, as the later range check words it ("--ps: abc must be an integer
+// between 1 and 1024 (parameter servers K)"), not with the type's.
+template <typename Int>
+CLI::Validator integer_text(std::string range) {
+  return CLI::Validator(
+      [range](std::string& text) { return integer_text_error<Int>(text, range.c_str()); }, "");
+}
 
 }  // namespace pt::examples

@@ -6,9 +6,20 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.h"
+#include "engine/core/option_range.h"
+#include "examples/common/command_line.h"
 #include "examples/common/integer_text.h"
 
 namespace pt::examples {
+
+namespace {
+
+// The ranges of the flags whose value 0 or -1 means something else in TrainingOptions: stated
+// once for the text check and the range check.
+constexpr const char* kPsRange = "between 1 and 1024 (parameter servers K)";
+constexpr const char* kStalenessRange = "between 0 and 1000000 (global steps; 0: synchronous)";
+
+}  // namespace
 
 void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
   app.add_option("--devices", f.devices,
@@ -19,18 +30,19 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
                  "optimizer state)")
       ->capture_default_str();
   app.add_option("--threads", f.threads, "threads per device (0: cores / devices)")
-      ->check(kIntText);
+      ->capture_default_str()
+      ->check(integer_text<int>(">= 0 (0: the cores divided between the devices)"));
   app.add_option("--stages", f.stages, "pipeline stages S (one device each)")
       ->capture_default_str()
-      ->check(kIntText);
+      ->check(integer_text<int>(">= 1"));
   app.add_option("--dp", f.dp,
                  "data-parallel replicas R of the pipeline (R x S devices or processes)")
       ->capture_default_str()
-      ->check(kIntText);
+      ->check(integer_text<int>(">= 1"));
   app.add_option("--microbatches", f.microbatches,
                  "split each replica's batch into M micro-batches")
       ->capture_default_str()
-      ->check(kIntText);
+      ->check(integer_text<int>(">= 1"));
   app.add_option("--schedule", f.schedule,
                  "gpipe | 1f1b | interleaved:V | zb-h1 | zb-h2 | zbv | v-half | v-min | dualpipev "
                  "| file:PATH")
@@ -39,7 +51,9 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
       ->capture_default_str();
   app.add_option("--costs", f.costs, "layer costs for the partitioner: estimate | profile")
       ->capture_default_str();
-  app.add_option("--mem-cap", f.mem_cap_mib, "memory cap per device in MiB (--partition memory)");
+  app.add_option("--mem-cap", f.mem_cap_mib,
+                 "memory cap per device in MiB (--partition memory, --plan auto; 0: no cap)")
+      ->capture_default_str();
   app.add_option("--recompute", f.recompute, "never | always | except_last | every:K")
       ->capture_default_str();
   app.add_option("--timeout", f.timeout, "seconds any wait for a peer may take")
@@ -55,33 +69,38 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
   app.add_option("--plan", f.plan,
                  "auto: search stages x replicas, schedule, micro-batches and recomputation for "
                  "the listed --devices, --batch and --mem-cap, print the ranked plans and run the "
-                 "fastest (with --plan-only: print and exit)");
+                 "fastest (with --plan-only: print and exit); default: none, the flags give the "
+                 "plan");
   app.add_option("--plan-top", f.plan_top, "--plan auto: rows of the ranked table")
       ->capture_default_str()
-      ->check(kIntText);
+      ->check(integer_text<int>("between 1 and 1000"));
   app.add_option("--write-costs", f.write_costs,
                  "--plan auto: write the layer costs it planned with (one table per micro-batch "
-                 "size) as a cost file for pipetrain-plan --costs");
+                 "size) as a cost file for pipetrain-plan --costs (default: none)");
   // Which of the flags the planner chooses were given (CLI11 calls each() once per value).
   for (const char* name :
        {"--stages", "--dp", "--microbatches", "--schedule", "--recompute", "--partition"})
     app.get_option(name)->each([&f, name](const std::string&) { f.given.emplace_back(name); });
-  app.add_option("--trace", f.trace, "write a Chrome/Perfetto trace of the last step");
-  app.add_option("--timeline", f.timeline, "write an SVG timeline of the last step");
+  app.add_option("--trace", f.trace,
+                 "write a Chrome/Perfetto trace of the last step to this file (default: none)");
+  app.add_option("--timeline", f.timeline,
+                 "write an SVG timeline of the last step to this file (default: none)");
   app.add_option("--ps", f.ps,
                  "K parameter servers hold the parameters and optimizer state, sharded by layer "
-                 "(under mpirun: K extra processes, the last K ranks)")
-      ->check(kIntText);
+                 "(under mpirun: K extra processes, the last K ranks; default: none, the replicas "
+                 "all-reduce)")
+      ->check(integer_text<int>(kPsRange));
   app.add_option("--staleness", f.staleness,
                  "with --ps: 0 synchronous (default); T >= 1 asynchronous, no worker starts a step "
                  "while another computes on parameters more than T global steps old")
-      ->check(kIntText);
+      ->check(integer_text<int>(kStalenessRange));
   app.add_option("--slow-worker", f.slow_worker,
-                 "R:F: replica R sleeps (F - 1) x its compute time every step (a straggler)");
+                 "R:F: replica R sleeps (F - 1) x its compute time every step (a straggler; needs "
+                 "--dp R >= 2; default: none)");
   app.add_option("--flight-recorder", f.flight_recorder,
                  "folder for each process's record of its last actions and communication calls "
                  "(rank-N.json), written on a timeout, an error or SIGUSR1; read it with "
-                 "pipetrain-hang DIR");
+                 "pipetrain-hang DIR (created if missing; default: none)");
   app.add_option("--update", f.update,
                  "sync: every step flushes the pipeline | async: PipeDream-2BW, no flush between "
                  "steps, step t's gradient (taken at the weights of t-1) updates each stage on its "
@@ -90,11 +109,24 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
   app.add_option("--async-window", f.async_window,
                  "--update async: steps per schedule run (the bubble is paid once per window; "
                  "default 8)")
-      ->check(kIntText);
+      ->check(integer_text<int>("between 1 and 1048576"));
   app.add_option("--async-delay", f.async_delay,
                  "--update async: uniform (PipeDream-2BW: every stage computes step t with the "
                  "weights of t-1; default) | per-stage (the last stage, whose backward follows its "
                  "forward at once, uses the weights of t and keeps no second version)");
+  // Text flags are never empty (an unset shell variable); the groups of --help.
+  for (const char* name : {"--devices", "--precision", "--schedule", "--partition", "--costs",
+                           "--recompute", "--plan", "--write-costs", "--trace", "--timeline",
+                           "--slow-worker", "--flight-recorder", "--update", "--async-delay"})
+    app.get_option(name)->check(kNotEmpty);
+  set_group(app, "Parallelism",
+            {"--devices", "--precision", "--threads", "--stages", "--dp", "--bucket-mb",
+             "--shard-optimizer", "--ps", "--staleness", "--slow-worker", "--update",
+             "--async-window", "--async-delay", "--timeout"});
+  set_group(app, "Schedule",
+            {"--microbatches", "--schedule", "--partition", "--costs", "--mem-cap", "--recompute",
+             "--plan", "--plan-top", "--plan-only", "--write-costs"});
+  set_group(app, "Diagnostics", {"--trace", "--timeline", "--flight-recorder"});
 }
 
 TrainingOptions training_options(const ParallelFlags& f) {
@@ -129,17 +161,12 @@ TrainingOptions training_options(const ParallelFlags& f) {
   }
   o.write_costs = f.write_costs;
   if (f.ps != ParallelFlags::kNotGiven) {
-    if (f.ps < 1)
-      throw UsageError(fmt::format(
-          "--ps {} must be >= 1 (the number of parameter servers); leave --ps out to all-reduce",
-          f.ps));
+    check_integer("--ps", f.ps, 1, 1024,
+                  "parameter servers K; leave --ps out for none: the replicas all-reduce");
     o.ps = f.ps;
   }
   if (f.staleness != ParallelFlags::kNotGiven) {
-    if (f.staleness < 0)
-      throw UsageError(fmt::format(
-          "--staleness {} must be >= 0 (0: synchronous; T: at most T global steps behind)",
-          f.staleness));
+    check_integer("--staleness", f.staleness, 0, 1'000'000, "global steps; 0: synchronous");
     o.staleness = f.staleness;
   }
   if (!f.slow_worker.empty()) {

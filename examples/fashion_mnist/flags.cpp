@@ -6,6 +6,7 @@
 #include "engine/core/option_range.h"
 #include "engine/io/output_path.h"
 #include "engine/update/async_update_limits.h"
+#include "examples/common/command_line.h"
 #include "examples/common/integer_text.h"
 
 namespace pt::examples {
@@ -14,20 +15,26 @@ void add_fashion_flags(CLI::App& app, FashionFlags& f) {
   app.add_option("--model", f.model, "mlp (784-1024x4-10) or cnn")->capture_default_str();
   app.add_option("--epochs", f.epochs, "passes over the training set")
       ->capture_default_str()
-      ->check(kInt64Text);
-  app.add_option("--steps", f.steps, "stop after this many optimizer steps (overrides --epochs)")
-      ->check(kInt64Text);
+      ->check(integer_text<int64_t>("between 0 and 1000000 (0: only with --steps)"));
+  app.add_option("--steps", f.steps,
+                 "stop after this many optimizer steps (overrides --epochs; 0: --epochs decides)")
+      ->capture_default_str()
+      ->check(integer_text<int64_t>(">= 0 (0: --epochs decides)"));
   app.add_option("--batch", f.batch, "global batch size B")
       ->capture_default_str()
-      ->check(kInt64Text);
+      ->check(integer_text<int64_t>(">= 1"));
   app.add_option("--optim", f.optim, "sgd or adamw")->capture_default_str();
   app.add_option("--lr", f.lr, "base learning rate")->capture_default_str();
   app.add_option("--momentum", f.momentum, "SGD momentum")->capture_default_str();
   app.add_flag("--nesterov", f.nesterov, "Nesterov momentum (SGD)");
-  app.add_option("--weight-decay", f.weight_decay, "weight decay (SGD: L2; AdamW: decoupled)");
-  app.add_option("--clip", f.clip, "clip the global gradient norm to this value (0: off)");
+  app.add_option("--weight-decay", f.weight_decay, "weight decay (SGD: L2; AdamW: decoupled)")
+      ->capture_default_str();
+  app.add_option("--clip", f.clip, "clip the global gradient norm to this value (0: off)")
+      ->capture_default_str();
   app.add_option("--lr-schedule", f.lr_schedule, "constant or cosine")->capture_default_str();
-  app.add_option("--warmup", f.warmup, "linear warm-up steps")->check(kInt64Text);
+  app.add_option("--warmup", f.warmup, "linear warm-up steps")
+      ->capture_default_str()
+      ->check(integer_text<int64_t>(">= 0 (0: none)"));
   app.add_option("--seed", f.seed, "seed for initialisation, shuffling and dropout")
       ->capture_default_str()
       ->check(kUint64Text);
@@ -38,11 +45,22 @@ void add_fashion_flags(CLI::App& app, FashionFlags& f) {
       "every step, also train the single-device reference from the same state and compare");
   app.add_option("--data", f.data, "folder with the Fashion-MNIST IDX files")
       ->capture_default_str();
-  app.add_option("--metrics", f.metrics, "write metrics as JSON lines to this file");
+  app.add_option("--metrics", f.metrics,
+                 "write metrics as JSON lines to this file; missing folders above it are created "
+                 "(default: none)");
   add_checkpoint_flags(app, f.checkpoints);
   app.add_option("--log-every", f.log_every, "progress line interval when not on a terminal")
-      ->check(kInt64Text);
+      ->capture_default_str()
+      ->check(integer_text<int64_t>(">= 1"));
   app.add_flag("--summary", f.summary, "print the model summary table");
+  for (const char* name : {"--model", "--optim", "--lr-schedule", "--data", "--metrics"})
+    app.get_option(name)->check(kNotEmpty);
+  set_group(app, "Model", {"--model", "--summary"});
+  set_group(app, "Data", {"--data", "--no-shuffle"});
+  set_group(app, "Training",
+            {"--epochs", "--steps", "--batch", "--optim", "--lr", "--momentum", "--nesterov",
+             "--weight-decay", "--clip", "--lr-schedule", "--warmup", "--seed"});
+  set_group(app, "Diagnostics", {"--parity-check", "--metrics", "--log-every"});
 }
 
 FashionOptions check_fashion_flags(const FashionFlags& f) {
@@ -75,7 +93,7 @@ FashionOptions check_fashion_flags(const FashionFlags& f) {
   o.checkpoints.settings = {{"model", f.model}, {"optim", f.optim}};
   // Before the data is read: a run must not train and then fail to write its results.
   o.checkpoints.check();
-  check_output_path(f.metrics, "--metrics");
+  if (!f.metrics.empty()) check_output_path(f.metrics, "--metrics");
   o.lr_schedule = LrSchedule::parse_kind(f.lr_schedule);
   return o;
 }

@@ -32,6 +32,7 @@
 #include "engine/setup/training_run.h"
 #include "engine/train/trainer.h"
 #include "examples/common/checkpoint_flags.h"
+#include "examples/common/command_line.h"
 #include "examples/common/parallel_flags.h"
 #include "examples/common/parity_check.h"
 #include "examples/fashion_mnist/flags.h"
@@ -134,7 +135,7 @@ int main(int argc, char** argv) {
   CLI::App app{"pipetrain-fashion: train an MLP or CNN on Fashion-MNIST"};
   pt::examples::FashionFlags f;
   pt::examples::add_fashion_flags(app, f);
-  CLI11_PARSE(app, argc, argv);
+  if (const int code = pt::examples::parse_command_line(app, argc, argv); code >= 0) return code;
   return pt::run_main(
       f.par.timeout, [&](pt::Communicator* world) { return run(f, world); }, f.par.flight_recorder);
 }

@@ -6,6 +6,7 @@
 #include "engine/core/option_range.h"
 #include "engine/io/output_path.h"
 #include "engine/update/async_update_limits.h"
+#include "examples/common/command_line.h"
 #include "examples/common/integer_text.h"
 
 namespace pt::examples {
@@ -33,18 +34,22 @@ std::map<std::string, std::string> settings_to_match(const GptFlags& f) {
 void add_gpt_flags(CLI::App& app, GptFlags& f) {
   app.add_option("--context", f.context, "sequence length T (bytes)")
       ->capture_default_str()
-      ->check(kInt64Text);
-  app.add_option("--d-model", f.d_model, "model width")->capture_default_str()->check(kInt64Text);
+      ->check(integer_text<int64_t>("between 1 and 1048576"));
+  app.add_option("--d-model", f.d_model, "model width")
+      ->capture_default_str()
+      ->check(integer_text<int64_t>("between 1 and 1048576"));
   app.add_option("--layers", f.layers, "transformer blocks")
       ->capture_default_str()
-      ->check(kIntText);
+      ->check(integer_text<int>("between 1 and 1048576"));
   app.add_option("--heads", f.heads, "attention heads (must divide --d-model)")
       ->capture_default_str()
-      ->check(kIntText);
-  app.add_option("--steps", f.steps, "optimizer steps")->capture_default_str()->check(kInt64Text);
+      ->check(integer_text<int>("between 1 and 1048576"));
+  app.add_option("--steps", f.steps, "optimizer steps")
+      ->capture_default_str()
+      ->check(integer_text<int64_t>(">= 1"));
   app.add_option("--batch", f.batch, "global batch B (windows of --context bytes)")
       ->capture_default_str()
-      ->check(kInt64Text);
+      ->check(integer_text<int64_t>(">= 1"));
   app.add_option("--optim", f.optim, "adamw or sgd")->capture_default_str();
   app.add_option("--lr", f.lr, "base learning rate (the default suits AdamW; SGD wants ~0.1)")
       ->capture_default_str();
@@ -58,37 +63,41 @@ void add_gpt_flags(CLI::App& app, GptFlags& f) {
   app.add_option("--lr-schedule", f.lr_schedule, "constant or cosine")->capture_default_str();
   app.add_option("--warmup", f.warmup, "linear warm-up steps")
       ->capture_default_str()
-      ->check(kInt64Text);
+      ->check(integer_text<int64_t>(">= 0 (0: none)"));
   app.add_option("--min-lr", f.min_lr, "cosine: the learning rate at the last step")
       ->capture_default_str();
   app.add_option("--seed", f.seed, "seed for initialisation, batches and sampling")
       ->capture_default_str()
       ->check(kUint64Text);
   app.add_option("--data", f.data,
-                 "a text file to train on (default: the King James Bible from `bible`)");
+                 "a text file to train on (default: the King James Bible from `bible`)")
+      ->check(kNotEmpty);
   app.add_option("--val-fraction", f.val_fraction, "the tail of the text held out for validation")
       ->capture_default_str();
   app.add_option("--eval-every", f.eval_every, "validation loss every N steps (0: only at the end)")
       ->capture_default_str()
-      ->check(kInt64Text);
+      ->check(integer_text<int64_t>(">= 0 (0: only at the end)"));
   app.add_option("--eval-windows", f.eval_windows,
                  "validation windows, spread over the held-out text (0: all)")
       ->capture_default_str()
-      ->check(kInt64Text);
+      ->check(integer_text<int64_t>(">= 0 (0: all)"));
   app.add_option("--prompt", f.prompt, "text the sample starts from")->capture_default_str();
   app.add_option("--temperature", f.temperature, "sampling temperature (0: greedy)")
       ->capture_default_str();
   app.add_option("--top-k", f.top_k, "sample from the k most likely bytes (0: all)")
       ->capture_default_str()
-      ->check(kInt64Text);
+      ->check(integer_text<int64_t>(">= 0 (0: all)"));
   app.add_option("--sample-bytes", f.sample_bytes, "bytes to sample after training (0: none)")
       ->capture_default_str()
-      ->check(kInt64Text);
+      ->check(integer_text<int64_t>(">= 0 (0: none)"));
   add_parallel_flags(app, f.par);
-  app.add_option("--metrics", f.metrics, "write metrics as JSON lines to this file");
+  app.add_option("--metrics", f.metrics,
+                 "write metrics as JSON lines to this file; missing folders above it are created "
+                 "(default: none)")
+      ->check(kNotEmpty);
   app.add_option("--log-every", f.log_every, "progress line interval when not on a terminal")
       ->capture_default_str()
-      ->check(kInt64Text);
+      ->check(integer_text<int64_t>(">= 1"));
   app.add_flag("--summary", f.summary, "print the model summary table");
   app.add_flag("--untied", f.untied,
                "give lm_head its own weight instead of sharing tok_emb's (GPT-2 ties them)");
@@ -96,6 +105,15 @@ void add_gpt_flags(CLI::App& app, GptFlags& f) {
       "--parity-check", f.parity_check,
       "every step, also train the single-device reference from the same state and compare");
   add_checkpoint_flags(app, f.checkpoints);
+  for (const char* name : {"--optim", "--lr-schedule"}) app.get_option(name)->check(kNotEmpty);
+  set_group(app, "Model",
+            {"--context", "--d-model", "--layers", "--heads", "--untied", "--summary"});
+  set_group(app, "Training",
+            {"--steps", "--batch", "--optim", "--lr", "--momentum", "--nesterov", "--weight-decay",
+             "--clip", "--lr-schedule", "--warmup", "--min-lr", "--seed"});
+  set_group(app, "Data", {"--data", "--val-fraction", "--eval-every", "--eval-windows"});
+  set_group(app, "Sampling", {"--prompt", "--temperature", "--top-k", "--sample-bytes"});
+  set_group(app, "Diagnostics", {"--parity-check", "--metrics", "--log-every"});
 }
 
 GptOptions check_gpt_flags(const GptFlags& f) {
@@ -144,7 +162,7 @@ GptOptions check_gpt_flags(const GptFlags& f) {
     throw UsageError(
         "--prompt is empty; give at least one character to start the sample from "
         "(or --sample-bytes 0 to skip sampling)");
-  check_output_path(f.metrics, "--metrics");
+  if (!f.metrics.empty()) check_output_path(f.metrics, "--metrics");
   TrainingOptions& par = o.parallel;
   par = training_options(f.par);
   // The pipeline runtime even for one stage: that is what --parity-check checks.

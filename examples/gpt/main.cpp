@@ -46,6 +46,7 @@
 #include "engine/setup/training_run.h"
 #include "engine/train/trainer.h"
 #include "examples/common/checkpoint_flags.h"
+#include "examples/common/command_line.h"
 #include "examples/common/parallel_flags.h"
 #include "examples/common/parity_check.h"
 #include "examples/gpt/flags.h"
@@ -261,7 +262,7 @@ int main(int argc, char** argv) {
       "from it"};
   pt::examples::GptFlags f;
   pt::examples::add_gpt_flags(app, f);
-  CLI11_PARSE(app, argc, argv);
+  if (const int code = pt::examples::parse_command_line(app, argc, argv); code >= 0) return code;
   return pt::run_main(
       f.par.timeout, [&](pt::Communicator* world) { return run(f, world); }, f.par.flight_recorder);
 }

@@ -14,13 +14,16 @@
 
 #include "engine/core/error.h"
 #include "engine/trace/flight_record_file.h"
+#include "examples/common/command_line.h"
 #include "examples/hang/report.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"pipetrain-hang: where a hung or failed job stands, from its flight records"};
   std::string dir;
-  app.add_option("DIR", dir, "the folder given to --flight-recorder")->required();
-  CLI11_PARSE(app, argc, argv);
+  app.add_option("DIR", dir, "the folder given to --flight-recorder")
+      ->required()
+      ->check(pt::examples::kNotEmpty);
+  if (const int code = pt::examples::parse_command_line(app, argc, argv); code >= 0) return code;
   try {
     const auto records = pt::read_flight_records(dir);
     if (records.empty()) {

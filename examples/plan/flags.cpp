@@ -7,45 +7,70 @@
 #include <fmt/ranges.h>
 
 #include "engine/core/error.h"
+#include "engine/io/output_path.h"
 #include "engine/plan/planner.h"
+#include "examples/common/command_line.h"
 #include "examples/common/integer_text.h"
 
 namespace pt::examples {
 
 void add_plan_flags(CLI::App& app, PlanFlags& f) {
-  app.add_option("--costs", f.costs, "layer-cost file (engine/partition/cost_file.h)");
-  app.add_option("--write-costs", f.write_costs, "write the GPT's layer costs to this file");
-  app.add_option("--cluster", f.cluster, "cluster file (engine/plan/cluster.h)");
-  app.add_option("--gpt-layers", f.gpt.layers, "GPT: transformer blocks L")->check(kIntText);
-  app.add_option("--gpt-width", f.gpt.width, "GPT: width d")->check(kInt64Text);
-  app.add_option("--context", f.gpt.context, "GPT: tokens per sample T")->check(kInt64Text);
-  app.add_option("--vocab", f.gpt.vocab, "GPT: vocabulary V")->check(kInt64Text);
-  app.add_option("--flops", f.flops, "GPT: achieved FLOP/s per device, e.g. 300e12");
-  app.add_option("--batch", f.batch, "global batch B in samples")->check(kInt64Text);
+  app.add_option("--costs", f.costs,
+                 "layer-cost file (engine/partition/cost_file.h); default: none, give it or a "
+                 "GPT's shape")
+      ->check(kNotEmpty);
+  app.add_option("--write-costs", f.write_costs,
+                 "write the GPT's layer costs to this file; missing folders above it are created "
+                 "(default: none)")
+      ->check(kNotEmpty);
+  app.add_option("--cluster", f.cluster,
+                 "cluster file (engine/plan/cluster.h); default: none, needed to plan")
+      ->check(kNotEmpty);
+  app.add_option("--gpt-layers", f.gpt.layers, "GPT: transformer blocks L (default: none)")
+      ->check(integer_text<int>(">= 1"));
+  app.add_option("--gpt-width", f.gpt.width, "GPT: width d (default: none)")
+      ->check(integer_text<int64_t>(">= 1"));
+  app.add_option("--context", f.gpt.context, "GPT: tokens per sample T (default: none)")
+      ->check(integer_text<int64_t>(">= 1"));
+  app.add_option("--vocab", f.gpt.vocab, "GPT: vocabulary V (default: none)")
+      ->check(integer_text<int64_t>(">= 1"));
+  app.add_option("--flops", f.flops,
+                 "GPT: achieved FLOP/s per device, e.g. 300e12 (default: none)");
+  for (const char* name : {"--gpt-layers", "--gpt-width", "--context", "--vocab", "--flops"})
+    app.get_option(name)->each([&f, name](const std::string&) { f.gpt_given.emplace_back(name); });
+  app.add_option("--batch", f.batch, "global batch B in samples (default: none, needed to plan)")
+      ->check(integer_text<int64_t>("between 1 and 2^40"));
   app.add_option("--mem-cap", f.mem_cap_mib,
                  "memory per device in MiB (default: the cluster's; 0: no cap)")
       ->each([&f](const std::string&) { f.mem_cap_given = true; });
-  app.add_option("--top", f.top, "rows of the table")->capture_default_str()->check(kIntText);
-  app.add_option("--schedules", f.schedules, "comma-separated schedules to search (default: all)");
+  app.add_option("--top", f.top, "rows of the table")
+      ->capture_default_str()
+      ->check(integer_text<int>("between 1 and 10000"));
+  app.add_option("--schedules", f.schedules, "comma-separated schedules to search (default: all)")
+      ->check(kNotEmpty);
   app.add_option("--max-microbatches", f.max_microbatches,
                  "M among the divisors of B / R up to this")
       ->capture_default_str()
-      ->check(kIntText);
+      ->check(integer_text<int>("between 1 and 65536"));
   app.add_option("--optimizer-slots", f.optimizer_slots,
                  "optimizer state per parameter: SGD 0, momentum 1, AdamW 2")
       ->capture_default_str()
-      ->check(kIntText);
+      ->check(integer_text<int>("between 0 and 8"));
   app.add_option(
          "--simulate", f.simulate,
          "plan exactly (full timed simulation) the best N of the estimates (0: every candidate, as "
          "--plan auto)")
       ->capture_default_str()
-      ->check(kIntText);
+      ->check(integer_text<int>("between 0 and 1000"));
+  set_group(app, "Model",
+            {"--costs", "--write-costs", "--gpt-layers", "--gpt-width", "--context", "--vocab",
+             "--flops", "--optimizer-slots"});
+  set_group(app, "Parallelism", {"--cluster", "--mem-cap", "--batch"});
+  set_group(app, "Schedule", {"--schedules", "--max-microbatches", "--simulate", "--top"});
 }
 
 std::vector<std::string> check_plan_flags(const PlanFlags& f) {
-  const bool gpt = f.gpt.layers != 0 || f.gpt.width != 0 || f.gpt.context != 0 ||
-                   f.gpt.vocab != 0 || f.flops != 0;
+  const bool gpt = !f.gpt_given.empty();
   if (gpt && !f.costs.empty())
     throw UsageError("--costs FILE and --gpt-layers ... are two sources of layer costs: give one");
   if (!gpt && f.costs.empty())
@@ -59,12 +84,18 @@ std::vector<std::string> check_plan_flags(const PlanFlags& f) {
                                   {"--context", static_cast<double>(f.gpt.context)},
                                   {"--vocab", static_cast<double>(f.gpt.vocab)},
                                   {"--flops", f.flops}})
-      if (v == 0)
+      if (std::find(f.gpt_given.begin(), f.gpt_given.end(), flag) == f.gpt_given.end())
         throw UsageError(fmt::format(
             "{} is missing: a GPT's costs need --gpt-layers, --gpt-width, --context, --vocab and "
             "--flops",
             flag));
+      else if (!(std::isfinite(v) && v > 0))
+        throw UsageError(fmt::format("{} {} must be a finite number > 0 ({})", flag, v,
+                                     flag == std::string_view("--flops")
+                                         ? "achieved FLOP/s per device, e.g. 300e12"
+                                         : "a GPT's size"));
   }
+  if (!f.write_costs.empty()) check_output_path(f.write_costs, "--write-costs");
   if (!f.write_costs.empty() && !gpt)
     throw UsageError("--write-costs writes a GPT's costs: give --gpt-layers ... too, or drop it");
   if (f.cluster.empty() && f.write_costs.empty())

@@ -18,8 +18,11 @@ struct PlanFlags {
   std::string cluster;      // --cluster FILE
   GptShape gpt;             // --gpt-layers --gpt-width --context --vocab
   double flops = 0;         // --flops: achieved FLOP/s per device
-  int64_t batch = 0;        // --batch: global batch B (samples)
-  double mem_cap_mib = 0;   // --mem-cap MiB (0: no cap); not given: the cluster's memory
+  // Which of --gpt-layers --gpt-width --context --vocab --flops were given (0 is refused, not
+  // taken for "missing").
+  std::vector<std::string> gpt_given;
+  int64_t batch = 0;       // --batch: global batch B (samples)
+  double mem_cap_mib = 0;  // --mem-cap MiB (0: no cap); not given: the cluster's memory
   bool mem_cap_given = false;
   int top = 10;           // --top K rows
   std::string schedules;  // --schedules a,b ("": all the planner knows)

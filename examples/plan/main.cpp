@@ -17,6 +17,7 @@
 #include <cmath>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -27,6 +28,7 @@
 #include "engine/partition/gpt_costs.h"
 #include "engine/plan/cluster.h"
 #include "engine/plan/planner.h"
+#include "examples/common/command_line.h"
 #include "examples/plan/flags.h"
 
 namespace {
@@ -73,8 +75,25 @@ int plan(const pt::examples::PlanFlags& f, const std::vector<std::string>& sched
   r.overheads = tables.epilogue;
 
   const auto t0 = std::chrono::steady_clock::now();
-  const pt::PlannerResult res =
-      pt::search_plans([&](int64_t mb) { return tables.for_samples(mb); }, r);
+  const pt::PlannerResult res = [&] {
+    try {
+      return pt::search_plans([&](int64_t mb) { return tables.for_samples(mb); }, r);
+    } catch (const pt::UsageError& e) {
+      // The planner names the cap --mem-cap; without that flag the cap is the cluster file's.
+      const std::string_view msg = e.what();
+      constexpr std::string_view kFlag = "--mem-cap ";
+      if (f.mem_cap_given || !msg.starts_with(kFlag)) throw;
+      std::string said(msg.substr(kFlag.size()));
+      constexpr std::string_view kRaise = "raise --mem-cap to";
+      for (size_t at; (at = said.find(kRaise)) != std::string::npos;)
+        said.replace(at, kRaise.size(),
+                     "plan for more memory per device (memory_gib in the cluster file, or "
+                     "--mem-cap MiB): at least");
+      throw pt::UsageError(fmt::format(
+          "the memory per device of cluster file {} (memory_gib; no --mem-cap given), {}",
+          f.cluster, said));
+    }
+  }();
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   fmt::print(
@@ -125,7 +144,7 @@ int main(int argc, char** argv) {
   CLI::App app{"pipetrain-plan: the planner and simulator for a cluster given as a file"};
   pt::examples::PlanFlags f;
   pt::examples::add_plan_flags(app, f);
-  CLI11_PARSE(app, argc, argv);
+  if (const int code = pt::examples::parse_command_line(app, argc, argv); code >= 0) return code;
   try {
     return plan(f, pt::examples::check_plan_flags(f));
   } catch (const pt::UsageError& e) {

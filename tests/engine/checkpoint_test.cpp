@@ -342,9 +342,11 @@ TEST_CASE("checkpoint: check_checkpoint_path") {
                        doctest::Contains("it exists and is not a folder"), UsageError);
   CHECK_THROWS_WITH_AS(check_checkpoint_path(dir.path / "plain", "--save"),
                        doctest::Contains("it is a folder but not a checkpoint"), UsageError);
-  const std::string no_folder = "the folder " + (dir.path / "nowhere").string() + " does not exist";
-  CHECK_THROWS_WITH_AS(check_checkpoint_path(dir.path / "nowhere" / "ck", "--save"),
-                       doctest::Contains(no_folder.c_str()), UsageError);
+  // Missing folders above it are created when it is written; a file in their way is refused.
+  CHECK_NOTHROW(check_checkpoint_path(dir.path / "nowhere" / "ck", "--save"));
+  const std::string in_the_way = (dir.path / "file").string() + " is a regular file, not a folder";
+  CHECK_THROWS_WITH_AS(check_checkpoint_path(dir.path / "file" / "sub" / "ck", "--save"),
+                       doctest::Contains(in_the_way.c_str()), UsageError);
   CHECK_NOTHROW(check_checkpoint_path(dir.path / "ck", "--save"));
   CHECK_NOTHROW(check_checkpoint_path(dir.path / "new", "--save"));
   // Numbered: a plain folder is where they go; a checkpoint itself is not.

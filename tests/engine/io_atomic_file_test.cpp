@@ -95,16 +95,18 @@ TEST_CASE("AtomicFileWriter abandoned without commit removes its temporary file"
 
 TEST_CASE("AtomicFileWriter refuses a bad target before writing and leaves no temporary file") {
   TempDir dir;
-  SUBCASE("directory does not exist") {
-    const fs::path target = dir.path / "missing" / "x.bin";
+  SUBCASE("a file where a folder above it should be") {
+    std::ofstream(dir.path / "plain") << "x";
+    const fs::path target = dir.path / "plain" / "sub" / "x.bin";
     try {
       AtomicFileWriter w(target);
       FAIL("expected UsageError");
     } catch (const UsageError& e) {
       const std::string msg = e.what();
       CHECK(msg.find(target.string()) != std::string::npos);
-      CHECK(msg.find("does not exist") != std::string::npos);
+      CHECK(msg.find("is a regular file, not a folder") != std::string::npos);
     }
+    CHECK(dir.names() == std::vector<std::string>{"plain"});
   }
   SUBCASE("the target is a directory") {
     const fs::path target = dir.path / "taken";
@@ -147,4 +149,12 @@ TEST_CASE("write_file_atomically works with a bare relative file name") {
   write_file_atomically("relative.bin", bytes_of("abc"));
   fs::current_path(old);
   CHECK(slurp(dir.path / "relative.bin") == "abc");
+}
+
+TEST_CASE("AtomicFileWriter creates the missing folders above its target") {
+  TempDir dir;
+  const fs::path target = dir.path / "a" / "b" / "x.bin";
+  write_file_atomically(target, bytes_of("hello"));
+  CHECK(fs::is_regular_file(target));
+  CHECK(fs::file_size(target) == 5);
 }

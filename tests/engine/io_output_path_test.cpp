@@ -1,7 +1,8 @@
 // check_output_path: every output flag's path is checked before any work. Absent files and
-// regular files (or links to one) in a writable folder pass; a missing folder, a folder, a
-// FIFO, a device or a link to one is refused with a message naming the flag, the path, what is
-// wrong and what would fix it.
+// regular files (or links to one) pass, in a writable folder or under missing folders that
+// prepare_output_path creates; an empty path, a folder, a FIFO, a device, a link to one or a
+// dangling link is refused with a message naming the flag, the path, what is wrong and what would
+// fix it.
 #include <doctest/doctest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -58,16 +59,68 @@ TEST_CASE("check_output_path accepts what can be written as a file") {
     CHECK_NOTHROW(check_output_path("plain.svg", "--timeline"));
     fs::current_path(old);
   }
-  SUBCASE("an empty path is no output") { CHECK_NOTHROW(check_output_path("", "--save")); }
+  SUBCASE("missing folders above it, which prepare_output_path creates") {
+    const fs::path deep = dir.path / "a" / "b" / "m.jsonl";
+    CHECK_NOTHROW(check_output_path(deep, "--metrics"));
+    CHECK_FALSE(fs::exists(dir.path / "a"));  // the check only looks
+    prepare_output_path(deep, "--metrics");
+    CHECK(fs::is_directory(dir.path / "a" / "b"));
+    CHECK_FALSE(fs::exists(deep));  // the writer makes the file itself
+  }
+}
+
+TEST_CASE("output folders (--flight-recorder, --save): created when missing, else a folder") {
+  test::TempDir dir("pipetrain-outpath");
+  const fs::path fr = dir.path / "x" / "fr";
+  CHECK_NOTHROW(check_output_path(fr, "--flight-recorder", OutputKind::folder));
+  prepare_output_path(fr, "--flight-recorder", OutputKind::folder);
+  CHECK(fs::is_directory(fr));
+  CHECK_NOTHROW(prepare_output_path(fr, "--flight-recorder", OutputKind::folder));  // again
+  std::ofstream(dir.path / "file") << "x";
+  try {
+    check_output_path(dir.path / "file", "--flight-recorder", OutputKind::folder);
+    FAIL("a regular file taken for a folder");
+  } catch (const UsageError& e) {
+    CHECK(contains(e.what(), "it is a regular file, not a folder"));
+  }
+  REQUIRE(::mkfifo((dir.path / "pipe").c_str(), 0600) == 0);
+  CHECK_THROWS_WITH_AS(check_output_path(dir.path / "pipe", "--save", OutputKind::folder),
+                       doctest::Contains("it is a FIFO (named pipe), not a folder"), UsageError);
+  // The checkpoint's own check keeps its rules and shares the parents' and the empty one's.
+  CHECK_THROWS_WITH_AS(check_output_parents("", "--save"),
+                       doctest::Contains("--save: the path is empty"), UsageError);
+  fs::create_symlink("/dev/null", dir.path / "null-link");  // leads somewhere: not dangling
+  CHECK_NOTHROW(check_output_parents(dir.path / "null-link", "--save"));
+  fs::create_symlink(dir.path / "gone", dir.path / "dangling");
+  CHECK_THROWS_WITH_AS(check_output_parents(dir.path / "dangling", "--save"),
+                       doctest::Contains("which does not exist"), UsageError);
 }
 
 TEST_CASE("check_output_path refuses what a write would fail on or destroy") {
   test::TempDir dir("pipetrain-outpath");
-  SUBCASE("a folder that does not exist") {
-    const std::string msg = refusal("/nonexistent/x");
-    CHECK(msg ==
-          "--save /nonexistent/x: the folder /nonexistent does not exist; create it or "
-          "choose another path");
+  SUBCASE("an empty path (an unset shell variable)") {
+    try {
+      check_output_path("", "--metrics");
+      FAIL("an empty path was accepted");
+    } catch (const UsageError& e) {
+      CHECK(std::string(e.what()) ==
+            "--metrics: the path is empty (an unset shell variable?); give a path, or leave "
+            "--metrics out");
+    }
+  }
+  SUBCASE("a dangling symbolic link: the write would replace the link") {
+    fs::create_symlink(dir.path / "nowhere" / "t.json", dir.path / "dangling.json");
+    CHECK(contains(refusal(dir.path / "dangling.json", "--trace"),
+                   "is a symbolic link to " + (dir.path / "nowhere" / "t.json").string() +
+                       ", which does not exist, and writing would replace the link"));
+    CHECK(fs::is_symlink(dir.path / "dangling.json"));
+    CHECK_THROWS_AS(prepare_output_path(dir.path / "dangling.json", "--trace"), UsageError);
+    CHECK_FALSE(fs::exists(dir.path / "nowhere"));
+  }
+  SUBCASE("a dangling symbolic link as a folder above it") {
+    fs::create_symlink(dir.path / "gone", dir.path / "dir-link");
+    CHECK(contains(refusal(dir.path / "dir-link" / "sub" / "m.jsonl", "--metrics"),
+                   "dir-link is a symbolic link to"));
   }
   SUBCASE("a folder where the file should be") {
     fs::create_directory(dir.path / "sub");
@@ -97,7 +150,9 @@ TEST_CASE("check_output_path refuses what a write would fail on or destroy") {
   }
   SUBCASE("a file where the folder should be") {
     std::ofstream(dir.path / "file") << "x";
-    CHECK(contains(refusal(dir.path / "file" / "x"), "not a folder"));
+    CHECK(contains(refusal(dir.path / "file" / "x"), "is a regular file, not a folder"));
+    CHECK(
+        contains(refusal(dir.path / "file" / "a" / "b" / "x"), "is a regular file, not a folder"));
   }
   SUBCASE("a folder that is not writable") {
     if (::geteuid() == 0) return;  // root writes anywhere

@@ -21,6 +21,7 @@ trap 'rm -rf "$work"' EXIT
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails+1)); }
 pass() { echo "ok: $*"; }
+source "$(dirname "$0")/expect.sh"  # expect_help
 
 # run ARGS...: pipetrain-ckpt's stdout in $out, stderr in $err, exit code in $rc.
 run() {
@@ -217,7 +218,18 @@ expect_bad_input "character device" merge "$work/ck" /dev/null
 [ -c /dev/null ] || fail "/dev/null is no longer a character device"
 mkdir "$work/a_folder"
 expect_bad_input "a folder, not a regular file" merge "$work/ck" "$work/a_folder"
-expect_bad_input "does not exist" merge "$work/ck" "$work/nowhere/out.safetensors"
+# Missing folders above OUT are created (as every output path's); a file in their way, a
+# dangling link and empty arguments are refused; latest: with no folder says so.
+check_merged "$work/ck" "$work/new/sub/out.safetensors" 0
+echo x >"$work/in_the_way"
+expect_bad_input "$work/in_the_way is a regular file, not a folder" merge "$work/ck" "$work/in_the_way/out.safetensors"
+ln -s "$work/gone/x.safetensors" "$work/dangling"
+expect_bad_input "is a symbolic link to $work/gone/x.safetensors, which does not exist" merge "$work/ck" "$work/dangling"
+[ -L "$work/dangling" ] || fail "merge replaced a dangling link"
+expect 2 "OUT: the value is empty" merge "$work/ck" ""
+expect 2 "CKPT: the value is empty" inspect ""
+expect_bad_input "CKPT latest: names no folder: give latest:DIR" verify latest:
+exe=$ckpt expect_help "Checkpoints" merge
 cp -r "$work/ck" "$work/ck_copy"
 expect_bad_input "inside the checkpoint" merge "$work/ck_copy" "$work/ck_copy/$piece"
 expect 0 "all checksums match" verify "$work/ck_copy"

@@ -53,7 +53,7 @@ expect_refused "--stages 0 must be an integer >= 1" --stages 0 --steps 100000
 # Text CLI11 would wrap (-1 into 2^64 - 1) or clamp (beyond 64 bits) is refused as it is parsed.
 expect_error "--seed: -1 must be an integer between 0 and 2^64 - 1" --seed -1 --plan-only
 expect_error "--seed: 18446744073709551616 must be an integer between 0 and 2^64 - 1" --seed 18446744073709551616 --plan-only
-expect_error "--steps: 99999999999999999999 must be an integer between -2^63 and 2^63 - 1" --steps 99999999999999999999 --plan-only
+expect_error "--steps: 99999999999999999999 must be an integer >= 0" --steps 99999999999999999999 --plan-only
 expect_error "--epochs: 99999999999999999999 must be an integer" --epochs 99999999999999999999 --plan-only
 expect_error "--threads: 99999999999 must be an integer" --threads 99999999999 --plan-only
 
@@ -122,11 +122,50 @@ mkfifo "$work/fifo"
 expect_refused "--trace $work/fifo: it is a FIFO" --trace "$work/fifo" --steps 100000
 [ -p "$work/fifo" ] || { echo "FAIL: the FIFO was replaced"; fails=$((fails+1)); }
 rm -f "$work/fifo"
-expect_refused "--timeline /nonexistent/t.svg: the folder /nonexistent does not exist; create it or choose another path" \
-  --timeline /nonexistent/t.svg --steps 100000
+# Missing folders above an output path are created when it is written (a real run below); a
+# file in their way is refused.
+echo "precious" > "$work/in-the-way"
+expect_refused "--timeline $work/in-the-way/sub/t.svg: $work/in-the-way is a regular file, not a folder" \
+  --timeline "$work/in-the-way/sub/t.svg" --steps 100000
+expect_refused "--save $work/in-the-way/x: $work/in-the-way is a regular file, not a folder" \
+  --save "$work/in-the-way/x" --steps 100000
+grep -q precious "$work/in-the-way" || { echo "FAIL: a refused path changed a file"; fails=$((fails+1)); }
+rm -f "$work/in-the-way"
+# A dangling symbolic link is refused, not replaced by a file (or a folder) of the output.
+ln -s "$work/nowhere/t.out" "$work/dangling"
+for flag in --trace --timeline --metrics --save --save-init; do
+  expect_refused "$flag $work/dangling: $work/dangling is a symbolic link to $work/nowhere/t.out, which does not exist" \
+    $flag "$work/dangling" --steps 100000
+done
+[ -L "$work/dangling" ] && [ ! -e "$work/nowhere" ] || { echo "FAIL: the dangling link was replaced or followed"; fails=$((fails+1)); }
+rm -f "$work/dangling"
+# Empty values (an unset shell variable: --save "$CKPT") are refused, not taken for "no
+# checkpoint", "from scratch" or "no output".
+for flag in --resume --save --save-init --metrics --trace --timeline --flight-recorder --write-costs \
+            --async-delay --schedule --devices --data --slow-worker; do
+  expect_refused "$flag: the value is empty (an unset shell variable?); give one, or leave the flag out" \
+    $flag "" --steps 100000
+done
+# A bad command line exits 2, as every other usage error; a number that is not one states the
+# flag's own range, not the type's.
+expect_refused "The following argument was not expected: --bogus" --bogus
+expect_refused "--ps: abc must be an integer between 1 and 1024" --ps abc --steps 100000
+expect_refused "--staleness: x must be an integer between 0 and 1000000" --staleness x --steps 100000
+expect_refused "--stages: two must be an integer >= 1" --stages two --steps 100000
+expect_refused "--epochs: 1e3 must be an integer between 0 and 1000000" --epochs 1e3
+expect_refused "--keep: all must be an integer >= 0" --keep all --steps 100000
+# --ps and --staleness say one range each, whichever check refuses the value.
+expect_refused "--ps 0 must be an integer between 1 and 1024" --ps 0 --steps 100000
+expect_refused "--ps 2000 must be an integer between 1 and 1024" --ps 2000 --dp 2 --steps 100000
+expect_refused "--staleness -1 must be an integer between 0 and 1000000" --ps 1 --dp 2 --staleness -1 --steps 100000
+expect_refused "--staleness 2000000 must be an integer between 0 and 1000000" --ps 1 --dp 2 --staleness 2000000 --steps 100000
+expect_refused "--slow-worker 0:2 slows one data-parallel replica against the others, and this run has one (--dp 1)" \
+  --slow-worker 0:2 --steps 100000
+expect_refused "--resume latest: names no folder: give latest:DIR" --resume latest: --steps 100000
+expect_refused "bad device 'cpu:0..999999': the index 999999 is above the largest, 4096" \
+  --plan auto --devices cpu:0..999999 --plan-only
+expect_help "Model Data Training Parallelism Schedule Checkpoints Diagnostics"
 if [ -f "$data/train-images-idx3-ubyte.gz" ]; then  # --save and --metrics are checked once the data is read
-  expect_refused "--save /nonexistent/x: the folder /nonexistent does not exist; create it or choose another path" \
-    --save /nonexistent/x --steps 100000 --data "$data"
   expect_refused "--save /dev/null: it exists and is not a folder (checkpoints are folders" --save /dev/null --steps 100000 --data "$data"
   is_char_device_null
   expect_refused "--save-init /dev/null: it exists and is not a folder" --save-init /dev/null --steps 100000 --data "$data"
@@ -220,6 +259,25 @@ if [ -f "$work/bad/train-images-idx3-ubyte.gz" ]; then
     out=$(python3 "$(dirname "$0")/compare_checkpoints.py" --quiet "$work/full" "$work/pre") \
       && echo "$out (SIGTERM, then resume)" || { echo "FAIL: $out"; fails=$((fails+1)); }
   fi
+  # Missing folders above every output path are created (as PyTorch's and Megatron's savers do).
+  if "$exe" --steps 2 --batch 64 --stages 2 --microbatches 2 --trace "$work/deep/a/t.json" \
+       --timeline "$work/deep/b/t.svg" --metrics "$work/deep/c/m.jsonl" --save "$work/deep/d/ckpt" \
+       --save-init "$work/deep/e/init" --data "$data" > "$work/deep.txt" 2>&1 \
+     && [ -s "$work/deep/a/t.json" ] && [ -s "$work/deep/b/t.svg" ] && [ -s "$work/deep/c/m.jsonl" ] \
+     && [ -f "$work/deep/d/ckpt/manifest.json" ] && [ -f "$work/deep/e/init/manifest.json" ]; then
+    echo "ok: missing folders above --trace, --timeline, --metrics, --save and --save-init are created"
+  else
+    echo "FAIL: outputs under missing folders"; cat "$work/deep.txt"; find "$work/deep"; fails=$((fails+1))
+  fi
+  "$exe" --steps 4 --batch 64 --save-every 2 --save "$work/deep/f/numbered" --data "$data" > "$work/deep2.txt" 2>&1 \
+    && [ -f "$work/deep/f/numbered/step-00000004/manifest.json" ] \
+    && echo "ok: --save-every under missing folders" \
+    || { echo "FAIL: --save-every under missing folders"; cat "$work/deep2.txt"; fails=$((fails+1)); }
+  # The clip message names the flag there is (--clip), not --clip-norm.
+  expect_error "--clip with --staleness 1 needs --ps 1" --clip 1 --dp 2 --ps 2 --staleness 1 \
+    --devices cpu:0..1 --steps 1 --batch 64 --data "$data"
+  out=$("$exe" --clip 1 --dp 2 --ps 2 --staleness 1 --devices cpu:0..1 --steps 1 --batch 64 --data "$data" 2>&1)
+  grep -q -- "--clip-norm" <<<"$out" && { echo "FAIL: a message names --clip-norm: $out"; fails=$((fails+1)); }
   # A pipelined run: 2 stages, trace and timeline, parity with the single-device reference.
   if "$exe" --steps 3 --batch 64 --stages 2 --microbatches 4 --schedule zb-h1 --recompute always \
        --trace "$work/t.json" --timeline "$work/t.svg" --parity-check --data "$data" > "$work/pipe.txt" 2>&1 \

@@ -76,8 +76,8 @@ fi
 # ---- refusals ----
 expect_fail 60 "start mpirun -np 3" 2 --dp 2 --ps 1 --steps 1
 expect_fail 60 "--staleness 1 needs --ps K" 0 --staleness 1 --steps 1
-expect_fail 60 "--ps 0 must be >= 1" 0 --ps 0 --steps 1
-expect_fail 60 "--staleness -1 must be >= 0" 0 --ps 1 --staleness -1 --steps 1
+expect_fail 60 "--ps 0 must be an integer between 1 and 1024" 0 --ps 0 --steps 1
+expect_fail 60 "--staleness -1 must be an integer between 0 and 1000000" 0 --ps 1 --staleness -1 --steps 1
 expect_fail 60 "--slow-worker 'x' must be REPLICA:FACTOR" 0 --dp 2 --devices cpu:0..1 --slow-worker x --steps 1
 
 # ---- a dead worker: the server names it, within --timeout ----

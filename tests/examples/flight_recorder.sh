@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The flight recorder (--flight-recorder DIR) and pipetrain-hang, run as a user would:
-#  - pipetrain-hang refuses a missing folder, an empty one and a file that is not a record;
-#    pipetrain-fashion refuses a --flight-recorder folder that does not exist, before training;
+#  - pipetrain-hang refuses a missing folder, an empty one, an empty argument and a file that is
+#    not a record; pipetrain-fashion creates a --flight-recorder folder that does not exist (with
+#    the folders above it) and refuses, before training, an empty one, a regular file or a FIFO;
 #  - SIGUSR1 to a healthy, training process writes its record (with its actions) and training
 #    goes on to the end (exit 0, test accuracy printed);
 #  - with --mpi: SIGUSR1 to mpirun reaches every rank (Open MPI forwards it): two records, the
@@ -45,10 +46,23 @@ if [ -z "$faults" ]; then
   out=$("$hang" "$work/bad" 2>&1); rc=$?
   [ $rc -eq 2 ] && has "$out" "rank-00000.json: not a pipetrain flight record" &&
     pass "pipetrain-hang on a file that is not a record" || fail "pipetrain-hang on a bad file gave rc=$rc: $out"
-  out=$(timeout 120 "$fashion" --data "$data" --steps 2 --flight-recorder "$work/nowhere" 2>&1); rc=$?
-  [ $rc -eq 2 ] && has "$out" "--flight-recorder $work/nowhere: not a folder" &&
-    pass "pipetrain-fashion refuses a missing --flight-recorder folder" ||
-    fail "pipetrain-fashion --flight-recorder (missing folder) gave rc=$rc: $out"
+  out=$("$hang" "" 2>&1); rc=$?
+  [ $rc -eq 2 ] && has "$out" "DIR: the value is empty" && pass "pipetrain-hang '': $out" ||
+    fail "pipetrain-hang '' gave rc=$rc: $out"
+  out=$(timeout 120 "$fashion" --data "$data" --steps 2 --batch 64 --flight-recorder "$work/new/fr" 2>&1); rc=$?
+  [ $rc -eq 0 ] && [ -d "$work/new/fr" ] &&
+    pass "pipetrain-fashion creates a missing --flight-recorder folder and the folders above it" ||
+    fail "pipetrain-fashion --flight-recorder (missing folder) gave rc=$rc, folder: $(ls -d "$work/new/fr" 2>&1): $out"
+  echo x >"$work/afile"
+  mkfifo "$work/fifo"
+  for bad in "|the value is empty" "$work/afile|--flight-recorder $work/afile: it is a regular file, not a folder" \
+             "$work/fifo|--flight-recorder $work/fifo: it is a FIFO (named pipe), not a folder"; do
+    out=$(timeout 120 "$fashion" --data "$data" --steps 100000 --flight-recorder "${bad%%|*}" 2>&1); rc=$?
+    [ $rc -eq 2 ] && has "$out" "${bad#*|}" && ! grep -q 'train [0-9]' <<<"$out" &&
+      pass "pipetrain-fashion --flight-recorder '${bad%%|*}' -> $out" ||
+      fail "pipetrain-fashion --flight-recorder '${bad%%|*}' gave rc=$rc, expected 2 with '${bad#*|}': $out"
+  done
+  [ -p "$work/fifo" ] && grep -qx x "$work/afile" || fail "a refused --flight-recorder changed the FIFO or the file"
 
   # ---- SIGUSR1 to a healthy run: a record, and training goes on ----
   mkdir "$work/usr1"

@@ -15,7 +15,15 @@ fails=0
 
 source "$(dirname "$0")/expect.sh"  # expect_error, expect_refused
 
-expect_error "The following argument was not expected: --bogus" --bogus
+expect_refused "The following argument was not expected: --bogus" --bogus
+# Issue 37: empty values refused (an unset shell variable), a number that is not one states the
+# flag's range, --help groups the flags and shows every default.
+for flag in --data --metrics --resume --save --trace --optim; do
+  expect_refused "$flag: the value is empty (an unset shell variable?)" $flag ""
+done
+expect_refused "--context: 1k must be an integer between 1 and 1048576" --context 1k
+expect_refused "--sample-bytes: some must be an integer >= 0" --sample-bytes some
+expect_help "Model Data Training Sampling Parallelism Schedule Checkpoints Diagnostics"
 # Every numeric flag has a stated range, checked before any text is read (exit 2, no step).
 expect_refused "--lr inf must be a finite number > 0 and <= 1000" --lr inf
 expect_refused "--lr 1e+30 must be a finite number > 0 and <= 1000" --lr 1e30
@@ -71,8 +79,9 @@ else
 fi
 # Output paths are checked before any text is read or any step taken.
 mkdir -p "$work/adir"
-expect_error "--metrics /nonexistent/m.jsonl: the folder /nonexistent does not exist; create it or choose another path" \
-  --metrics /nonexistent/m.jsonl --steps 100000
+echo x > "$work/afile"  # missing folders above a path are created (below); a file in the way is not
+expect_refused "--metrics $work/afile/m.jsonl: $work/afile is a regular file, not a folder; choose another path" \
+  --metrics "$work/afile/m.jsonl" --steps 100000
 expect_error "--metrics $work/adir: it is a folder, not a regular file" --metrics "$work/adir" --steps 100000
 expect_error "--trace /dev/null: it is a character device, not a regular file" --trace /dev/null --steps 100000
 [ -c /dev/null ] || { echo "FAIL: /dev/null is no longer a character device"; fails=$((fails+1)); }
@@ -83,9 +92,11 @@ out=$("$exe" --stages 2 --microbatches 2 --plan-only 2>&1) && grep -q "predicted
 
 # A short run on a text file (no bible needed), one device.
 small=(--context 32 --d-model 32 --layers 2 --heads 2 --batch 4 --eval-windows 8 --sample-bytes 20)
-if "$exe" --steps 2 "${small[@]}" --data "$work/small.txt" --prompt "In the" > "$work/file.txt" 2>&1 \
-   && grep -q "validation loss" "$work/file.txt" && grep -q "^In the" "$work/file.txt"; then
-  echo "ok: 2 steps on a text file"
+if "$exe" --steps 2 "${small[@]}" --data "$work/small.txt" --prompt "In the" \
+     --metrics "$work/new/sub/m.jsonl" > "$work/file.txt" 2>&1 \
+   && grep -q "validation loss" "$work/file.txt" && grep -q "^In the" "$work/file.txt" \
+   && [ -s "$work/new/sub/m.jsonl" ]; then
+  echo "ok: 2 steps on a text file (--metrics under missing folders, created)"
 else
   echo "FAIL: run on a text file"; cat "$work/file.txt"; fails=$((fails+1))
 fi

@@ -113,6 +113,21 @@ expect_refused "two sources of layer costs" "${gpt[@]}" --costs "$tmp/gpt.costs"
 expect_refused "--vocab is missing" --gpt-layers 4 --gpt-width 256 --context 64 --flops 1e12 --write-costs "$tmp/x.costs"
 expect_refused "--mem-cap -5 must be 0 to 2^30 MiB" --costs "$tmp/gpt.costs" --cluster "$tmp/cluster.txt" --batch 64 --mem-cap -5
 expect_refused "--batch 0 must be" --costs "$tmp/gpt.costs" --cluster "$tmp/cluster.txt"
+# A value given as 0 is refused as such, not reported missing; a number that is not one states
+# the flag's range; an empty list is refused; a cap from the cluster file is not called a flag.
+expect_refused "--flops 0 must be a finite number > 0 (achieved FLOP/s per device" \
+  --gpt-layers 4 --gpt-width 256 --context 64 --vocab 256 --flops 0 --write-costs "$tmp/x.costs"
+expect_refused "--gpt-layers 0 must be a finite number > 0" \
+  --gpt-layers 0 --gpt-width 256 --context 64 --vocab 256 --flops 1e12 --write-costs "$tmp/x.costs"
+expect_refused "--top: x must be an integer between 1 and 10000" --costs "$tmp/gpt.costs" --cluster "$tmp/cluster.txt" --batch 64 --top x
+expect_refused "--schedules: the value is empty" --costs "$tmp/gpt.costs" --cluster "$tmp/cluster.txt" --batch 64 --schedules ""
+expect_refused "--cluster: the value is empty" --costs "$tmp/gpt.costs" --cluster "" --batch 64
+sed 's/^memory_gib.*/memory_gib 1/' "$tmp/cluster.txt" >"$tmp/small.txt"
+expect_refused "the memory per device of cluster file $tmp/small.txt (memory_gib; no --mem-cap given), 1024.0 MiB: no plan" \
+  --costs "$tmp/gpt.costs" --cluster "$tmp/small.txt" --batch 8192
+out=$("$exe" --costs "$tmp/gpt.costs" --cluster "$tmp/small.txt" --batch 8192 2>&1)
+grep -q "raise --mem-cap\|^error: --mem-cap" <<<"$out" && { echo "FAIL: a cap nobody gave is called --mem-cap: $out"; fails=$((fails+1)); }
+expect_help "Model Parallelism Schedule"
 
 [ $fails -eq 0 ] && echo "all plan_cli checks passed"
 exit $((fails > 0))
