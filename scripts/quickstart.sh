@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # README command (1): install dependencies, build (Release), and train the Fashion-MNIST MLP as a
 # 2-stage pipeline (one CPU device per stage, 8 micro-batches per batch): the plan, progress, the
-# test accuracy, and the measured vs predicted bubble.
+# test accuracy, and the measured bubble beside the one simulated from the run's own action times.
 # Extra arguments go to pipetrain-fashion and replace these defaults, e.g.
 # `bash scripts/quickstart.sh --model cnn` or `bash scripts/quickstart.sh --stages 1 --microbatches 1`.
 set -euo pipefail

@@ -18,7 +18,13 @@
 # asynchronous parameter server (T = 1) with the cosine schedule, per seed: at a constant rate the
 # last iterate's accuracy varies by about a point between runs, and the server's (whose pushes
 # interleave as timing decides) even between runs of one seed.
-#   [SEEDS="0 1 2 3 4"] scripts/update-strategies-accuracy.sh [build dir] [epochs] [all|base|nesterov|delay|cosine]
+# The fifth (defaults): what a user gets with no flag but --update async (per-stage delay, the
+# optimizer's momentum in its look-ahead form) against the synchronous pipeline with the same
+# flags, per seed on Fashion-MNIST (heavy-ball SGD, constant rate: the MLP's defaults) and once
+# on the GPT (AdamW, constant rate: its defaults; --untied --clip 0 for both runs): the
+# README's async-defaults table. The rows before it name their delay and momentum explicitly
+# (2BW's exact update is --async-delay uniform --async-momentum plain).
+#   [SEEDS="0 1 2 3 4"] scripts/update-strategies-accuracy.sh [build dir] [epochs] [all|base|nesterov|delay|cosine|defaults]
 #   (all: about 60 min on 2 cores; SEEDS: the second and third parts' seeds, default 0 1 2;
 #   SKIP_GPT=1: the Fashion-MNIST rows only)
 set -uo pipefail
@@ -29,6 +35,8 @@ mpi=(mpirun --oversubscribe --bind-to none)
 pipe=(--devices cpu:0,cpu:1 --stages 2 --microbatches 4 --threads 1)
 adamw=(--optim adamw --lr 0.001)
 gpt_sgd=(--optim sgd --lr 0.05)  # the better of 0.05 and 0.2 after 60 steps (sync)
+async_plain=(--update async --async-momentum plain)  # the optimizer as given
+async_2bw=("${async_plain[@]}" --async-delay uniform)  # PipeDream-2BW's update exactly
 
 fashion_run() {  # mode optimizer command...
   local mode=$1 optim=$2; shift 2
@@ -52,20 +60,20 @@ gpt_run() {  # mode optimizer command...
 
 if [[ $part == all || $part == base ]]; then
   fashion_run pipeline_sync sgd "$fashion" "${pipe[@]}"
-  fashion_run pipeline_async sgd "$fashion" "${pipe[@]}" --update async
-  fashion_run pipeline_async_per_stage sgd "$fashion" "${pipe[@]}" --update async --async-delay per-stage
+  fashion_run pipeline_async sgd "$fashion" "${pipe[@]}" "${async_2bw[@]}"
+  fashion_run pipeline_async_per_stage sgd "$fashion" "${pipe[@]}" "${async_plain[@]}" --async-delay per-stage
   fashion_run pipeline_sync adamw "$fashion" "${pipe[@]}" "${adamw[@]}"
-  fashion_run pipeline_async adamw "$fashion" "${pipe[@]}" "${adamw[@]}" --update async
-  fashion_run pipeline_async_per_stage adamw "$fashion" "${pipe[@]}" "${adamw[@]}" --update async --async-delay per-stage
+  fashion_run pipeline_async adamw "$fashion" "${pipe[@]}" "${adamw[@]}" "${async_2bw[@]}"
+  fashion_run pipeline_async_per_stage adamw "$fashion" "${pipe[@]}" "${adamw[@]}" "${async_plain[@]}" --async-delay per-stage
   fashion_run allreduce sgd "${mpi[@]}" -np 2 "$fashion" --dp 2 --threads 1
   fashion_run ps_sync sgd "${mpi[@]}" -np 3 "$fashion" --dp 2 --ps 1 --threads 1
   fashion_run ps_async_t1 sgd "${mpi[@]}" -np 3 "$fashion" --dp 2 --ps 1 --staleness 1 --threads 1
   fashion_run ps_async_t4 sgd "${mpi[@]}" -np 3 "$fashion" --dp 2 --ps 1 --staleness 4 --threads 1
   if [[ -x $gpt && -z ${SKIP_GPT:-} ]]; then
     gpt_run pipeline_sync adamw "$gpt" "${pipe[@]}"
-    gpt_run pipeline_async adamw "$gpt" "${pipe[@]}" --update async
+    gpt_run pipeline_async adamw "$gpt" "${pipe[@]}" "${async_2bw[@]}"
     gpt_run pipeline_sync sgd "$gpt" "${pipe[@]}" "${gpt_sgd[@]}"
-    gpt_run pipeline_async sgd "$gpt" "${pipe[@]}" "${gpt_sgd[@]}" --update async
+    gpt_run pipeline_async sgd "$gpt" "${pipe[@]}" "${gpt_sgd[@]}" "${async_2bw[@]}"
   fi
 fi
 
@@ -73,13 +81,13 @@ if [[ $part == all || $part == nesterov ]]; then
   nesterov=(--nesterov)
   for seed in ${SEEDS:-0 1 2}; do
     fashion_run pipeline_sync sgd_nesterov "$fashion" "${pipe[@]}" "${nesterov[@]}" --seed $seed
-    fashion_run pipeline_async sgd_nesterov "$fashion" "${pipe[@]}" "${nesterov[@]}" --seed $seed --update async
+    fashion_run pipeline_async sgd_nesterov "$fashion" "${pipe[@]}" "${nesterov[@]}" --seed $seed "${async_2bw[@]}"
     fashion_run allreduce sgd_nesterov "${mpi[@]}" -np 2 "$fashion" --dp 2 --threads 1 "${nesterov[@]}" --seed $seed
     fashion_run ps_async_t1 sgd_nesterov "${mpi[@]}" -np 3 "$fashion" --dp 2 --ps 1 --staleness 1 --threads 1 "${nesterov[@]}" --seed $seed
   done
   if [[ -x $gpt && -z ${SKIP_GPT:-} ]]; then
     gpt_run pipeline_sync sgd_nesterov "$gpt" "${pipe[@]}" "${gpt_sgd[@]}" "${nesterov[@]}"
-    gpt_run pipeline_async sgd_nesterov "$gpt" "${pipe[@]}" "${gpt_sgd[@]}" "${nesterov[@]}" --update async
+    gpt_run pipeline_async sgd_nesterov "$gpt" "${pipe[@]}" "${gpt_sgd[@]}" "${nesterov[@]}" "${async_2bw[@]}"
   fi
 fi
 
@@ -88,16 +96,16 @@ if [[ $part == all || $part == delay ]]; then
     for lr_schedule in constant cosine; do
       run=("$fashion" "${pipe[@]}" --nesterov --seed "$seed" --lr-schedule "$lr_schedule")
       fashion_run "pipeline_sync_$lr_schedule" sgd_nesterov "${run[@]}"
-      fashion_run "pipeline_async_uniform_$lr_schedule" sgd_nesterov "${run[@]}" --update async
-      fashion_run "pipeline_async_per_stage_$lr_schedule" sgd_nesterov "${run[@]}" --update async --async-delay per-stage
+      fashion_run "pipeline_async_uniform_$lr_schedule" sgd_nesterov "${run[@]}" "${async_plain[@]}" --async-delay uniform
+      fashion_run "pipeline_async_per_stage_$lr_schedule" sgd_nesterov "${run[@]}" "${async_plain[@]}" --async-delay per-stage
     done
   done
   if [[ -x $gpt && -z ${SKIP_GPT:-} ]]; then
     for optim in adamw sgd_nesterov; do
       args=(); [[ $optim == sgd_nesterov ]] && args=("${gpt_sgd[@]}" --nesterov)
       gpt_run pipeline_sync "$optim" "$gpt" "${pipe[@]}" "${args[@]}"
-      gpt_run pipeline_async_uniform "$optim" "$gpt" "${pipe[@]}" "${args[@]}" --update async
-      gpt_run pipeline_async_per_stage "$optim" "$gpt" "${pipe[@]}" "${args[@]}" --update async --async-delay per-stage
+      gpt_run pipeline_async_uniform "$optim" "$gpt" "${pipe[@]}" "${args[@]}" "${async_plain[@]}" --async-delay uniform
+      gpt_run pipeline_async_per_stage "$optim" "$gpt" "${pipe[@]}" "${args[@]}" "${async_plain[@]}" --async-delay per-stage
     done
   fi
 fi
@@ -108,4 +116,16 @@ if [[ $part == all || $part == cosine ]]; then
     fashion_run allreduce_cosine sgd_nesterov "${mpi[@]}" -np 2 "$fashion" "${run[@]}"
     fashion_run ps_async_t1_cosine sgd_nesterov "${mpi[@]}" -np 3 "$fashion" "${run[@]}" --ps 1 --staleness 1
   done
+fi
+
+if [[ $part == all || $part == defaults ]]; then
+  for seed in ${SEEDS:-0 1 2 3 4}; do
+    fashion_run pipeline_sync default "$fashion" "${pipe[@]}" --seed "$seed"
+    fashion_run pipeline_async default "$fashion" "${pipe[@]}" --seed "$seed" --update async
+  done
+  if [[ -x $gpt && -z ${SKIP_GPT:-} ]]; then
+    gpt_run pipeline_sync default "$gpt" "${pipe[@]}"
+    gpt_run pipeline_async default "$gpt" "${pipe[@]}" --update async
+    gpt_run pipeline_async_plain default "$gpt" "${pipe[@]}" "${async_plain[@]}"
+  fi
 fi

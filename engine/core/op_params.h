@@ -35,9 +35,14 @@ struct SgdParams {
 
 // PyTorch AdamW semantics: p *= 1 - lr*wd; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2;
 // p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps), t = step (1-based).
+// nesterov: the step looks one momentum step ahead (Dozat 2016, "Incorporating Nesterov
+// Momentum into Adam"): p -= (lr b1 m / (1-b1^(t+1)) + lr (1-b1) g / (1-b1^t)) / (sqrt(v /
+// (1-b2^t)) + eps), m and v as above. For a gradient one step late (an asynchronous pipeline's
+// delayed stages) it adds at once what the delay withheld, as Nesterov's form does for SGD.
 struct AdamWParams {
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 1e-2f;
   int64_t step = 1;
+  bool nesterov = false;
 };
 
 // Arithmetic of a device's GEMMs (and convolutions); weights, gradients and optimizer state stay

@@ -20,7 +20,7 @@ void OptimizerConfig::validate() const {
   check_real("--lr", lr, {.lo = 0, .lo_open = true, .hi = kMaxLr});
   check_real("--momentum", momentum, {.lo = 0, .hi = 1, .hi_open = true}, "0: plain SGD");
   check_real("dampening", dampening, {.lo = 0, .hi = 1});
-  if (nesterov && (momentum <= 0.f || dampening != 0.f))
+  if (kind == "sgd" && nesterov && (momentum <= 0.f || dampening != 0.f))
     throw UsageError("Nesterov momentum requires momentum > 0 and dampening = 0");
   check_real("--weight-decay", weight_decay, {.lo = 0, .hi = kMaxLr}, "0: off");
   if (!(beta1 >= 0.f && beta1 < 1.f && beta2 >= 0.f && beta2 < 1.f))
@@ -30,8 +30,8 @@ void OptimizerConfig::validate() const {
 
 std::string OptimizerConfig::str() const {
   if (kind == "adamw")
-    return fmt::format("adamw(lr={}, betas=({}, {}), eps={}, weight_decay={})", lr, beta1, beta2,
-                       eps, weight_decay);
+    return fmt::format("adamw(lr={}, betas=({}, {}), eps={}, weight_decay={}{})", lr, beta1, beta2,
+                       eps, weight_decay, nesterov ? ", nesterov=true" : "");
   return fmt::format("sgd(lr={}, momentum={}, dampening={}, nesterov={}, weight_decay={})", lr,
                      momentum, dampening, nesterov, weight_decay);
 }
@@ -79,6 +79,7 @@ void Optimizer::step(const Tensor& params_flat, const Tensor& grads_flat, const 
     p.eps = config_.eps;
     p.weight_decay = config_.weight_decay;
     p.step = steps_;
+    p.nesterov = config_.nesterov;
     backend_->adamw_update(params_flat.f32(), grads_flat.f32(), params_out.f32(),
                            slots_[0].state.flat().f32(), slots_[1].state.flat().f32(), n, p);
   }

@@ -15,7 +15,7 @@ struct OptimizerConfig {
   float lr = 0.05f;          // base learning rate (the LR schedule scales it per step)
   float momentum = 0.9f;     // sgd
   float dampening = 0.f;     // sgd
-  bool nesterov = false;     // sgd
+  bool nesterov = false;     // sgd: Nesterov's momentum; adamw: its look-ahead (op_params.h)
   float weight_decay = 0.f;  // sgd: L2 added to the gradient; adamw: decoupled
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;  // adamw
 

@@ -107,7 +107,8 @@ void build_pipeline_engine(TrainingRun& s, const PipelineConfig& pc, Model& mode
       !o.nesterov && (!world || world->rank() == 0))
     fmt::print(
         "note: delayed updates with heavy-ball momentum train slower (Fashion-MNIST, 3 epochs: "
-        "3-5 points below synchronous); --nesterov compensates a one-step delay "
+        "3-5 points below synchronous); --nesterov (with --update async: --async-momentum "
+        "lookahead, the default) compensates a one-step delay "
         "(docs/update-strategies.md)\n");
   s.timed = s.engine.get();
 }

@@ -13,6 +13,7 @@
 #include "engine/pipeline/recompute.h"
 #include "engine/plan/schedule_choice.h"
 #include "engine/update/async_delay.h"
+#include "engine/update/async_momentum.h"
 
 namespace pt {
 
@@ -62,9 +63,13 @@ struct TrainingOptions {
   // schedule run. Only with 1f1b, --stages >= 2, --dp 1, --microbatches >= stages - 1, no --clip.
   bool async_update = false;
   int async_window = 8;
-  // --async-delay: uniform (PipeDream-2BW, every stage one step) or per-stage (the last stage
-  // none, engine/update/weight_versions.h).
-  AsyncDelay async_delay = AsyncDelay::uniform;
+  // --async-delay: per-stage (the default: the last stage none, the others one step) or uniform
+  // (PipeDream-2BW, every stage one step): engine/update/async_delay.h.
+  AsyncDelay async_delay = AsyncDelay::per_stage;
+  // --async-momentum: lookahead (the default: Nesterov's form of the optimizer's momentum) or
+  // plain (the optimizer as configured): engine/update/async_momentum.h. With both at the
+  // other value, the update is PipeDream-2BW's exactly.
+  AsyncMomentum async_momentum = AsyncMomentum::lookahead;
   bool print = true;  // make_training prints the device note and the plan on stdout
   std::string trace,
       timeline;  // report_pipeline writes the last step's Chrome trace / SVG timeline here

@@ -25,16 +25,35 @@ void check_training(const TrainingOptions& opt, const TrainerConfig& config, int
   if (opt.async_update) refuse_unsupported_with_async(config.clip_norm, false);
 }
 
-// The trainer's settings with the run's M (given, or chosen by --plan auto).
-TrainerConfig trainer_config(const TrainerConfig& config, int microbatches) {
-  if (config.microbatches != 1 && config.microbatches != microbatches)
+// The trainer's settings with the run's M (given, or chosen by --plan auto), and the optimizer
+// in the form --update async steps with (async_momentum.h).
+TrainerConfig trainer_config(const TrainerConfig& config, const TrainingOptions& opt) {
+  if (config.microbatches != 1 && config.microbatches != opt.microbatches)
     throw UsageError(fmt::format(
         "the trainer's config says {} micro-batches but the training options say {}: set "
         "TrainingOptions::microbatches only",
-        config.microbatches, microbatches));
+        config.microbatches, opt.microbatches));
   TrainerConfig out = config;
-  out.microbatches = microbatches;
+  out.microbatches = opt.microbatches;
+  if (opt.async_update) out.optimizer = async_optimizer(config.optimizer, opt.async_momentum);
   return out;
+}
+
+// Once at start-up: what --update async changes besides removing the flush, and how to undo it
+// (its defaults are the measured best, not PipeDream-2BW's definition).
+void say_what_async_changes(const TrainingOptions& opt, const OptimizerConfig& given) {
+  const bool lookahead = async_momentum_changes(given, opt.async_momentum);
+  fmt::print(
+      "--update async: no flush between steps; {}{}; PipeDream-2BW's exact update: "
+      "--async-delay uniform --async-momentum plain\n",
+      opt.async_delay == AsyncDelay::per_stage
+          ? "the last stage computes with the newest weights, the others with the weights of "
+            "one step before (--async-delay per-stage)"
+          : "every stage computes with the weights of one step before (--async-delay uniform)",
+      lookahead ? fmt::format("; the {} momentum in its look-ahead form, which compensates that "
+                              "delay (--async-momentum lookahead: nesterov=true)",
+                              given.kind)
+                : "");
 }
 
 // Step 3 (--plan auto): the plan searched over the devices opened for the run; its options
@@ -121,7 +140,10 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
   } else {
     s.devices = open_run_devices(opt, world);
   }
-  const TrainerConfig trainer = trainer_config(config, s.options.microbatches);
+  const TrainerConfig trainer = trainer_config(config, s.options);
+  s.optimizer = trainer.optimizer;
+  if (s.options.async_update && s.options.print && (!world || world->rank() == 0))
+    say_what_async_changes(s.options, config.optimizer);
   for (auto& b : s.devices.backends) s.backends.push_back(b.get());
   describe(s, world);
   if (!s.options.pipelined() && !world) {

@@ -49,6 +49,9 @@ struct TrainingRun {
   PipelineTrainer* pipeline = nullptr;     // replica 0 of this process (trace, bubble, reduction)
   const TrainingEngine* timed = nullptr;   // engine, also once moved out: its recent step times
   std::string description;                 // "cpu:0 (1 thread, ...), 2 stages, schedule 1f1b, ..."
+  // The optimizer the engine steps with: the given one, or with --update async its look-ahead
+  // form (TrainingOptions::async_momentum).
+  OptimizerConfig optimizer;
   // How the model is laid out, as a checkpoint records it: stages, replicas, processes,
   // schedule, layers per stage.
   std::map<std::string, std::string> layout;

@@ -111,18 +111,23 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
                  "default 8)")
       ->check(integer_text<int>("between 1 and 1048576"));
   app.add_option("--async-delay", f.async_delay,
-                 "--update async: uniform (PipeDream-2BW: every stage computes step t with the "
-                 "weights of t-1; default) | per-stage (the last stage, whose backward follows its "
-                 "forward at once, uses the weights of t and keeps no second version)");
+                 "--update async: per-stage (default: the last stage, whose backward follows its "
+                 "forward at once, uses the weights of t and keeps no second version; the others "
+                 "those of t-1) | uniform (PipeDream-2BW: every stage computes step t with the "
+                 "weights of t-1)");
+  app.add_option("--async-momentum", f.async_momentum,
+                 "--update async: lookahead (default: the optimizer's momentum in Nesterov's "
+                 "form, which compensates a one-step delay) | plain (the optimizer as given)");
   // Text flags are never empty (an unset shell variable); the groups of --help.
-  for (const char* name : {"--devices", "--precision", "--schedule", "--partition", "--costs",
-                           "--recompute", "--plan", "--write-costs", "--trace", "--timeline",
-                           "--slow-worker", "--flight-recorder", "--update", "--async-delay"})
+  for (const char* name :
+       {"--devices", "--precision", "--schedule", "--partition", "--costs", "--recompute", "--plan",
+        "--write-costs", "--trace", "--timeline", "--slow-worker", "--flight-recorder", "--update",
+        "--async-delay", "--async-momentum"})
     app.get_option(name)->check(kNotEmpty);
   set_group(app, "Parallelism",
             {"--devices", "--precision", "--threads", "--stages", "--dp", "--bucket-mb",
              "--shard-optimizer", "--ps", "--staleness", "--slow-worker", "--update",
-             "--async-window", "--async-delay", "--timeout"});
+             "--async-window", "--async-delay", "--async-momentum", "--timeout"});
   set_group(app, "Schedule",
             {"--microbatches", "--schedule", "--partition", "--costs", "--mem-cap", "--recompute",
              "--plan", "--plan-top", "--plan-only", "--write-costs"});
@@ -214,6 +219,22 @@ TrainingOptions training_options(const ParallelFlags& f) {
           "--async-delay {} is not a delay: use uniform (every stage one step, PipeDream-2BW) or "
           "per-stage (the last stage none)",
           f.async_delay));
+  }
+  if (!f.async_momentum.empty()) {
+    if (!o.async_update)
+      throw UsageError(fmt::format(
+          "--async-momentum {} applies to --update async only: add --update async or drop "
+          "--async-momentum",
+          f.async_momentum));
+    if (f.async_momentum == async_momentum_name(AsyncMomentum::lookahead))
+      o.async_momentum = AsyncMomentum::lookahead;
+    else if (f.async_momentum == async_momentum_name(AsyncMomentum::plain))
+      o.async_momentum = AsyncMomentum::plain;
+    else
+      throw UsageError(fmt::format(
+          "--async-momentum {} is not a form: use lookahead (Nesterov's, compensates the delay) "
+          "or plain (the optimizer as given)",
+          f.async_momentum));
   }
   return o;
 }

@@ -36,14 +36,14 @@ struct ParallelFlags {
   std::string slow_worker;
   std::string update = "sync";   // sync | async (PipeDream-2BW)
   int async_window = kNotGiven;  // TrainingOptions' default when left out
-  std::string async_delay;       // uniform | per-stage ("": left out, uniform)
+  std::string async_delay;       // per-stage | uniform ("": left out, per-stage)
+  std::string async_momentum;    // lookahead | plain ("": left out, lookahead)
 };
 
 // Registers --devices --precision --threads --stages --dp --microbatches --schedule --partition
-// --costs
-// --mem-cap --recompute --timeout --bucket-mb --shard-optimizer --plan-only --trace --timeline
-// --flight-recorder --ps --staleness --slow-worker --update --async-window --async-delay --plan
-// --plan-top.
+// --costs --mem-cap --recompute --timeout --bucket-mb --shard-optimizer --plan-only --trace
+// --timeline --flight-recorder --ps --staleness --slow-worker --update --async-window
+// --async-delay --async-momentum --plan --plan-top.
 void add_parallel_flags(CLI::App& app, ParallelFlags& f);
 
 // Parses the texts (schedule, partition, costs, recompute, precision, slow worker); throws

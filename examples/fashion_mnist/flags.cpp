@@ -26,7 +26,8 @@ void add_fashion_flags(CLI::App& app, FashionFlags& f) {
   app.add_option("--optim", f.optim, "sgd or adamw")->capture_default_str();
   app.add_option("--lr", f.lr, "base learning rate")->capture_default_str();
   app.add_option("--momentum", f.momentum, "SGD momentum")->capture_default_str();
-  app.add_flag("--nesterov", f.nesterov, "Nesterov momentum (SGD)");
+  app.add_flag("--nesterov", f.nesterov,
+               "momentum in its look-ahead form (SGD: Nesterov's; AdamW: Dozat's NAdam step)");
   app.add_option("--weight-decay", f.weight_decay, "weight decay (SGD: L2; AdamW: decoupled)")
       ->capture_default_str();
   app.add_option("--clip", f.clip, "clip the global gradient norm to this value (0: off)")

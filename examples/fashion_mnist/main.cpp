@@ -96,7 +96,7 @@ int run(const pt::examples::FashionFlags& f, pt::Communicator* world) {
       "pipetrain-fashion: {} ({} parameters) on {}, batch {}{} in {} micro-batch{}, {}, {} steps\n",
       f.model, setup.model->param_count(), setup.description, f.batch,
       setup.options.dp > 1 ? " (split between the replicas)" : "", setup.options.microbatches,
-      setup.options.microbatches == 1 ? "" : "es", opt.str(), cfg.lr.total_steps);
+      setup.options.microbatches == 1 ? "" : "es", setup.optimizer.str(), cfg.lr.total_steps);
   fit.checkpoints.layout = setup.layout;
   std::unique_ptr<pt::examples::ParityCheckedEngine> parity;
   if (f.parity_check) {

@@ -54,7 +54,8 @@ void add_gpt_flags(CLI::App& app, GptFlags& f) {
   app.add_option("--lr", f.lr, "base learning rate (the default suits AdamW; SGD wants ~0.1)")
       ->capture_default_str();
   app.add_option("--momentum", f.momentum, "SGD momentum")->capture_default_str();
-  app.add_flag("--nesterov", f.nesterov, "Nesterov momentum (SGD)");
+  app.add_flag("--nesterov", f.nesterov,
+               "momentum in its look-ahead form (SGD: Nesterov's; AdamW: Dozat's NAdam step)");
   app.add_option("--weight-decay", f.weight_decay,
                  "AdamW: decoupled weight decay; SGD: L2 added to the gradient")
       ->capture_default_str();

@@ -128,7 +128,7 @@ int run(const pt::examples::GptFlags& f, pt::Communicator* world) {
       "batch {} x {} bytes in {} micro-batch{}, {}, lr {} ({}{}), {} steps\n",
       f.context, f.d_model, f.layers, f.heads, setup.model->param_count(), setup.description,
       f.batch, f.context, setup.options.microbatches, setup.options.microbatches == 1 ? "" : "es",
-      opt.str(), f.lr, f.lr_schedule,
+      setup.optimizer.str(), f.lr, f.lr_schedule,
       f.warmup > 0 ? fmt::format(", {} warm-up steps", f.warmup) : "", f.steps);
 
   // ---- resume ----

@@ -107,6 +107,7 @@ namespace {
 
 struct AdamWScalars {
   float decay, step_size, bc2_sqrt, b1, b2, c1, c2, eps;
+  float ahead_m, ahead_g;  // nesterov: the look-ahead's factors of m and g (op_params.h)
 };
 
 template <bool kInPlace>
@@ -137,6 +138,21 @@ PT_CPU_SIMD_CLONES void adamw_out_of_place(const float* in, const float* gr, flo
   adamw_body<false>(in, gr, out, pm, pv, n, k);
 }
 
+// The look-ahead form (AdamWParams::nesterov): not cloned, it is not on the default path.
+void adamw_nesterov(const float* in, const float* gr, float* out, float* pm, float* pv, int64_t n,
+                    AdamWScalars k) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gr[i];
+    const float w = in[i];  // read before out[i] is written: in == out in place
+    const float mi = k.b1 * pm[i] + k.c1 * g;
+    const float vi = k.b2 * pv[i] + k.c2 * (g * g);
+    pm[i] = mi;
+    pv[i] = vi;
+    const float denom = std::sqrt(vi) / k.bc2_sqrt + k.eps;
+    out[i] = w * k.decay - (k.ahead_m * mi + k.ahead_g * g) / denom;
+  }
+}
+
 }  // namespace
 
 void CpuBackend::adamw_update(const float* param, const float* grad, float* param_out, float* m,
@@ -154,9 +170,15 @@ void CpuBackend::adamw_update(const float* param, const float* grad, float* para
   k.c1 = 1.f - p.beta1;
   k.c2 = 1.f - p.beta2;
   k.eps = p.eps;
+  k.ahead_m = static_cast<float>(p.lr * static_cast<double>(p.beta1) /
+                                 (1.0 - std::pow(static_cast<double>(p.beta1), t + 1)));
+  k.ahead_g = static_cast<float>(p.lr * (1.0 - static_cast<double>(p.beta1)) /
+                                 (1.0 - std::pow(static_cast<double>(p.beta1), t)));
   const bool in_place = param == param_out;
   cpu::parallel_elements(threads_, n, [=](int64_t i0, int64_t i1) {
-    if (in_place)
+    if (p.nesterov)
+      adamw_nesterov(param + i0, grad + i0, param_out + i0, m + i0, v + i0, i1 - i0, k);
+    else if (in_place)
       adamw_in_place(grad + i0, param_out + i0, m + i0, v + i0, i1 - i0, k);
     else
       adamw_out_of_place(param + i0, grad + i0, param_out + i0, m + i0, v + i0, i1 - i0, k);

@@ -59,6 +59,8 @@ struct AdamWOp {
   float* m;
   float* v;
   float decay, step_size, bc2_sqrt, b1, b2, c1, c2, eps;
+  bool nesterov;           // the look-ahead form (AdamWParams::nesterov)
+  float ahead_m, ahead_g;  // its factors of m and g
   __device__ void operator()(int64_t i) const {
     const float g = grad[i];
     const float mi = mul(b1, m[i]) + mul(c1, g);
@@ -66,7 +68,10 @@ struct AdamWOp {
     m[i] = mi;
     v[i] = vi;
     const float denom = __fdiv_rn(__fsqrt_rn(vi), bc2_sqrt) + eps;
-    param_out[i] = mul(param[i], decay) - mul(step_size, __fdiv_rn(mi, denom));
+    if (nesterov)
+      param_out[i] = mul(param[i], decay) - __fdiv_rn(mul(ahead_m, mi) + mul(ahead_g, g), denom);
+    else
+      param_out[i] = mul(param[i], decay) - mul(step_size, __fdiv_rn(mi, denom));
   }
 };
 
@@ -109,7 +114,12 @@ cudaError_t launch_adamw_update(const float* param, const float* grad, float* pa
       .b2 = p.beta2,
       .c1 = 1.f - p.beta1,
       .c2 = 1.f - p.beta2,
-      .eps = p.eps};
+      .eps = p.eps,
+      .nesterov = p.nesterov,
+      .ahead_m = static_cast<float>(p.lr * static_cast<double>(p.beta1) /
+                                    (1.0 - std::pow(static_cast<double>(p.beta1), t + 1))),
+      .ahead_g = static_cast<float>(p.lr * (1.0 - static_cast<double>(p.beta1)) /
+                                    (1.0 - std::pow(static_cast<double>(p.beta1), t)))};
   return launch_for_each(n, op, stream);
 }
 

@@ -7,7 +7,10 @@
 #  - under mpirun -np 2 (one process per stage) the final parameters equal the single-process run;
 #  - --dp 2 (one process, and mpirun -np 4): resume and the multi-process run bit for bit;
 #  - --async-delay per-stage (the last stage keeps no second version): resume, mpirun -np 2 ==
-#    one process, and its checkpoint is refused by a uniform-delay resume.
+#    one process, and its checkpoint is refused by a uniform-delay resume;
+#  - the defaults (--async-delay per-stage, --async-momentum lookahead) are said at start-up and
+#    are what they say: bit for bit the run with both given explicitly, not the plain one.
+# The uniform runs (2BW's delay) give --async-delay uniform: per-stage is the default.
 #
 #   fashion_async.sh <pipetrain-fashion> [data dir]
 # Needs the Fashion-MNIST files; exits 77 (skip) without them.
@@ -57,15 +60,18 @@ compare() {  # compare NAME A B
 }
 
 # 12 steps in windows of 4: the whole run, and 8 steps + resume (a checkpoint at a window end).
-check_run "async run" "second weight version" "$exe" "${common[@]}" --async-window 4 --steps 12 --save "$work/whole"
-check_run "heavy-ball momentum under a delay gets a note" "--nesterov compensates" "$exe" "${common[@]}" --steps 2
-out=$("$exe" "${common[@]}" --steps 2 --nesterov 2>&1)
-if grep -q "^note: delayed updates" <<<"$out"; then echo "FAIL: --nesterov still gets the note"; fails=$((fails+1)); else echo "ok: no note with --nesterov"; fi
-check_run "async first 8 steps" "saved checkpoint" "$exe" "${common[@]}" --async-window 4 --steps 8 --save "$work/part"
-check_run "async resume to 12" "resumed from" "$exe" "${common[@]}" --async-window 4 --steps 12 --resume "$work/part" --save "$work/resumed"
+uniform=(--async-delay uniform)
+check_run "async run" "second weight version" "$exe" "${common[@]}" "${uniform[@]}" --async-window 4 --steps 12 --save "$work/whole"
+check_run "plain heavy-ball momentum under a delay gets a note" "--nesterov (with --update async: --async-momentum lookahead, the default) compensates" "$exe" "${common[@]}" --async-momentum plain --steps 2
+out=$("$exe" "${common[@]}" --steps 2 2>&1)
+if grep -q "^note: delayed updates" <<<"$out"; then echo "FAIL: the default (lookahead) still gets the note"; fails=$((fails+1)); else echo "ok: no note with the default momentum"; fi
+check_run "async says what it changes" "PipeDream-2BW's exact update: --async-delay uniform --async-momentum plain" "$exe" "${common[@]}" --steps 2
+check_run "async says the look-ahead form" "nesterov=true" "$exe" "${common[@]}" --steps 2
+check_run "async first 8 steps" "saved checkpoint" "$exe" "${common[@]}" "${uniform[@]}" --async-window 4 --steps 8 --save "$work/part"
+check_run "async resume to 12" "resumed from" "$exe" "${common[@]}" "${uniform[@]}" --async-window 4 --steps 12 --resume "$work/part" --save "$work/resumed"
 compare "resume at a window end == uninterrupted" "$work/whole" "$work/resumed"
 # --save-every 6 cuts the windows at step 6 (4 + 2 + 4 + 2): the windows change, the result not.
-check_run "async --save-every 6" "saved checkpoint" "$exe" "${common[@]}" --async-window 4 --steps 12 --save "$work/every" --save-every 6
+check_run "async --save-every 6" "saved checkpoint" "$exe" "${common[@]}" "${uniform[@]}" --async-window 4 --steps 12 --save "$work/every" --save-every 6
 compare "windows cut at checkpoints == uninterrupted" "$work/whole" "$work/every/step-00000012"
 # The stash is in the checkpoint, and a synchronous run's checkpoint is not resumed as async.
 grep -q '"stash\.' "$work/whole/manifest.json" || { echo "FAIL: no stash.* tensors in the checkpoint"; fails=$((fails+1)); }
@@ -74,9 +80,9 @@ expect_error "resume it with --update sync" "${common[@]}" --steps 4 --resume "$
 
 # --dp 2: each stage's UPDATE all-reduces its gradient with the other replica's. A checkpoint
 # (replica 0's weights, optimizer state and stash) resumes bit for bit.
-check_run "async --dp 2" "2 data-parallel replicas" "$exe" "${dp2[@]}" --async-window 4 --steps 12 --save "$work/dp"
-check_run "async --dp 2 first 8 steps" "saved checkpoint" "$exe" "${dp2[@]}" --async-window 4 --steps 8 --save "$work/dp_part"
-check_run "async --dp 2 resume to 12" "resumed from" "$exe" "${dp2[@]}" --async-window 4 --steps 12 --resume "$work/dp_part" --save "$work/dp_resumed"
+check_run "async --dp 2" "2 data-parallel replicas" "$exe" "${dp2[@]}" "${uniform[@]}" --async-window 4 --steps 12 --save "$work/dp"
+check_run "async --dp 2 first 8 steps" "saved checkpoint" "$exe" "${dp2[@]}" "${uniform[@]}" --async-window 4 --steps 8 --save "$work/dp_part"
+check_run "async --dp 2 resume to 12" "resumed from" "$exe" "${dp2[@]}" "${uniform[@]}" --async-window 4 --steps 12 --resume "$work/dp_part" --save "$work/dp_resumed"
 compare "--dp 2 resume at a window end == uninterrupted" "$work/dp" "$work/dp_resumed"
 
 # --async-delay per-stage: the same checks, and the last stage's missing stash is named on a
@@ -96,7 +102,19 @@ stashes() { grep -oE '"stash\.[0-9]+' "$1/manifest.json" | sort -u | tr '\n' ' '
 echo "stash layers: uniform $(stashes "$work/whole"), per-stage $(stashes "$work/ps_whole")"
 [ "$(stashes "$work/ps_whole")" != "$(stashes "$work/whole")" ] && [ -n "$(stashes "$work/ps_whole")" ] ||
   { echo "FAIL: a per-stage checkpoint should hold the first stage's stash only"; fails=$((fails+1)); }
-expect_error "the --async-delay it was written with" "${common[@]}" --steps 12 --resume "$work/ps_part"
+expect_error "the --async-delay it was written with" "${common[@]}" "${uniform[@]}" --steps 12 --resume "$work/ps_part"
+# The defaults are what the start-up line says: the same bits as both given explicitly (the
+# look-ahead form is --nesterov), and not those of the plain optimizer.
+check_run "async defaults" "saved checkpoint" "$exe" "${common[@]}" --async-window 4 --steps 12 --save "$work/defaults"
+check_run "async per-stage + --nesterov" "saved checkpoint" "$exe" "${common[@]}" --async-delay per-stage --nesterov --async-window 4 --steps 12 --save "$work/explicit"
+compare "the async defaults == --async-delay per-stage --nesterov" "$work/defaults" "$work/explicit"
+check_run "async --async-momentum plain" "saved checkpoint" "$exe" "${common[@]}" --async-momentum plain --async-window 4 --steps 12 --save "$work/plain"
+python3 "$here/compare_checkpoints.py" "$work/defaults" "$work/plain" --weights-only >"$work/cmp.txt" 2>&1
+if grep -q "tensors differ" "$work/cmp.txt"; then
+  echo "ok: the look-ahead default trains differently from --async-momentum plain: $(tail -1 "$work/cmp.txt")"
+else
+  echo "FAIL: --async-momentum lookahead vs plain:"; cat "$work/cmp.txt"; fails=$((fails+1))
+fi
 
 if command -v mpirun >/dev/null; then
   out=$(timeout 300 mpirun -np 2 --oversubscribe --bind-to none "$exe" --data "$data" --stages 2 --threads 1 --batch 32 \
@@ -104,12 +122,12 @@ if command -v mpirun >/dev/null; then
   if [ $rc -ne 0 ]; then echo "FAIL: mpirun -np 2 async per-stage: rc=$rc"; echo "$out" | tail -20; fails=$((fails+1)); fi
   compare "mpirun -np 2 async per-stage == one process" "$work/ps_whole" "$work/mpi_ps"
   out=$(timeout 300 mpirun -np 2 --oversubscribe --bind-to none "$exe" --data "$data" --stages 2 --threads 1 --batch 32 \
-        --microbatches 4 --no-shuffle --update async --async-window 4 --steps 12 --save "$work/mpi" 2>&1); rc=$?
+        --microbatches 4 --no-shuffle --update async --async-delay uniform --async-window 4 --steps 12 --save "$work/mpi" 2>&1); rc=$?
   if [ $rc -ne 0 ]; then echo "FAIL: mpirun -np 2 async: rc=$rc"; echo "$out" | tail -20; fails=$((fails+1)); fi
   compare "mpirun -np 2 async == one process" "$work/whole" "$work/mpi"
   # world rank = replica * 2 + stage
   out=$(timeout 300 mpirun -np 4 --oversubscribe --bind-to none "$exe" --data "$data" --stages 2 --dp 2 --threads 1 \
-        --batch 32 --microbatches 4 --no-shuffle --update async --async-window 4 --steps 12 --save "$work/mpi_dp" 2>&1); rc=$?
+        --batch 32 --microbatches 4 --no-shuffle --update async --async-delay uniform --async-window 4 --steps 12 --save "$work/mpi_dp" 2>&1); rc=$?
   if [ $rc -ne 0 ]; then echo "FAIL: mpirun -np 4 async --dp 2: rc=$rc"; echo "$out" | tail -20; fails=$((fails+1)); fi
   compare "mpirun -np 4 --dp 2 async == one process --dp 2" "$work/dp" "$work/mpi_dp"
 else
