@@ -2,6 +2,8 @@
 
 #include <exception>
 #include <stdexcept>
+#include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -196,36 +198,32 @@ TrainingOptions training_options(const ParallelFlags& f) {
     throw UsageError("--update " + f.update +
                      " is not a mode: use --update sync or --update async");
   o.async_update = f.update == "async";
-  if (f.async_window != ParallelFlags::kNotGiven) {
+  // --async-window, --async-delay and --async-momentum mean nothing to a synchronous pipeline.
+  const auto async_only = [&](std::string_view flag, const std::string& value) {
     if (!o.async_update)
       throw UsageError(fmt::format(
-          "--async-window {} applies to --update async only (a synchronous pipeline flushes "
-          "every step): add --update async or drop --async-window",
-          f.async_window));
+          "{} {} applies to --update async only (a synchronous pipeline flushes every step): add "
+          "--update async or drop {}",
+          flag, value, flag));
+  };
+  if (f.async_window != ParallelFlags::kNotGiven) {
+    async_only("--async-window", std::to_string(f.async_window));
     o.async_window = f.async_window;
   }
   if (!f.async_delay.empty()) {
-    if (!o.async_update)
-      throw UsageError(
-          fmt::format("--async-delay {} applies to --update async only: add --update async or drop "
-                      "--async-delay",
-                      f.async_delay));
+    async_only("--async-delay", f.async_delay);
     if (f.async_delay == async_delay_name(AsyncDelay::uniform))
       o.async_delay = AsyncDelay::uniform;
     else if (f.async_delay == async_delay_name(AsyncDelay::per_stage))
       o.async_delay = AsyncDelay::per_stage;
     else
       throw UsageError(fmt::format(
-          "--async-delay {} is not a delay: use uniform (every stage one step, PipeDream-2BW) or "
-          "per-stage (the last stage none)",
+          "--async-delay {} is not a delay: use per-stage (the last stage none, the others one "
+          "step) or uniform (every stage one step, PipeDream-2BW)",
           f.async_delay));
   }
   if (!f.async_momentum.empty()) {
-    if (!o.async_update)
-      throw UsageError(fmt::format(
-          "--async-momentum {} applies to --update async only: add --update async or drop "
-          "--async-momentum",
-          f.async_momentum));
+    async_only("--async-momentum", f.async_momentum);
     if (f.async_momentum == async_momentum_name(AsyncMomentum::lookahead))
       o.async_momentum = AsyncMomentum::lookahead;
     else if (f.async_momentum == async_momentum_name(AsyncMomentum::plain))

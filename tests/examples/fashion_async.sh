@@ -39,7 +39,9 @@ expect_refused "--async-window 0 must be an integer between 1 and" "${common[@]}
 expect_refused "--async-window 4 applies to --update async only" --data "$data" --stages 2 --devices cpu:0,cpu:1 --async-window 4 --steps 1
 expect_refused "--parity-check compares with synchronous" "${common[@]}" --parity-check --steps 1
 expect_refused "--async-delay per-stage applies to --update async only" --data "$data" --stages 2 --devices cpu:0,cpu:1 --async-delay per-stage --steps 1
-expect_refused "--async-delay last is not a delay: use uniform" "${common[@]}" --async-delay last --steps 1
+expect_refused "--async-delay last is not a delay: use per-stage" "${common[@]}" --async-delay last --steps 1
+expect_refused "--async-momentum heavy is not a form: use lookahead" "${common[@]}" --async-momentum heavy --steps 1
+expect_refused "--async-momentum plain applies to --update async only" --data "$data" --stages 2 --devices cpu:0,cpu:1 --async-momentum plain --steps 1
 
 check_run() {  # check_run NAME "must say" args...
   local name=$1 want=$2; shift 2
