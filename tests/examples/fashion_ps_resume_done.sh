@@ -4,7 +4,8 @@
 # which waited for replica 0's initial parameters for a whole --timeout and then failed the job
 # (rc 1, blaming rank 0; 66 s with the default timeout). Now a worker that never started still says
 # STOP, and a server that gets STOP where INIT was due ends at once: every rank exits 0, well within
-# --timeout (30 s here: the bound below is a third of it, so a wait for the timeout fails the test).
+# --timeout (90 s here: the bound below is a third of it, so a wait for the timeout fails the test;
+# the bound leaves room for a 5-process job under ASan on 2 cores, which took 11 s).
 # Cases: synchronous (-np 3), asynchronous (--staleness 1, -np 3), two servers (-np 4), two stages
 # (-np 5), and the in-process servers (one process, server threads).
 #
@@ -20,15 +21,15 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
 source "$here/mpi_runs.sh"  # fail, run
-limit=10  # seconds per resumed run; --timeout is 30
+limit=30  # seconds per resumed run; --timeout is 90
 
 # done_resume NAME NP args...: trains 2 steps with a save, then resumes that checkpoint for the
 # same 2 steps; the resumed run must say "nothing left to train" and exit 0 within $limit s.
 done_resume() {
   local name=$1 np=$2; shift 2
-  run "$np" "$@" --steps 2 --timeout 30 --save "$tmp/$name"
+  run "$np" "$@" --steps 2 --timeout 90 --save "$tmp/$name"
   [ $rc -eq 0 ] || { fail "$name: training 2 steps failed (rc $rc)"; return; }
-  run "$np" "$@" --steps 2 --timeout 30 --resume "$tmp/$name"
+  run "$np" "$@" --steps 2 --timeout 90 --resume "$tmp/$name"
   if [ $rc -ne 0 ] || [ $secs -gt $limit ] || ! grep -q "nothing left to train" <<<"$out" ||
      grep -qi "timed out\|error" <<<"$out"; then
     fail "$name: resuming at the last step gave rc $rc after $secs s (want rc 0 within $limit s)"
