@@ -3,7 +3,9 @@
 # (formatting, include rules: seconds, so a slip fails before any build); build with warnings as
 # errors, run every test; then build the tests with ASan+UBSan and run them again (the slow
 # accuracy run is left out of the sanitizer pass: it checks learning, not memory; so are the
-# example tests labelled units-cover-asan, whose code the unit tests run under ASan); then every
+# example tests labelled units-cover-asan, whose code the unit tests run under ASan, and those
+# labelled timing, fault tests whose checks are about who times out or how fast a signal lands,
+# which the Release stage runs); then every
 # parser of outside input fuzzed briefly (scripts/fuzz-short.sh); then the unit tests under TSan
 # (the kernels' on 2 threads left out, see below).
 set -euo pipefail
@@ -50,7 +52,7 @@ cmake -S . -B build-asan -G Ninja "${sanitizer_flags[@]}" -DPIPETRAIN_WERROR=ON 
 cmake --build build-asan -j "$jobs"
 stage "ASan + UBSan tests"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 1200 -LE 'slow|install|units-cover-asan'
+  ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 1200 -LE 'slow|install|units-cover-asan|timing'
 
 stage "Fuzzing: every parser of outside input, a short fixed run each (clang, libFuzzer, ASan+UBSan)"
 bash scripts/fuzz-short.sh
