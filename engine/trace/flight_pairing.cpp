@@ -12,8 +12,7 @@ namespace pt {
 namespace {
 
 using Records = std::map<int, const FlightRecord*>;
-using GroupKey = std::pair<std::string, std::vector<int>>;
-using Key = std::tuple<GroupKey, int, int, int>;  // group (as every member names it), from, to, tag
+using Key = std::tuple<FlightGroupKey, int, int, int>;  // group, from, to, tag
 
 constexpr FlightEventId kNone{-1, 0};
 constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
@@ -28,15 +27,6 @@ struct Lists {
 
 const FlightEvent& event(const Records& records, const FlightEventId& id) {
   return records.at(id.first)->events[id.second];
-}
-
-GroupKey group_of(const FlightRecord& r, const FlightEvent& e) {
-  const FlightGroup& g = r.groups.at(static_cast<size_t>(e.group));
-  return {g.name, g.world_ranks};
-}
-
-bool open(const FlightEvent& e) {
-  return e.state == FlightState::started || e.state == FlightState::timed_out;
 }
 
 // Where a record's ring begins: the start of its oldest event (events begun earlier are lost).
@@ -182,11 +172,11 @@ FlightPairing pair_flight_messages(const Records& records) {
     for (size_t i = 0; i < r->events.size(); ++i) {
       const FlightEvent& e = r->events[i];
       if (e.kind == FlightKind::send)
-        lists[{group_of(*r, e), rank, e.peer, e.tag}].sends.push_back({rank, i});
-      else if (e.kind == FlightKind::recv)
-        (e.state == FlightState::timed_out ? lists[{group_of(*r, e), e.peer, rank, e.tag}].timed_out
-                                           : lists[{group_of(*r, e), e.peer, rank, e.tag}].recvs)
-            .push_back({rank, i});
+        lists[{flight_group_of(*r, e), rank, e.peer, e.tag}].sends.push_back({rank, i});
+      else if (e.kind == FlightKind::recv) {
+        Lists& l = lists[{flight_group_of(*r, e), e.peer, rank, e.tag}];
+        (e.state == FlightState::timed_out ? l.timed_out : l.recvs).push_back({rank, i});
+      }
     }
   for (const auto& [key, l] : lists) {
     const int from = std::get<1>(key), to = std::get<2>(key);
@@ -196,7 +186,7 @@ FlightPairing pair_flight_messages(const Records& records) {
       // unmatched (its peer is where to look), the rest is not judged.
       for (const auto* side : {&l.sends, &l.recvs, &l.timed_out})
         for (const FlightEventId& id : *side)
-          if (open(event(records, id))) out.partner[id] = kNone;
+          if (flight_event_open(event(records, id))) out.partner[id] = kNone;
       continue;
     }
     if (runs_schedules(*sender->second) && runs_schedules(*receiver->second))

@@ -208,4 +208,13 @@ std::vector<FlightRecord> read_flight_records(const std::filesystem::path& dir) 
   return out;
 }
 
+FlightGroupKey flight_group_of(const FlightRecord& r, const FlightEvent& e) {
+  const FlightGroup& g = r.groups.at(static_cast<size_t>(e.group));
+  return {g.name, g.world_ranks};
+}
+
+bool flight_event_open(const FlightEvent& e) {
+  return e.state == FlightState::started || e.state == FlightState::timed_out;
+}
+
 }  // namespace pt

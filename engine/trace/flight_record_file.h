@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "engine/trace/flight_recorder.h"
@@ -51,5 +52,13 @@ std::vector<FlightRecord> read_flight_records(const std::filesystem::path& dir);
 
 // The text of an action event ("1RECV_F0") or a communication call ("recv").
 std::string flight_event_name(const FlightEvent& e);
+
+// The group of a communication event as every member names it, its name and world ranks (its
+// index into FlightRecord::groups differs between the records).
+using FlightGroupKey = std::pair<std::string, std::vector<int>>;
+FlightGroupKey flight_group_of(const FlightRecord& r, const FlightEvent& e);
+
+// Still in its call when the record was written, or gave up waiting (timed out).
+bool flight_event_open(const FlightEvent& e);
 
 }  // namespace pt

@@ -29,18 +29,11 @@ std::string clock_time(int64_t unix_ns) {  // "02:27:05.123 UTC"
 
 double seconds(int64_t ns) { return static_cast<double>(ns) / 1e9; }
 
-bool open(const FlightEvent& e) {
-  return e.state == FlightState::started || e.state == FlightState::timed_out;
-}
-
 std::string first_line(const std::string& s, size_t max = 240) {
   std::string line = s.substr(0, s.find('\n'));
   if (line.size() > max) line = line.substr(0, max) + " ...";
   return line;
 }
-
-// A group as every member names it (its number differs between the records).
-using GroupKey = std::pair<std::string, std::vector<int>>;
 
 struct Job {
   std::map<int, const FlightRecord*> by_rank;
@@ -55,13 +48,9 @@ struct Job {
     const auto it = by_rank.find(rank);
     return it == by_rank.end() ? nullptr : it->second;
   }
-  static GroupKey group(const FlightRecord& r, const FlightEvent& e) {
-    const FlightGroup& g = r.groups.at(static_cast<size_t>(e.group));
-    return {g.name, g.world_ranks};
-  }
 };
 
-std::string group_text(const GroupKey& g) {
+std::string group_text(const FlightGroupKey& g) {
   return fmt::format("'{}' (world ranks {})", g.first, fmt::join(g.second, ", "));
 }
 
@@ -126,9 +115,10 @@ std::string grid_section(const Job& job) {
         p.label += fmt::format(", step {}{}", last->step,
                                list == FlightList::evaluation ? " (evaluation)" : "");
       p.actions = actions->actions;
-      p.position = !last                                               ? -1
-                   : open(*last) || last->state == FlightState::failed ? last->index
-                                                                       : last->index + 1;
+      p.position = !last ? -1
+                   : flight_event_open(*last) || last->state == FlightState::failed
+                       ? last->index
+                       : last->index + 1;
       grid.push_back(std::move(p));
     }
   }
@@ -163,7 +153,7 @@ bool stuck_here(const Job& job, const FlightEventId& id) {
   const FlightEvent& e = job.event(id);
   if (job.pairs.sent_while_waiting.count(id)) return true;
   const FlightEventId* p = job.pairs.partner_of(id);
-  if (!p || !open(e)) return false;
+  if (!p || !flight_event_open(e)) return false;
   const FlightEvent& other = job.event(*p);
   if (other.state == FlightState::finished) return e.kind == FlightKind::recv;
   const bool gave_up = e.state == FlightState::timed_out,
@@ -183,14 +173,14 @@ std::vector<Wait> waits(const Job& job) {
   std::vector<Wait> out;
   for (const auto& [rank, r] : job.by_rank) {
     // Per (group, run): how many collectives came before, to compare with the other members.
-    std::map<std::pair<GroupKey, int64_t>, int> ordinal;
+    std::map<std::pair<FlightGroupKey, int64_t>, int> ordinal;
     for (size_t i = 0; i < r->events.size(); ++i) {
       const FlightEvent& e = r->events[i];
       if (e.kind == FlightKind::action) continue;
-      const GroupKey g = Job::group(*r, e);
+      const FlightGroupKey g = flight_group_of(*r, e);
       int k = -1;
       if (e.kind == FlightKind::collective) k = ordinal[{g, e.run}]++;
-      if (!open(e)) continue;
+      if (!flight_event_open(e)) continue;
       if (e.kind == FlightKind::send && received(job, {rank, i})) continue;
       Wait w{rank,
              {},
@@ -233,7 +223,8 @@ std::vector<Wait> waits(const Job& job) {
           int seen = 0;
           if (other)
             for (const FlightEvent& o : other->events)
-              if (o.kind == FlightKind::collective && o.run == e.run && Job::group(*other, o) == g)
+              if (o.kind == FlightKind::collective && o.run == e.run &&
+                  flight_group_of(*other, o) == g)
                 ++seen;
           if (seen <= k) w.waited_for.push_back(m);
         }
@@ -309,7 +300,7 @@ std::string waits_section(const Job& job, const std::vector<Wait>& ws) {
       if (e.kind == FlightKind::action) last = &e;
     if (!last) {
       out += " and ran no action yet\n";
-    } else if (open(*last)) {
+    } else if (flight_event_open(*last)) {
       out +=
           fmt::format(": it is in action {} of step {}, for {:.1f} s\n", flight_event_name(*last),
                       last->step, seconds(r->written_unix_ns - last->start_ns));
@@ -350,7 +341,7 @@ std::string unmatched_section(const Job& job) {
       "first unmatched send or receive ({} in all): rank {}'s {} rank {}, tag {} ({} bytes) in "
       "{}, step {}{}, started {} ({}): {}\n",
       left.size(), first.rank, first.is_send ? "send to" : "recv from", e.peer, e.tag, e.bytes,
-      group_text(Job::group(r, e)), e.step, during(r, e), clock_time(e.start_ns),
+      group_text(flight_group_of(r, e)), e.step, during(r, e), clock_time(e.start_ns),
       flight_state_name(e.state),
       !peer_recorded  ? fmt::format("rank {} wrote no record, so what it did is unknown", e.peer)
       : first.is_send ? fmt::format("rank {} never posted the matching recv", e.peer)
