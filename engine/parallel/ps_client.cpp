@@ -88,15 +88,7 @@ PullHeader PsClient::receive_reply(size_t k, const std::string& what) {
   // replies to this one, so when a worker is dead or stopped the server, which knows which one,
   // reports first and the job ends naming it, not the server (issue 37: a worker SIGSTOPped at a
   // save made the other worker's wait for its FETCH reply blame the healthy server).
-  for (int attempt = 0;; ++attempt) {
-    try {
-      return receive_header<PullHeader>(ps_, server_rank(k), kTagToWorker, what);
-    } catch (const TimeoutError&) {
-      if (attempt == 1) throw;
-      // Quietly: the error that ends the job should be the first thing a user reads, and it
-      // comes from the server or from a wait that names the stalled rank.
-    }
-  }
+  return receive_header<PullHeader>(ps_, server_rank(k), kTagToWorker, what, 2);
 }
 
 EpilogueResult PsClient::finish_pull(StageParameters& stage) {

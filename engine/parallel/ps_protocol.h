@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/comm/communicator.h"
+#include "engine/core/error.h"
 #include "engine/core/tensor.h"
 #include "engine/optim/optimizer.h"
 
@@ -78,11 +79,20 @@ Header read_header(const HeaderBytes& bytes) {
   std::memcpy(&h, bytes.data(), sizeof h);
   return h;
 }
+// Waits up to `timeouts` times the group's timeout, quietly between them: where another rank's
+// wait may explain this one (a server waiting for another worker before it replies, a paused
+// worker waiting for the others), that rank, which knows who stalled, reports first.
 template <class Header>
-Header receive_header(Communicator& c, int from, int tag, std::string_view what) {
+Header receive_header(Communicator& c, int from, int tag, std::string_view what, int timeouts = 1) {
   HeaderBytes bytes;
-  c.recv(bytes.data(), bytes.size(), from, tag, what);
-  return read_header<Header>(bytes);
+  for (int attempt = 1;; ++attempt) {
+    try {
+      c.recv(bytes.data(), bytes.size(), from, tag, what);
+      return read_header<Header>(bytes);
+    } catch (const TimeoutError&) {
+      if (attempt >= timeouts) throw;
+    }
+  }
 }
 
 // Messages posted at once and waited for together, as every sender here does: each keeps its

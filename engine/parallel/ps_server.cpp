@@ -352,15 +352,9 @@ class Server {
   // one more timeout before it blames this worker, or a healthy worker waiting at a save for a
   // stopped one was the first to be blamed (issue 37).
   PushHeader receive_from_worker(const Piece& p, int r, bool paused) {
-    for (int attempt = 0;; ++attempt) {
-      try {
-        return receive_header<PushHeader>(
-            ps_, worker_rank(r, p), kTagToServer,
-            paused ? what(r, p) + " (it paused: two timeouts)" : what(r, p));
-      } catch (const TimeoutError&) {
-        if (!paused || attempt == 1) throw;
-      }
-    }
+    return receive_header<PushHeader>(
+        ps_, worker_rank(r, p), kTagToServer,
+        paused ? what(r, p) + " (it paused: two timeouts)" : what(r, p), paused ? 2 : 1);
   }
 
   // "worker 1 (world rank 1), ...": the workers a reply of piece p is being sent to (under the
