@@ -40,9 +40,11 @@ TrainerConfig trainer_config(const TrainerConfig& config, const TrainingOptions&
 }
 
 // Once at start-up: what --update async changes besides removing the flush, and how to undo it
-// (its defaults are the measured best, not PipeDream-2BW's definition).
-void say_what_async_changes(const TrainingOptions& opt, const OptimizerConfig& given) {
-  const bool lookahead = async_momentum_changes(given, opt.async_momentum);
+// (its defaults are the measured best, not PipeDream-2BW's definition). `used`: the optimizer it
+// steps with (trainer_config), `given`: the one configured.
+void say_what_async_changes(const TrainingOptions& opt, const OptimizerConfig& given,
+                            const OptimizerConfig& used) {
+  const bool lookahead = used.nesterov && !given.nesterov;
   fmt::print(
       "--update async: no flush between steps; {}{}; PipeDream-2BW's exact update: "
       "--async-delay uniform --async-momentum plain\n",
@@ -75,9 +77,9 @@ void plan_on_devices(TrainingRun& run, const Model& model, const std::function<M
 // What the run is, in one line and as a checkpoint records it.
 void describe(TrainingRun& s, Communicator* world) {
   const TrainingOptions& opt = s.options;
+  const std::string devices = describe_devices(s.backends);
   s.description = fmt::format(
-      "{}{}{}{}", describe_devices(s.backends),
-      world ? fmt::format(" in each of {} processes", world->size()) : "",
+      "{}{}{}{}", devices, world ? fmt::format(" in each of {} processes", world->size()) : "",
       opt.stages > 1 ? fmt::format(", {} stages, schedule {}, recompute {}", opt.stages,
                                    opt.schedule.str(), opt.recompute.str())
                      : "",
@@ -97,7 +99,7 @@ void describe(TrainingRun& s, Communicator* world) {
   s.layout = {{"stages", std::to_string(opt.stages)},
               {"replicas", std::to_string(opt.dp)},
               {"processes", std::to_string(world ? world->size() : 1)},
-              {"devices", describe_devices(s.backends)}};
+              {"devices", devices}};
 }
 
 // Step 4: the pipeline's plan for the options (given, or chosen in step 3): partition and
@@ -143,7 +145,7 @@ TrainingRun make_training(const TrainingOptions& opt, Model& model,
   const TrainerConfig trainer = trainer_config(config, s.options);
   s.optimizer = trainer.optimizer;
   if (s.options.async_update && s.options.print && (!world || world->rank() == 0))
-    say_what_async_changes(s.options, config.optimizer);
+    say_what_async_changes(s.options, config.optimizer, trainer.optimizer);
   for (auto& b : s.devices.backends) s.backends.push_back(b.get());
   describe(s, world);
   if (!s.options.pipelined() && !world) {

@@ -15,8 +15,4 @@ OptimizerConfig async_optimizer(OptimizerConfig given, AsyncMomentum momentum) {
   return given;
 }
 
-bool async_momentum_changes(const OptimizerConfig& given, AsyncMomentum momentum) {
-  return momentum == AsyncMomentum::lookahead && has_momentum(given) && !given.nesterov;
-}
-
 }  // namespace pt

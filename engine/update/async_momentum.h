@@ -29,8 +29,4 @@ constexpr std::string_view async_momentum_name(AsyncMomentum m) {
 // The optimizer an asynchronous pipeline steps with, given the configured one.
 OptimizerConfig async_optimizer(OptimizerConfig given, AsyncMomentum momentum);
 
-// Whether async_optimizer changes `given` (for the start-up line): not with plain, without
-// momentum, or when the look-ahead form was asked for already.
-bool async_momentum_changes(const OptimizerConfig& given, AsyncMomentum momentum);
-
 }  // namespace pt
