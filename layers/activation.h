@@ -5,6 +5,7 @@
 //   gelu_tanh  y = 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3)))  (approximate='tanh')
 //   tanh       y = tanh(x)                                  dx = dy * (1 - y^2)
 // Saves only what backward reads: x for relu and the gelus, y for tanh.
+#include <memory>
 #include <string_view>
 
 #include "layers/layer.h"
@@ -24,6 +25,12 @@ class ActivationLayer final : public Layer {
 
   Tensor forward(const Tensor& x, LayerContext& ctx) override;
   Tensor backward_input(const Tensor& dy, LayerContext& ctx) override;
+
+ protected:
+  // Element-wise: runs as it is on a tensor-parallel slice of the features.
+  std::unique_ptr<Layer> rebuilt_for(const Shape& in) const override {
+    return std::make_unique<ActivationLayer>(in, f_);
+  }
 
  private:
   bool saves_output() const { return f_ == Activation::tanh; }

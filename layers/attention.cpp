@@ -7,6 +7,7 @@
 #include "engine/core/error.h"
 #include "layers/layer_checks.h"
 #include "layers/sequence_checks.h"
+#include "layers/tensor_parallel/mappings.h"
 
 namespace pt {
 
@@ -18,12 +19,13 @@ enum Saved : size_t { kX, kQkv, kAtt, kLse, kForwardSaves, kDqkv = kForwardSaves
 }  // namespace
 
 CausalSelfAttention::CausalSelfAttention(int64_t d_model, int64_t n_heads, int64_t context,
-                                         float proj_init_std)
+                                         float proj_init_std, const TensorParallel& tp)
     : Layer(std::string(kKind), Shape{context, d_model}),
       d_(d_model),
       H_(n_heads),
       context_(context),
-      proj_init_std_(proj_init_std) {
+      proj_init_std_(proj_init_std),
+      tp_(tp) {
   require_positive(kKind, "context", context);
   require_positive(kKind, "d_model", d_model);
   require_positive(kKind, "n_heads", n_heads);
@@ -35,50 +37,72 @@ CausalSelfAttention::CausalSelfAttention(int64_t d_model, int64_t n_heads, int64
   if (!(proj_init_std > 0.f))
     throw ShapeError(
         fmt::format("{}: proj_init_std must be positive but got {}", kKind, proj_init_std));
+  split_size(tp, n_heads, kKind, "n_heads");  // heads split whole across the ranks
   output_shape_ = input_shape_;
 }
 
 std::vector<ParamSpec> CausalSelfAttention::param_specs() const {
-  return {{"qkv.weight", Shape{3 * d_, d_}, ParamInit::normal(0.02f)},
-          {"qkv.bias", Shape{3 * d_}, ParamInit::zeros()},
-          {"proj.weight", Shape{d_, d_}, ParamInit::normal(proj_init_std_)},
-          {"proj.bias", Shape{d_}, ParamInit::zeros()}};
+  const int64_t dl = local_width();
+  std::vector<ParamSpec> specs{
+      {"qkv.weight", Shape{3 * dl, d_}, ParamInit::normal(0.02f), {}},
+      {"qkv.bias", Shape{3 * dl}, ParamInit::zeros(), {}},
+      {"proj.weight", Shape{d_, dl}, ParamInit::normal(proj_init_std_), {}},
+      {"proj.bias", Shape{d_}, ParamInit::zeros(), {}}};
+  if (tp_.enabled()) {
+    // q, k, v: three blocks of d rows, each split by heads; proj: its columns by heads.
+    specs[0].shard = {0, tp_.rank, tp_.size, 3, Shape{3 * d_, d_}};
+    specs[1].shard = {0, tp_.rank, tp_.size, 3, Shape{3 * d_}};
+    specs[2].shard = {1, tp_.rank, tp_.size, 1, Shape{d_, d_}};
+  }
+  return specs;
 }
 
 LayerCost CausalSelfAttention::cost() const {
+  // This rank's share: its heads' GEMM columns and attention pairs (all of them at T = 1).
   const double T = static_cast<double>(context_), d = static_cast<double>(d_);
-  const double qkv = 2.0 * T * d * 3.0 * d, proj = 2.0 * T * d * d;
+  const double share = 1.0 / tp_.size;
+  const double qkv = 2.0 * T * d * 3.0 * d * share, proj = 2.0 * T * d * d * share;
   // Per head, each of the T (T + 1) / 2 causal pairs (i, j) costs a Dh-long dot product or axpy
   // (2 Dh FLOPs) per (T, T, Dh) product: 2 in forward (q.k, p v), 5 in backward (q.k again,
   // dout.v, dv, dk, dq). Summed over heads: T (T + 1) d per product.
-  const double pairs = T * (T + 1.0) * d;
+  const double pairs = T * (T + 1.0) * d * share;
   LayerCost c;
   c.forward_flops = qkv + proj + 2.0 * pairs;
   c.backward_input_flops = proj + qkv + 5.0 * pairs;  // da, dx, and the attention backward
   c.backward_weight_flops = proj + qkv;               // dWproj, dWqkv
-  c.activation_bytes = (context_ * d_ * (1 + 3 + 1) + H_ * context_) * 4;  // x, qkv, a, lse
+  c.activation_bytes =
+      (context_ * d_ + context_ * local_width() * (3 + 1) + local_heads() * context_) *
+      4;  // x, qkv, a, lse
   return c;
 }
 
 // ---- forward -------------------------------------------------------------------------------
+// Below, dl = d / T and Hl = H / T are this rank's channels and heads (d and H at T = 1).
 Tensor CausalSelfAttention::forward(const Tensor& x, LayerContext& ctx) {
   const auto [B, T] = check_sequence(*this, "input", x, context_, d_);
   require_bound(*this);
   Backend& be = ctx.backend();
-  const int64_t rows = B * T, Dh = head_dim();
-  // qkv (rows, 3d) = x (rows, d) Wqkv^T (d, 3d) + bqkv
-  Tensor qkv = ctx.alloc(Shape{B, T, 3 * d_});
-  be.gemm_bias(false, true, rows, 3 * d_, d_, x.f32(), d_, params_[0].f32(), d_, params_[1].f32(),
-               qkv.f32(), 3 * d_);
-  // a (B, T, H, Dh), lse (B, H, T)
-  Tensor att = ctx.alloc(Shape{B, T, d_});
-  Tensor lse = ctx.alloc(Shape{B, H_, T});
-  be.attention_forward(qkv.f32(), att.f32(), lse.f32(), B, T, H_, Dh,
+  const int64_t rows = B * T, Dh = head_dim(), dl = local_width(), Hl = local_heads();
+  // qkv (rows, 3dl) = x (rows, d) Wqkv^T (d, 3dl) + bqkv
+  Tensor qkv = ctx.alloc(Shape{B, T, 3 * dl});
+  be.gemm_bias(false, true, rows, 3 * dl, d_, x.f32(), d_, params_[0].f32(), d_, params_[1].f32(),
+               qkv.f32(), 3 * dl);
+  // a (B, T, Hl, Dh), lse (B, Hl, T)
+  Tensor att = ctx.alloc(Shape{B, T, dl});
+  Tensor lse = ctx.alloc(Shape{B, Hl, T});
+  be.attention_forward(qkv.f32(), att.f32(), lse.f32(), B, T, Hl, Dh,
                        1.f / std::sqrt(static_cast<float>(Dh)));
-  // y (rows, d) = a (rows, d) Wproj^T (d, d) + bproj
+  // y (rows, d) = a (rows, dl) Wproj^T (dl, d) + bproj; with T > 1 the partial products are
+  // summed over the ranks first and the bias added once after.
   Tensor y = ctx.alloc(Shape{B, T, d_});
-  be.gemm_bias(false, true, rows, d_, d_, att.f32(), d_, params_[2].f32(), d_, params_[3].f32(),
-               y.f32(), d_);
+  if (tp_.enabled()) {
+    be.gemm(false, true, rows, d_, dl, 1.f, att.f32(), dl, params_[2].f32(), dl, 0.f, y.f32(), d_);
+    all_reduce_output(tp_, be, y, "attention: output projection");
+    be.add_bias(y.f32(), params_[3].f32(), rows, d_);
+  } else {
+    be.gemm_bias(false, true, rows, d_, d_, att.f32(), d_, params_[2].f32(), d_, params_[3].f32(),
+                 y.f32(), d_);
+  }
   if (ctx.info().training) {
     ctx.save(x);
     ctx.save(qkv);
@@ -98,19 +122,20 @@ Tensor CausalSelfAttention::backward_input(const Tensor& dy, LayerContext& ctx) 
     throw UsageError(fmt::format("{}: backward_input ran twice on one context without clear()",
                                  layer_label(*this)));
   Backend& be = ctx.backend();
-  const int64_t rows = B * T, Dh = head_dim();
-  // da (rows, d) = dy (rows, d) Wproj (d, d)
-  Tensor datt = ctx.alloc(Shape{B, T, d_});
-  be.gemm(false, false, rows, d_, d_, 1.f, dy.f32(), d_, params_[2].f32(), d_, 0.f, datt.f32(), d_);
-  // dqkv (B, T, 3, H, Dh)
-  Tensor dqkv = ctx.alloc(Shape{B, T, 3 * d_});
+  const int64_t rows = B * T, Dh = head_dim(), dl = local_width(), Hl = local_heads();
+  // da (rows, dl) = dy (rows, d) Wproj (d, dl)
+  Tensor datt = ctx.alloc(Shape{B, T, dl});
+  be.gemm(false, false, rows, dl, d_, 1.f, dy.f32(), d_, params_[2].f32(), dl, 0.f, datt.f32(), dl);
+  // dqkv (B, T, 3, Hl, Dh)
+  Tensor dqkv = ctx.alloc(Shape{B, T, 3 * dl});
   be.attention_backward(ctx.saved(kQkv).f32(), ctx.saved(kAtt).f32(), datt.f32(),
-                        ctx.saved(kLse).f32(), dqkv.f32(), B, T, H_, Dh,
+                        ctx.saved(kLse).f32(), dqkv.f32(), B, T, Hl, Dh,
                         1.f / std::sqrt(static_cast<float>(Dh)));
-  // dx (rows, d) = dqkv (rows, 3d) Wqkv (3d, d)
+  // dx (rows, d) = dqkv (rows, 3dl) Wqkv (3dl, d), summed over the ranks' heads
   Tensor dx = ctx.alloc(Shape{B, T, d_});
-  be.gemm(false, false, rows, d_, 3 * d_, 1.f, dqkv.f32(), 3 * d_, params_[0].f32(), d_, 0.f,
+  be.gemm(false, false, rows, d_, 3 * dl, 1.f, dqkv.f32(), 3 * dl, params_[0].f32(), d_, 0.f,
           dx.f32(), d_);
+  all_reduce_input_gradient(tp_, be, dx, "attention: input gradient");
   ctx.save(dqkv);  // for backward_weight
   return dx;
 }
@@ -126,16 +151,16 @@ void CausalSelfAttention::backward_weight(const Tensor& dy, LayerContext& ctx) {
                     "context",
                     layer_label(*this)));
   Backend& be = ctx.backend();
-  const int64_t rows = B * T;
+  const int64_t rows = B * T, dl = local_width();
   const Tensor& dqkv = ctx.saved(kDqkv);
-  // dWproj (d, d) += dy^T (d, rows) a (rows, d);  dbproj += sum over rows of dy
-  be.gemm(true, false, d_, d_, rows, 1.f, dy.f32(), d_, ctx.saved(kAtt).f32(), d_, 1.f,
-          grads_[2].f32(), d_);
+  // dWproj (d, dl) += dy^T (d, rows) a (rows, dl);  dbproj += sum over rows of dy
+  be.gemm(true, false, d_, dl, rows, 1.f, dy.f32(), d_, ctx.saved(kAtt).f32(), dl, 1.f,
+          grads_[2].f32(), dl);
   be.sum_rows_accumulate(dy.f32(), grads_[3].f32(), rows, d_);
-  // dWqkv (3d, d) += dqkv^T (3d, rows) x (rows, d);  dbqkv += sum over rows of dqkv
-  be.gemm(true, false, 3 * d_, d_, rows, 1.f, dqkv.f32(), 3 * d_, x.f32(), d_, 1.f, grads_[0].f32(),
+  // dWqkv (3dl, d) += dqkv^T (3dl, rows) x (rows, d);  dbqkv += sum over rows of dqkv
+  be.gemm(true, false, 3 * dl, d_, rows, 1.f, dqkv.f32(), 3 * dl, x.f32(), d_, 1.f, grads_[0].f32(),
           d_);
-  be.sum_rows_accumulate(dqkv.f32(), grads_[1].f32(), rows, 3 * d_);
+  be.sum_rows_accumulate(dqkv.f32(), grads_[1].f32(), rows, 3 * dl);
 }
 
 }  // namespace pt

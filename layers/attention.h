@@ -16,10 +16,18 @@
 // Parameters: "qkv.weight", "qkv.bias", "proj.weight", "proj.bias". Init (GPT-2): weights
 // normal(0, 0.02), proj.weight normal(0, proj_init_std) (GPT-2: 0.02 / sqrt(2 n_layers), as it
 // writes into the residual stream), biases zero.
+//
+// Tensor parallelism (built with a TensorParallel of T ranks, Megatron-LM): the heads split
+// across the ranks, rank t computing heads [t H/T, (t+1) H/T). QKV is column-parallel (rank t
+// holds the q, k and v rows of its heads: Wqkv's dimension 0 is 3 blocks, each split in T),
+// the output projection row-parallel (Wproj's columns of its heads); the partial outputs are
+// summed (one all-reduce) before the bias, which every rank holds whole, and the input gradient
+// is summed in backward (the other all-reduce). x, dy and y are whole on every rank.
 #include <cstdint>
 #include <string_view>
 
 #include "layers/layer.h"
+#include "layers/tensor_parallel/group.h"
 
 namespace pt {
 
@@ -29,12 +37,16 @@ class CausalSelfAttention final : public Layer {
 
   // Per-sample input (context, d_model). Throws ShapeError unless n_heads divides d_model.
   CausalSelfAttention(int64_t d_model, int64_t n_heads, int64_t context,
-                      float proj_init_std = 0.02f);
+                      float proj_init_std = 0.02f, const TensorParallel& tp = {});
 
   std::string_view kind() const override { return kKind; }
   int64_t d_model() const { return d_; }
   int64_t n_heads() const { return H_; }
   int64_t head_dim() const { return d_ / H_; }
+  float proj_init_std() const { return proj_init_std_; }
+  // The heads and channels this rank computes (all of them without tensor parallelism).
+  int64_t local_heads() const { return H_ / tp_.size; }
+  int64_t local_width() const { return d_ / tp_.size; }
   int64_t context() const { return context_; }
 
   std::vector<ParamSpec> param_specs() const override;
@@ -47,6 +59,7 @@ class CausalSelfAttention final : public Layer {
  private:
   int64_t d_, H_, context_;
   float proj_init_std_;
+  TensorParallel tp_;
 };
 
 }  // namespace pt

@@ -114,6 +114,14 @@ ModelBuilder& ModelBuilder::residual(const std::function<void(ModelBuilder&)>& b
   return emplace<Residual>("residual", std::move(inner.layers_));
 }
 
+ModelBuilder& ModelBuilder::parallel(ParallelStyle style) {
+  if (layers_.empty())
+    throw ShapeError(
+        fmt::format("parallel({}): there is no layer to declare yet", parallel_style_name(style)));
+  layers_.back()->set_parallel_style(style);
+  return *this;
+}
+
 ModelBuilder& ModelBuilder::name(std::string layer_name) {
   if (layers_.empty()) throw ShapeError("name(): there is no layer to name yet");
   if (layer_name.empty() || layer_name.find_first_of(". \t\n") != std::string::npos)

@@ -49,6 +49,11 @@ class ModelBuilder {
   ModelBuilder& add(std::unique_ptr<Layer> layer);
   // Names the most recently added layer (names appear in summaries and checkpoints).
   ModelBuilder& name(std::string layer_name);
+  // Declares how the most recently added layer splits under tensor parallelism (--tp T;
+  // layers/tensor_parallel/shard_model.h): linears pair column then row, with element-wise
+  // layers between; embedding tables split by vocabulary. Undeclared layers stay whole on
+  // every rank. No effect at T = 1.
+  ModelBuilder& parallel(ParallelStyle style);
 
   // ---- loss -------------------------------------------------------------------------------
   ModelBuilder& cross_entropy();

@@ -4,6 +4,8 @@
 
 #include "engine/core/error.h"
 #include "layers/layer_checks.h"
+#include "layers/tensor_parallel/group.h"
+#include "layers/tensor_parallel/vocab_parallel_embedding.h"
 
 namespace pt {
 
@@ -25,7 +27,7 @@ Embedding::Embedding(Shape in, int64_t vocab, int64_t dim, ParamInit init)
 }
 
 std::vector<ParamSpec> Embedding::param_specs() const {
-  return {{"weight", Shape{vocab_, dim_}, init_}};
+  return {{"weight", Shape{vocab_, dim_}, init_, {}}};
 }
 
 LayerCost Embedding::cost() const {
@@ -36,6 +38,18 @@ LayerCost Embedding::cost() const {
   c.backward_weight_flops = n * static_cast<double>(dim_);  // scatter-add
   c.activation_bytes = input_shape_.numel() * 4;            // the ids
   return c;
+}
+
+std::unique_ptr<Layer> Embedding::shard_for(const TensorParallel& tp, bool input_split) const {
+  if (input_split)
+    throw ShapeError(fmt::format(
+        "{} takes token ids, which every tensor-parallel rank holds whole, but follows a "
+        "column-parallel layer whose output is split; close that pair with a row-parallel layer "
+        "before it",
+        layer_label(*this)));
+  if (style_ != ParallelStyle::vocab) return Layer::shard_for(tp, input_split);
+  if (!tp.enabled()) return nullptr;  // one rank holds the whole table: the layer as written
+  return std::make_unique<VocabParallelEmbedding>(name_, input_shape_, vocab_, dim_, init_, tp);
 }
 
 Tensor Embedding::forward(const Tensor& ids, LayerContext& ctx) {

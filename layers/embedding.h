@@ -7,6 +7,7 @@
 // Built on ids (T, ...), it also runs on a shorter sequence: ids (B, T', ...) with 1 <= T' <= T
 // give y (B, T', ..., dim).
 #include <cstdint>
+#include <memory>
 #include <string_view>
 
 #include "layers/layer.h"
@@ -27,6 +28,10 @@ class Embedding final : public Layer {
   const ParamInit& init() const { return init_; }
   std::vector<ParamSpec> param_specs() const override;
   LayerCost cost() const override;
+  // Declared vocab (builder .parallel(ParallelStyle::vocab)) with more than one rank: a
+  // VocabParallelEmbedding with this name and init (layers/tensor_parallel/). Its ids are never
+  // split: input_split is a ShapeError.
+  std::unique_ptr<Layer> shard_for(const TensorParallel& tp, bool input_split) const override;
 
   Tensor forward(const Tensor& ids, LayerContext& ctx) override;
   Tensor backward_input(const Tensor& dy, LayerContext& ctx) override;  // returns Tensor()

@@ -4,6 +4,7 @@
 
 #include "engine/core/error.h"
 #include "engine/core/random.h"
+#include "layers/tensor_parallel/group.h"
 
 namespace pt {
 
@@ -61,6 +62,48 @@ void Layer::bind(std::span<const Tensor> params, std::span<const Tensor> grads) 
 void Layer::unbind() {
   params_.clear();
   grads_.clear();
+}
+
+const char* parallel_style_name(ParallelStyle s) {
+  switch (s) {
+    case ParallelStyle::replicated: return "replicated";
+    case ParallelStyle::column: return "column";
+    case ParallelStyle::row: return "row";
+    case ParallelStyle::vocab: return "vocab";
+  }
+  return "?";
+}
+
+std::unique_ptr<Layer> Layer::shard_for(const TensorParallel& tp, bool input_split) const {
+  if (style_ != ParallelStyle::replicated)
+    throw ShapeError(fmt::format(
+        "layer '{}' ({}) is declared {}-parallel but has no tensor-parallel form; remove the "
+        "declaration (it then runs whole on every rank)",
+        name_, kind(), parallel_style_name(style_)));
+  if (!input_split) return nullptr;
+  Shape slice = input_shape_;
+  if (slice.rank() == 0 || slice.back() % tp.size != 0)
+    throw ShapeError(fmt::format("layer '{}' ({}): its input {} does not split into {} slices",
+                                 name_, kind(), input_shape_.str(), tp.size));
+  slice[slice.rank() - 1] /= tp.size;
+  std::unique_ptr<Layer> rebuilt = rebuilt_for(slice);
+  if (!rebuilt)
+    throw ShapeError(fmt::format(
+        "layer '{}' ({}) follows a column-parallel layer, whose output each rank holds a slice "
+        "of, but it is not element-wise; move it after the row-parallel layer that closes the "
+        "pair, or declare the layer before it replicated",
+        name_, kind()));
+  rebuilt->set_name(name_);
+  return rebuilt;
+}
+
+std::unique_ptr<Loss> Loss::shard_for(const TensorParallel& tp, bool input_split) const {
+  (void)tp;
+  if (!input_split) return nullptr;
+  throw ShapeError(fmt::format(
+      "the loss ({}) cannot take a prediction split across tensor-parallel ranks; end the model "
+      "with a row-parallel or replicated layer",
+      kind()));
 }
 
 void run_backward_weight(Layer& layer, const Tensor& dy, LayerContext& ctx, bool unwritten) {

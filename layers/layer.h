@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "engine/core/backend.h"
@@ -96,11 +97,40 @@ struct ParamInit {
   static ParamInit normal(float stddev) { return {Kind::normal, stddev}; }
 };
 
-struct ParamSpec {
-  std::string name;  // "weight", "bias"; composite layers prefix their children: "1.weight"
-  Shape shape;
-  ParamInit init;
+// How a tensor-parallel layer's parameter is a slice of the whole one (layers/tensor_parallel/):
+// `dim` of the whole shape is `groups` equal blocks (QKV's q, k, v: 3; otherwise 1), and rank r
+// of `ranks` holds the r-th part of every block, in block order. Initial values, checkpoints and
+// gradient norms see the whole parameter through this. dim < 0: not split (every rank holds
+// the whole parameter, a replica).
+struct ParamShard {
+  int dim = -1;
+  int rank = 0, ranks = 1;
+  int groups = 1;
+  Shape whole;  // the unsplit shape (set when dim >= 0)
+
+  bool split() const { return dim >= 0; }
 };
+
+struct ParamSpec {
+  ParamSpec() = default;
+  ParamSpec(std::string name_, Shape shape_, ParamInit init_, ParamShard shard_ = {})
+      : name(std::move(name_)), shape(shape_), init(init_), shard(std::move(shard_)) {}
+
+  std::string name;  // "weight", "bias"; composite layers prefix their children: "1.weight"
+  Shape shape;       // as this layer holds it (a tensor-parallel shard: the slice's shape)
+  ParamInit init;
+  ParamShard shard;  // how `shape` is a slice of the whole parameter (default: it is the whole)
+};
+
+// How a layer splits across the ranks of a tensor-parallel group (Megatron-LM's layers). A
+// layer that declares nothing is replicated: every rank holds it whole and runs it on the same
+// activations. Linear layers pair: column (output features split; the activation after it is
+// split on its last dimension) then row (input features split; partial outputs summed).
+// vocab: an embedding's table split by rows (token ids), or the LM head split by vocabulary,
+// whose split logits feed the vocab-parallel loss.
+enum class ParallelStyle : uint8_t { replicated, column, row, vocab };
+const char* parallel_style_name(ParallelStyle s);
+struct TensorParallel;  // layers/tensor_parallel/group.h
 
 // Per-sample costs, used by the model summary and the partitioner.
 struct LayerCost {
@@ -128,6 +158,22 @@ class Layer {
 
   virtual std::vector<ParamSpec> param_specs() const { return {}; }
   int64_t param_count() const;
+
+  // ---- tensor parallelism (layers/tensor_parallel/shard_model.h) -----------------------------
+  // The style declared for this layer (builder .parallel(style)); composite layers that know
+  // their own split (the transformer block) ignore it.
+  ParallelStyle parallel_style() const { return style_; }
+  void set_parallel_style(ParallelStyle style) { style_ = style; }
+  // This layer as rank tp.rank of tp.size builds it, or nullptr when it stays as it is (a
+  // replica). `input_split`: the activation reaching it is split on its last dimension (it
+  // follows a column-parallel layer); a layer that cannot run on a slice throws ShapeError
+  // saying so. The default: element-wise layers (split_input_ok) rebuilt for the slice, others
+  // replicated on whole activations.
+  virtual std::unique_ptr<Layer> shard_for(const TensorParallel& tp, bool input_split) const;
+  // After shard_for: whether this layer's output is split on its last dimension, given whether
+  // its input was (element-wise layers pass the split on; a column-parallel layer starts one, a
+  // row-parallel layer ends it).
+  virtual bool output_split(bool input_split) const { return input_split; }
   virtual LayerCost cost() const = 0;
 
   // Gives the layer views of its parameters and gradients, in param_specs() order.
@@ -148,11 +194,19 @@ class Layer {
   virtual bool writes_unwritten_gradients() const { return false; }
 
  protected:
+  // For element-wise layers (activations): the same layer for the per-sample shape `in`
+  // (a column-parallel slice of the features); nullptr: the layer cannot be rebuilt so.
+  virtual std::unique_ptr<Layer> rebuilt_for(const Shape& in) const {
+    (void)in;
+    return nullptr;
+  }
+
   std::string name_;
   Shape input_shape_;
   Shape output_shape_;  // set by the derived constructor, after checking the input shape
   std::vector<Tensor> params_;
   std::vector<Tensor> grads_;
+  ParallelStyle style_ = ParallelStyle::replicated;
 };
 
 // A loss closes the model: it takes the last layer's output and the targets of one micro-batch.
@@ -172,6 +226,10 @@ class Loss {
                          LayerContext& ctx) = 0;
   // d(loss share)/d(prediction), same shape as the prediction.
   virtual Tensor backward(LayerContext& ctx) = 0;
+  // The loss of rank tp.rank when the prediction reaching it is split on its last dimension
+  // (the vocab-parallel LM head), or nullptr when it stays as it is; throws ShapeError when it
+  // cannot take a split prediction.
+  virtual std::unique_ptr<Loss> shard_for(const TensorParallel& tp, bool input_split) const;
   // Number of correctly classified samples (classification losses; others return -1).
   virtual int64_t count_correct(const Tensor& prediction, const Tensor& target,
                                 Backend& backend) const {

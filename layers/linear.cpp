@@ -6,6 +6,7 @@
 
 #include "engine/core/error.h"
 #include "layers/layer_checks.h"
+#include "layers/tensor_parallel/parallel_linear.h"
 
 namespace pt {
 
@@ -49,6 +50,41 @@ LayerCost Linear::cost() const {
   c.backward_weight_flops = gemm;                 // dy^T x (the bias row sum is not counted)
   c.activation_bytes = input_shape_.numel() * 4;  // x
   return c;
+}
+
+std::unique_ptr<Layer> Linear::shard_for(const TensorParallel& tp, bool input_split) const {
+  std::unique_ptr<Layer> shard;
+  switch (style_) {
+    case ParallelStyle::column:
+    case ParallelStyle::vocab:
+      if (input_split)
+        throw ShapeError(
+            fmt::format("layer '{}' (linear) is declared column-parallel but follows another "
+                        "column-parallel layer; declare it row-parallel to close the pair",
+                        name_));
+      shard = std::make_unique<ColumnParallelLinear>(input_shape_, out_, bias_, tp);
+      break;
+    case ParallelStyle::row: {
+      if (!input_split)
+        throw ShapeError(fmt::format(
+            "layer '{}' (linear) is declared row-parallel but its input is whole on every rank; "
+            "a row-parallel linear follows a column-parallel one",
+            name_));
+      // input_shape_ here is the whole layer's; the shard takes the slice.
+      Shape slice = input_shape_;
+      if (in_ % tp.size != 0)
+        throw ShapeError(fmt::format(
+            "layer '{}' (linear): in_features {} does not split across {} tensor-parallel "
+            "ranks; choose --tp dividing {}",
+            name_, in_, tp.size, in_));
+      slice[slice.rank() - 1] = in_ / tp.size;
+      shard = std::make_unique<RowParallelLinear>(slice, in_, out_, bias_, tp);
+      break;
+    }
+    case ParallelStyle::replicated: return Layer::shard_for(tp, input_split);
+  }
+  shard->set_name(name_);
+  return shard;
 }
 
 // ---- forward -------------------------------------------------------------------------------

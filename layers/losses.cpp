@@ -4,6 +4,8 @@
 
 #include "engine/core/error.h"
 #include "layers/layer_checks.h"
+#include "layers/tensor_parallel/group.h"
+#include "layers/tensor_parallel/vocab_parallel_cross_entropy.h"
 
 namespace pt {
 
@@ -127,6 +129,12 @@ int64_t SoftmaxCrossEntropy::count_correct(const Tensor& prediction, const Tenso
   check_batch(prediction, target);
   return backend.count_correct(prediction.f32(), target.i32(), prediction.numel() / classes(),
                                classes());
+}
+
+std::unique_ptr<Loss> SoftmaxCrossEntropy::shard_for(const TensorParallel& tp,
+                                                     bool input_split) const {
+  if (!input_split || !tp.enabled()) return nullptr;
+  return std::make_unique<VocabParallelCrossEntropy>(in_, tp);
 }
 
 // ---- mean squared error --------------------------------------------------------------------

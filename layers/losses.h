@@ -15,6 +15,7 @@
 // forward and backward (every micro-batch of a step has the same global batch); the rest of the
 // divisor (T') comes from the tensors forward saved.
 #include <cstdint>
+#include <memory>
 #include <string_view>
 
 #include "layers/layer.h"
@@ -40,6 +41,10 @@ class SoftmaxCrossEntropy final : public Loss {
   // Counts correct rows: samples for (classes), tokens for (T, classes).
   int64_t count_correct(const Tensor& prediction, const Tensor& target,
                         Backend& backend) const override;
+  // After a vocab-parallel LM head (input_split, more than one rank): the vocab-parallel loss
+  // on this rank's slice of the classes (layers/tensor_parallel/vocab_parallel_cross_entropy.h),
+  // or a ShapeError when the classes do not divide; otherwise nullptr (this loss, whole).
+  std::unique_ptr<Loss> shard_for(const TensorParallel& tp, bool input_split) const override;
 
  private:
   void check_batch(const Tensor& prediction, const Tensor& target) const;

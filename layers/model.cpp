@@ -75,6 +75,7 @@ std::string Model::summary() const {
 }
 
 std::string Model::signature() const {
+  if (!whole_signature_.empty()) return whole_signature_;
   std::string out = fmt::format("input {} {}\n", input_shape_.str(), dtype_name(input_dtype_));
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = *layers_[i];

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "layers/layer.h"
+#include "layers/tensor_parallel/group.h"
 
 namespace pt {
 
@@ -72,7 +73,13 @@ class Model {
   // The tie `ref` belongs to, or nullptr.
   const ParameterTie* tie_of(const ParamRef& ref) const;
 
+  // The tensor-parallel rank this model was sharded for (layers/tensor_parallel/shard_model.h;
+  // size 1: a model as written).
+  const TensorParallel& tensor_parallel() const { return tp_; }
+
  private:
+  friend Model shard_model(Model model, const TensorParallel& tp,
+                           std::vector<std::string>* replicated);
   Shape input_shape_;
   DType input_dtype_ = DType::f32;
   std::vector<std::unique_ptr<Layer>> layers_;
@@ -80,6 +87,9 @@ class Model {
   std::vector<ParameterTie> ties_;
   std::vector<SkipEdge> skips_;
   int first_param_layer_ = 0;  // the first layer with parameters (num_layers() if none)
+  TensorParallel tp_;
+  // A shard's signature() is the whole model's, so a checkpoint of one loads into the other.
+  std::string whole_signature_;
 };
 
 // "{global_layer_index}.{layer_name}.{param}", e.g. "0.linear.weight": the name of a parameter

@@ -26,19 +26,35 @@ int64_t mlp_width(int64_t d_model, int64_t mlp_ratio) {
 }  // namespace
 
 TransformerBlock::TransformerBlock(int64_t d_model, int64_t n_heads, int64_t context,
-                                   int64_t mlp_ratio, float residual_proj_std)
+                                   int64_t mlp_ratio, float residual_proj_std,
+                                   const TensorParallel& tp)
     : Layer(std::string(kKind), Shape{context, d_model}),
       d_(d_model),
       context_(context),
+      mlp_ratio_(mlp_ratio),
       residual_proj_std_(residual_proj_std),
       ln1_(Shape{d_model}),
-      attn_(d_model, n_heads, context, residual_proj_std),
+      attn_(d_model, n_heads, context, residual_proj_std, tp),
       ln2_(Shape{d_model}),
-      fc_(Shape{d_model}, mlp_width(d_model, mlp_ratio)),
-      gelu_(Shape{mlp_width(d_model, mlp_ratio)}, Activation::gelu_tanh),
-      proj_(Shape{mlp_width(d_model, mlp_ratio)}, d_model) {
+      fc_(Shape{d_model}, mlp_width(d_model, mlp_ratio), true, tp),
+      gelu_(Shape{mlp_width(d_model, mlp_ratio) / tp.size}, Activation::gelu_tanh),
+      proj_(Shape{mlp_width(d_model, mlp_ratio) / tp.size}, mlp_width(d_model, mlp_ratio), d_model,
+            true, tp) {
   // The sub-layers checked d_model, n_heads, context and the init std.
   output_shape_ = input_shape_;
+}
+
+std::unique_ptr<Layer> TransformerBlock::shard_for(const TensorParallel& tp,
+                                                   bool input_split) const {
+  if (input_split)
+    throw ShapeError(fmt::format(
+        "{}: follows a column-parallel layer, but a transformer block takes the whole residual "
+        "stream; close the pair with a row-parallel layer before it",
+        layer_label(*this)));
+  auto shard = std::make_unique<TransformerBlock>(d_, attn_.n_heads(), context_, mlp_ratio_,
+                                                  residual_proj_std_, tp);
+  shard->set_name(name_);
+  return shard;
 }
 
 std::vector<ParamSpec> TransformerBlock::param_specs() const {

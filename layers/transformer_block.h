@@ -21,8 +21,14 @@
 // weights normal(0, 0.02), biases zero, and the two projections into the residual stream
 // (attn.proj.weight, mlp.proj.weight) normal(0, residual_proj_std), which GPT-2 sets to
 // 0.02 / sqrt(2 n_layers).
+//
+// Tensor parallelism (built with T ranks, Megatron-LM): the attention splits by heads
+// (attention.h), the MLP's fc is column-parallel and its proj row-parallel with the GELU on the
+// slice between them (layers/tensor_parallel/parallel_linear.h); the LayerNorms and the residual
+// stream are whole on every rank. Two all-reduces forward, two backward per block.
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -32,6 +38,8 @@
 #include "layers/layer.h"
 #include "layers/layernorm.h"
 #include "layers/linear.h"
+#include "layers/tensor_parallel/group.h"
+#include "layers/tensor_parallel/parallel_linear.h"
 
 namespace pt {
 
@@ -41,12 +49,14 @@ class TransformerBlock final : public Layer {
 
   // Per-sample input (context, d_model). Throws ShapeError unless n_heads divides d_model.
   TransformerBlock(int64_t d_model, int64_t n_heads, int64_t context, int64_t mlp_ratio = 4,
-                   float residual_proj_std = 0.02f);
+                   float residual_proj_std = 0.02f, const TensorParallel& tp = {});
 
   std::string_view kind() const override { return kKind; }
   int64_t d_model() const { return d_; }
   int64_t context() const { return context_; }
   const CausalSelfAttention& attention() const { return attn_; }
+  // The same block built for rank tp.rank (its input and output are whole on every rank).
+  std::unique_ptr<Layer> shard_for(const TensorParallel& tp, bool input_split) const override;
 
   std::vector<ParamSpec> param_specs() const override;
   LayerCost cost() const override;
@@ -66,14 +76,14 @@ class TransformerBlock final : public Layer {
     return {&ln1_, &attn_, &ln2_, &fc_, &gelu_, &proj_};
   }
 
-  int64_t d_, context_;
+  int64_t d_, context_, mlp_ratio_;
   float residual_proj_std_;
   LayerNorm ln1_;
   CausalSelfAttention attn_;
   LayerNorm ln2_;
-  Linear fc_;
+  ColumnParallelLinear fc_;
   ActivationLayer gelu_;
-  Linear proj_;
+  RowParallelLinear proj_;
 };
 
 }  // namespace pt

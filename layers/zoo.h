@@ -4,7 +4,10 @@
 
 namespace pt {
 
-// Fashion-MNIST MLP: 784-1024-1024-1024-1024-10 with ReLU (flatten first).
+// Each model declares its tensor-parallel split (used with --tp T > 1; shard_model.h): the MLPs'
+// hidden linears in (column, row) pairs, the GPT's token embedding and LM head by vocabulary.
+//
+// Fashion-MNIST MLP: 784-1024-1024-1024-1024-10 with ReLU (flatten first): deep_mlp(4, 1024).
 Model fashion_mlp();
 // Fashion-MNIST CNN: conv(32,3,pad 1)-relu-maxpool(2)-conv(64,3,pad 1)-relu-maxpool(2)-
 // flatten-linear(128)-relu-linear(10).

@@ -186,6 +186,31 @@ class Backend {
   virtual int64_t count_correct(const float* logits, const int32_t* labels, int64_t rows,
                                 int64_t classes) = 0;
 
+  // The same loss over logits split by classes across tensor-parallel ranks (Megatron-LM's
+  // vocab-parallel cross-entropy), in three steps around one all-gather of the partials:
+  // softmax_partials on each rank's slice, softmax_combine of every rank's partials (the same
+  // bits on every rank), softmax_xent_backward_slice on each rank's slice.
+  //
+  // partials(rows, kSoftmaxPartialFloats) = the statistics of logits(rows, range.count), the
+  // classes [range.first, range.first + range.count) of each row (op_params.h says what they
+  // are). labels(rows) are global classes. Throws UsageError if a label is outside
+  // [0, range.total) or range.total > kSoftmaxMaxIndex.
+  virtual void softmax_partials(const float* logits, const int32_t* labels, float* partials,
+                                int64_t rows, const VocabRange& range) = 0;
+  // partials(parts, rows, kSoftmaxPartialFloats), part p the partials of the p-th slice of the
+  // classes (the all-gather's layout). For each row, with m_p, s_p, z_p part p's max, sum_exp
+  // and label_z: M = max_p m_p, S = sum_p s_p exp(m_p - M) (in double, in part order);
+  // norm(rows, 2) = (M, S) as floats unless norm is null (overwrites). Returns the sum over rows
+  // of log S - (sum_p z_p - M) = -log softmax(z)[label], and the number of rows whose arg-max
+  // (on equal maxima the earlier part's: the lowest class) is the label (host values).
+  virtual SoftmaxTotals softmax_combine(const float* partials, const int32_t* labels, float* norm,
+                                        int64_t parts, int64_t rows) = 0;
+  // dlogits(rows, range.count) = scale * (exp(z - M) / S - onehot(labels)) on the slice,
+  // with norm(rows, 2) = (M, S) from softmax_combine; a label outside the slice adds no one-hot.
+  virtual void softmax_xent_backward_slice(const float* logits, const int32_t* labels,
+                                           const float* norm, float* dlogits, int64_t rows,
+                                           const VocabRange& range, float scale) = 0;
+
   // ---- convolution and pooling (NCHW) -----------------------------------------------------
   virtual void conv2d_forward(const Conv2dShape& s, const float* x, const float* w,
                               const float* bias /* nullable */, float* y) = 0;
@@ -209,6 +234,16 @@ class Backend {
   // dtable[ids[i]] += dy(i).
   virtual void embedding_backward_weight(const int32_t* ids, const float* dy, float* dtable,
                                          int64_t n, int64_t dim) = 0;
+  // The same on the rows [range.first, range.first + range.count) of a table of range.total
+  // rows that one tensor-parallel rank holds (a vocab-parallel embedding): table(range.count,
+  // dim) holds them. y(n, dim) = table[ids[i] - range.first] for an id in the slice, zeros for
+  // the others (summed over the ranks, every row is the whole table's); throws UsageError for
+  // an id outside [0, range.total).
+  virtual void embedding_forward_slice(const int32_t* ids, const float* table, float* y, int64_t n,
+                                       int64_t dim, const VocabRange& range) = 0;
+  // dtable[ids[i] - range.first] += dy(i) for the ids in the slice; the others add nothing.
+  virtual void embedding_backward_weight_slice(const int32_t* ids, const float* dy, float* dtable,
+                                               int64_t n, int64_t dim, const VocabRange& range) = 0;
 
   // ---- attention --------------------------------------------------------------------------
   // Causal multi-head self-attention on the output of one fused QKV projection:

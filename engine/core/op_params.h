@@ -45,6 +45,33 @@ struct AdamWParams {
   bool nesterov = false;
 };
 
+// The slice [first, first + count) of a vocabulary of `total` token ids (or classes) that one
+// tensor-parallel rank holds: a vocab-parallel embedding's rows of the table, a vocab-parallel
+// LM head's columns of the logits (layers/tensor_parallel/). Ids and labels stay global
+// (in [0, total)); the ops subtract `first` themselves.
+struct VocabRange {
+  int64_t first = 0, count = 0, total = 0;
+};
+
+// What softmax_partials writes for each row of a slice of the classes (Backend, losses), in
+// this order, kSoftmaxPartialFloats floats a row: all floats so that one all-gather of float
+// buffers carries them between ranks.
+//   max      the slice's largest logit (NaNs ignored; -inf when it has no number)
+//   sum_exp  sum over the slice of exp(z - max) (0 when max is -inf, so that an all -inf slice
+//            adds nothing after rescaling)
+//   label_z  the label's logit when the label lies in the slice, else 0 (exactly one slice
+//            holds it, so the sum over slices is the label's logit, exactly)
+//   argmax   the global index of the slice's first maximum (first when it has no number), as
+//            a float: exact below 2^24, which the ops check against `total`
+inline constexpr int64_t kSoftmaxPartialFloats = 4;
+inline constexpr int64_t kSoftmaxMaxIndex = 1 << 24;  // floats hold every integer below
+
+// What softmax_combine returns (host values) for the rows of the combined partials.
+struct SoftmaxTotals {
+  double loss_sum = 0;  // sum over rows of -log softmax(z)[label]
+  int64_t correct = 0;  // rows whose whole-row arg-max (first maximum) is the label
+};
+
 // Arithmetic of a device's GEMMs (and convolutions); weights, gradients and optimizer state stay
 // fp32 in every mode. Backends that compute only in fp32 refuse the others when opened.
 // Values match PtCudaPrecision (engine/cuda/plugin_abi.h).

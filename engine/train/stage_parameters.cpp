@@ -9,6 +9,7 @@
 
 #include "engine/core/error.h"
 #include "engine/core/random.h"
+#include "layers/tensor_parallel/param_slices.h"
 
 namespace pt {
 
@@ -59,7 +60,7 @@ StageParameters::StageParameters(const Model& model, int first_layer, int last_l
   unwritten_.assign(static_cast<size_t>(last_ - first_), true);  // as after start_gradients()
 
   // Initialise on the host, then copy: the values do not depend on the device.
-  std::vector<float> host;
+  std::vector<float> host, whole;
   size_t e = 0;
   for (int l = first_; l < last_; ++l) {
     Layer& layer = model.layer(l);
@@ -73,7 +74,15 @@ StageParameters::StageParameters(const Model& model, int first_layer, int last_l
       const ParamRef from = tie ? tie->members[0] : ParamRef{l, p};
       const ParamInit init =
           tie ? model.layer(from.layer).param_specs()[from.param].init : specs[p].init;
-      initial_values(init, seed, from.layer, from.param, host.data(), t.numel());
+      // A tensor-parallel slice: the whole parameter's values, then this rank's part, so a
+      // model starts the same at any T.
+      if (const ParamShard& shard = specs[p].shard; shard.split()) {
+        whole.resize(static_cast<size_t>(shard.whole.numel()));
+        initial_values(init, seed, from.layer, from.param, whole.data(), shard.whole.numel());
+        take_slice(whole, shard, host);
+      } else {
+        initial_values(init, seed, from.layer, from.param, host.data(), t.numel());
+      }
       backend.copy_from_host(t.data(), host.data(), t.bytes());
       params.push_back(t);
       grads.push_back(grad(e));

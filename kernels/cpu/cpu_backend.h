@@ -97,6 +97,13 @@ class CpuBackend final : public Backend {
                     float scale) override;
   int64_t count_correct(const float* logits, const int32_t* labels, int64_t rows,
                         int64_t classes) override;
+  void softmax_partials(const float* logits, const int32_t* labels, float* partials, int64_t rows,
+                        const VocabRange& range) override;
+  SoftmaxTotals softmax_combine(const float* partials, const int32_t* labels, float* norm,
+                                int64_t parts, int64_t rows) override;
+  void softmax_xent_backward_slice(const float* logits, const int32_t* labels, const float* norm,
+                                   float* dlogits, int64_t rows, const VocabRange& range,
+                                   float scale) override;
 
   // ---- convolution and pooling (NCHW) -----------------------------------------------------
   void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias,
@@ -116,6 +123,10 @@ class CpuBackend final : public Backend {
                          int64_t vocab) override;
   void embedding_backward_weight(const int32_t* ids, const float* dy, float* dtable, int64_t n,
                                  int64_t dim) override;
+  void embedding_forward_slice(const int32_t* ids, const float* table, float* y, int64_t n,
+                               int64_t dim, const VocabRange& range) override;
+  void embedding_backward_weight_slice(const int32_t* ids, const float* dy, float* dtable,
+                                       int64_t n, int64_t dim, const VocabRange& range) override;
 
   // ---- attention (cpu_attention.cpp) ------------------------------------------------------
   void attention_forward(const float* qkv, float* out, float* lse, int64_t B, int64_t T, int64_t H,

@@ -1,6 +1,8 @@
-// Losses: softmax cross-entropy, mean squared error, and the accuracy count.
+// Losses: softmax cross-entropy (whole rows, or one tensor-parallel rank's slice of the classes),
+// mean squared error, and the accuracy count.
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -39,6 +41,34 @@ PT_CPU_SIMD_CLONES double softmax_row(const float* __restrict x, float* __restri
   const float inv = 1.f / sum;
   for (c = 0; c < n; ++c) p[c] *= inv;
   return std::log(static_cast<double>(sum)) - static_cast<double>(x[label] - mx);
+}
+
+// The partials of one row's slice x[0, n) whose first class is `first` (op_params.h): the
+// first maximum by the same strict scan as count_correct, the sum of exponentials with
+// sum_f32's 16 lanes (so a single slice sums as softmax_row does), the label's logit.
+PT_CPU_SIMD_CLONES void softmax_partial_row(const float* __restrict x, int64_t n, int64_t first,
+                                            int32_t label, float* __restrict out) {
+  float mx = -std::numeric_limits<float>::infinity();
+  int64_t at = 0;
+  for (int64_t c = 0; c < n; ++c)
+    if (x[c] > mx) {  // false for NaN: NaNs are ignored here and poison the sum below
+      mx = x[c];
+      at = c;
+    }
+  float sum = 0.f;
+  if (mx != -std::numeric_limits<float>::infinity()) {  // exp(-inf - -inf) would be NaN
+    float acc[16] = {};
+    int64_t c = 0;
+    for (; c + 16 <= n; c += 16)
+      for (int j = 0; j < 16; ++j) acc[j] += cpu::exp_f32(x[c + j] - mx);
+    for (int j = 0; j < 16; ++j) sum += acc[j];
+    for (; c < n; ++c) sum += cpu::exp_f32(x[c] - mx);
+  }
+  const int64_t local = static_cast<int64_t>(label) - first;
+  out[0] = mx;
+  out[1] = sum;
+  out[2] = local >= 0 && local < n ? x[local] : 0.f;
+  out[3] = static_cast<float>(first + at);
 }
 
 }  // namespace
@@ -108,6 +138,82 @@ int64_t CpuBackend::count_correct(const float* logits, const int32_t* labels, in
     correct += mine;
   });
   return correct.load();
+}
+
+// ---- vocab-parallel softmax cross-entropy ---------------------------------------------------
+// (layers/tensor_parallel/vocab_parallel_cross_entropy.h) Each rank reduces its slice of every
+// row to kSoftmaxPartialFloats numbers, the ranks all-gather them, and every rank combines the
+// same gathered bytes with the same loop, so all hold the same loss bits.
+
+// partials(rows, 4) of logits(rows, range.count).
+void CpuBackend::softmax_partials(const float* logits, const int32_t* labels, float* partials,
+                                  int64_t rows, const VocabRange& range) {
+  if (range.total > kSoftmaxMaxIndex)
+    throw UsageError(fmt::format(
+        "softmax_partials: {} classes; the partials carry class indices as floats, exact only "
+        "below {}",
+        range.total, kSoftmaxMaxIndex));
+  check_labels("softmax_partials", labels, rows, range.total);
+  cpu::parallel_rows(threads_, rows, range.count, [=](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      softmax_partial_row(logits + r * range.count, range.count, range.first, labels[r],
+                          partials + r * kSoftmaxPartialFloats);
+  });
+}
+
+// For each row: M, S (double) and the label's logit from the parts in part order; the loss
+// log S - (z_label - M) as softmax_row forms it; the first maximum over parts in part order
+// (a later part wins only when strictly greater, so ties go to the lowest class). Serial:
+// parts x rows numbers are little work, and one order keeps the loss the same on every rank.
+SoftmaxTotals CpuBackend::softmax_combine(const float* partials, const int32_t* labels, float* norm,
+                                          int64_t parts, int64_t rows) {
+  SoftmaxTotals totals;
+  const int64_t stride = rows * kSoftmaxPartialFloats;  // from one part to the next
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = partials + r * kSoftmaxPartialFloats;
+    float mx = row[0], best = row[0], best_at = row[3], label_z = row[2];
+    for (int64_t p = 1; p < parts; ++p) {
+      const float* part = row + p * stride;
+      mx = part[0] > mx ? part[0] : mx;
+      if (part[0] > best) {
+        best = part[0];
+        best_at = part[3];
+      }
+      label_z += part[2];  // zeros but for the part that holds the label: exact
+    }
+    double sum = 0.0;
+    for (int64_t p = 0; p < parts; ++p) {
+      const float* part = row + p * stride;
+      sum += static_cast<double>(part[1]) *
+             std::exp(static_cast<double>(part[0]) - static_cast<double>(mx));
+    }
+    if (norm) {
+      norm[2 * r] = mx;
+      norm[2 * r + 1] = static_cast<float>(sum);
+    }
+    totals.loss_sum += std::log(sum) - static_cast<double>(label_z - mx);
+    totals.correct += static_cast<int64_t>(best_at) == labels[r];
+  }
+  return totals;
+}
+
+// dlogits(rows, range.count) = scale * (exp(z - M) / S - onehot), the probability formed as
+// softmax_row forms it (exp_f32, then times 1/S).
+void CpuBackend::softmax_xent_backward_slice(const float* logits, const int32_t* labels,
+                                             const float* norm, float* dlogits, int64_t rows,
+                                             const VocabRange& range, float scale) {
+  check_labels("softmax_xent_backward_slice", labels, rows, range.total);
+  const int64_t n = range.count;
+  cpu::parallel_rows(threads_, rows, n, [=](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* __restrict x = logits + r * n;
+      float* __restrict d = dlogits + r * n;
+      const float mx = norm[2 * r], inv = 1.f / norm[2 * r + 1];
+      for (int64_t c = 0; c < n; ++c) d[c] = scale * (cpu::exp_f32(x[c] - mx) * inv);
+      const int64_t local = static_cast<int64_t>(labels[r]) - range.first;
+      if (local >= 0 && local < n) d[local] = scale * (cpu::exp_f32(x[local] - mx) * inv - 1.f);
+    }
+  });
 }
 
 }  // namespace pt

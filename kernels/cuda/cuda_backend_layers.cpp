@@ -107,6 +107,35 @@ void CudaBackend::embedding_backward_weight(const int32_t* ids, const float* dy,
   check(launch_embedding_backward_weight(ids, dy, dtable, n, dim, compute_),
         "launch_embedding_backward_weight");
 }
+void CudaBackend::embedding_forward_slice(const int32_t* ids, const float* table, float* y,
+                                          int64_t n, int64_t dim, const VocabRange& range) {
+  if (n == 0) return;
+  DeviceGuard guard(device_);
+  int* first_bad = static_cast<int*>(scratch(partials_, sizeof(int), "id check"));
+  check(launch_embedding_forward_slice(ids, table, y, n, dim, range.first, range.count, range.total,
+                                       first_bad, compute_),
+        "launch_embedding_forward_slice");
+  // Every rank checks the same ids against the whole vocabulary, so all refuse a bad batch
+  // before the all-reduce that follows.
+  int bad = 0;
+  read_back(&bad, first_bad, sizeof(bad));
+  if (bad < n) {
+    int32_t id = 0;
+    read_back(&id, ids + bad, sizeof(id));
+    throw UsageError(
+        fmt::format("token id {} at position {} is outside the embedding's vocabulary [0, {}): "
+                    "the data does not match the model's vocabulary size",
+                    id, bad, range.total));
+  }
+}
+void CudaBackend::embedding_backward_weight_slice(const int32_t* ids, const float* dy,
+                                                  float* dtable, int64_t n, int64_t dim,
+                                                  const VocabRange& range) {
+  DeviceGuard guard(device_);
+  check(launch_embedding_backward_weight_slice(ids, dy, dtable, n, dim, range.first, range.count,
+                                               compute_),
+        "launch_embedding_backward_weight_slice");
+}
 
 // ---- attention ------------------------------------------------------------------------------
 

@@ -27,4 +27,18 @@ cudaError_t launch_embedding_forward(const int32_t* ids, const float* table, flo
 cudaError_t launch_embedding_backward_weight(const int32_t* ids, const float* dy, float* dtable,
                                              int64_t n, int64_t dim, cudaStream_t stream);
 
+// The vocab-parallel forms (Backend::embedding_*_slice): table(count, dim) holds the rows
+// [first, first + count) of a table of `total` rows. y(n, dim) = table[ids[i] - first] for an
+// id in the slice, zeros for the others; *first_bad as above, against [0, total).
+cudaError_t launch_embedding_forward_slice(const int32_t* ids, const float* table, float* y,
+                                           int64_t n, int64_t dim, int64_t first, int64_t count,
+                                           int64_t total, int* first_bad, cudaStream_t stream);
+
+// dtable[ids[i] - first] += dy(i) for the ids in [first, first + count) (ACCUMULATES, with
+// float atomicAdd as above); other ids add nothing.
+cudaError_t launch_embedding_backward_weight_slice(const int32_t* ids, const float* dy,
+                                                   float* dtable, int64_t n, int64_t dim,
+                                                   int64_t first, int64_t count,
+                                                   cudaStream_t stream);
+
 }  // namespace pt::cuda

@@ -7,12 +7,16 @@
 // are deterministic. The accuracy count gives each row one warp: a (value, index) arg-max
 // reduction where ties go to the lower index reproduces the CPU's first-maximum scan, and
 // integer atomics add the counts. The backward passes are elementwise grid-stride loops.
+// The vocab-parallel partials reuse the forward's one block per row, with a block-wide
+// (value, index) arg-max; their combination is one thread per row, in double and in part
+// order, as the CPU loop.
 #include "kernels/cuda/loss.h"
 
 #include <algorithm>
 #include <climits>
 #include <cmath>
 
+#include "engine/core/op_params.h"
 #include "kernels/cuda/launch_shape.h"
 
 namespace pt::cuda {
@@ -171,6 +175,134 @@ __global__ void count_correct_kernel(const float* __restrict__ logits,
   if (lane == 0 && correct != 0) atomicAdd(count, correct);
 }
 
+// ---- vocab-parallel softmax cross-entropy ----------------------------------------------------
+
+// A first maximum: the largest value, on equal values the lowest index. kNoCandidate (with
+// -inf) loses to any real candidate, which every thread's strict scan makes only of values
+// above -inf, as the CPU's scan does.
+struct ArgMax {
+  float v;
+  int64_t at;
+};
+
+__device__ ArgMax warp_argmax(ArgMax m) {
+  for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) {
+    const float v = __shfl_xor_sync(kFullMask, m.v, offset);
+    const long long at = __shfl_xor_sync(kFullMask, static_cast<long long>(m.at), offset);
+    if (beats(v, at, m.v, m.at)) m = ArgMax{v, static_cast<int64_t>(at)};
+  }
+  return m;
+}
+
+// The block's first maximum, returned to every thread (block_reduce's pattern and its rule on
+// reusing the shared slots).
+__device__ ArgMax block_argmax(ArgMax m) {
+  __shared__ float warp_v[kMaxRowThreads / kWarpSize];
+  __shared__ int64_t warp_at[kMaxRowThreads / kWarpSize];
+  __shared__ float result_v;
+  __shared__ int64_t result_at;
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int warps = static_cast<int>(blockDim.x) / kWarpSize;
+  m = warp_argmax(m);
+  if (lane == 0) {
+    warp_v[warp] = m.v;
+    warp_at[warp] = m.at;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    ArgMax w = lane < warps ? ArgMax{warp_v[lane], warp_at[lane]} : ArgMax{-INFINITY, kNoCandidate};
+    w = warp_argmax(w);
+    if (lane == 0) {
+      result_v = w.v;
+      result_at = w.at;
+    }
+  }
+  __syncthreads();
+  return ArgMax{result_v, result_at};
+}
+
+__global__ void softmax_partials_kernel(const float* __restrict__ logits,
+                                        const int32_t* __restrict__ labels,
+                                        float* __restrict__ partials,
+                                        int* __restrict__ first_bad_row, int64_t rows,
+                                        int64_t first, int64_t count, int64_t total) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* xr = logits + r * count;
+    ArgMax mine{-INFINITY, kNoCandidate};
+    for (int64_t c = threadIdx.x; c < count; c += blockDim.x)
+      if (xr[c] > mine.v) mine = ArgMax{xr[c], c};  // false for NaN, as on the CPU
+    const ArgMax best = block_argmax(mine);
+    // No number in the slice: a sum of 0, not exp(-inf - -inf) = NaN (op_params.h).
+    float part_sum = 0.f;
+    if (best.v != -INFINITY)
+      for (int64_t c = threadIdx.x; c < count; c += blockDim.x) part_sum += expf(xr[c] - best.v);
+    const float sum = block_reduce(part_sum, SumOp{}, 0.f);
+    if (threadIdx.x == 0) {
+      const int32_t label = labels[r];
+      if (label < 0 || label >= total) atomicMin(first_bad_row, static_cast<int>(r));
+      const int64_t local = static_cast<int64_t>(label) - first;
+      float* out = partials + r * kSoftmaxPartialFloats;
+      out[0] = best.v;
+      out[1] = sum;
+      out[2] = local >= 0 && local < count ? xr[local] : 0.f;
+      out[3] = static_cast<float>(first + (best.at == kNoCandidate ? 0 : best.at));
+    }
+  }
+}
+
+__global__ void softmax_combine_kernel(const float* __restrict__ partials,
+                                       const int32_t* __restrict__ labels, float* __restrict__ norm,
+                                       double* __restrict__ row_loss,
+                                       unsigned long long* __restrict__ correct, int64_t parts,
+                                       int64_t rows) {
+  const int64_t stride_rows = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t part_stride = rows * kSoftmaxPartialFloats;
+  unsigned long long mine = 0;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < rows;
+       r += stride_rows) {
+    const float* row = partials + r * kSoftmaxPartialFloats;
+    float mx = row[0], best = row[0], best_at = row[3], label_z = row[2];
+    for (int64_t p = 1; p < parts; ++p) {
+      const float* part = row + p * part_stride;
+      mx = part[0] > mx ? part[0] : mx;
+      if (part[0] > best) {
+        best = part[0];
+        best_at = part[3];
+      }
+      label_z += part[2];
+    }
+    double sum = 0.0;
+    for (int64_t p = 0; p < parts; ++p) {
+      const float* part = row + p * part_stride;
+      sum += static_cast<double>(part[1]) *
+             exp(static_cast<double>(part[0]) - static_cast<double>(mx));
+    }
+    if (norm) {
+      norm[2 * r] = mx;
+      norm[2 * r + 1] = static_cast<float>(sum);
+    }
+    row_loss[r] = log(sum) - static_cast<double>(label_z - mx);
+    mine += static_cast<int64_t>(best_at) == labels[r] ? 1 : 0;
+  }
+  if (mine != 0) atomicAdd(correct, mine);
+}
+
+__global__ void softmax_xent_backward_slice_kernel(const float* __restrict__ logits,
+                                                   const int32_t* __restrict__ labels,
+                                                   const float* __restrict__ norm,
+                                                   float* __restrict__ dlogits, int64_t rows,
+                                                   int64_t first, int64_t count, float scale) {
+  const int64_t n = rows * count;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const int64_t r = i / count, c = i - r * count;
+    const float p = expf(logits[i] - norm[2 * r]) * (1.f / norm[2 * r + 1]);  // the CPU's order
+    dlogits[i] = c == static_cast<int64_t>(labels[r]) - first ? scale * (p - 1.f) : scale * p;
+  }
+}
+
 }  // namespace
 
 cudaError_t launch_softmax_xent_forward(const float* logits, const int32_t* labels, float* probs,
@@ -217,6 +349,45 @@ cudaError_t launch_count_correct(const float* logits, const int32_t* labels, int
   const int64_t blocks = std::min(ceil_div(rows, kThreads / kWarpSize), kMaxBlocks);
   count_correct_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(logits, labels, rows,
                                                                                classes, count);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_softmax_partials(const float* logits, const int32_t* labels, float* partials,
+                                    int* first_bad_row, int64_t rows, int64_t first, int64_t count,
+                                    int64_t total, cudaStream_t stream) {
+  if (rows < 0 || rows > INT_MAX) return cudaErrorInvalidValue;
+  set_int_kernel<<<1, 1, 0, stream>>>(first_bad_row, static_cast<int>(rows));
+  if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (rows == 0) return cudaSuccess;
+  softmax_partials_kernel<<<static_cast<unsigned>(std::min(rows, kMaxBlocks)),
+                            static_cast<unsigned>(row_threads(count)), 0, stream>>>(
+      logits, labels, partials, first_bad_row, rows, first, count, total);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_softmax_combine(const float* partials, const int32_t* labels, float* norm,
+                                   double* row_loss, unsigned long long* correct, int64_t parts,
+                                   int64_t rows, cudaStream_t stream) {
+  if (const cudaError_t err = cudaMemsetAsync(correct, 0, sizeof(*correct), stream);
+      err != cudaSuccess)
+    return err;
+  const LaunchShape1d shape = launch_shape_1d(rows);
+  if (shape.blocks == 0 || parts <= 0) return cudaSuccess;
+  softmax_combine_kernel<<<static_cast<unsigned>(shape.blocks),
+                           static_cast<unsigned>(shape.threads), 0, stream>>>(
+      partials, labels, norm, row_loss, correct, parts, rows);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_softmax_xent_backward_slice(const float* logits, const int32_t* labels,
+                                               const float* norm, float* dlogits, int64_t rows,
+                                               int64_t first, int64_t count, float scale,
+                                               cudaStream_t stream) {
+  if (rows <= 0 || count <= 0) return cudaSuccess;
+  const LaunchShape1d shape = launch_shape_1d(rows * count);
+  softmax_xent_backward_slice_kernel<<<static_cast<unsigned>(shape.blocks),
+                                       static_cast<unsigned>(shape.threads), 0, stream>>>(
+      logits, labels, norm, dlogits, rows, first, count, scale);
   return cudaGetLastError();
 }
 

@@ -38,4 +38,31 @@ cudaError_t launch_mse_backward(const float* pred, const float* target, float* d
 cudaError_t launch_count_correct(const float* logits, const int32_t* labels, int64_t rows,
                                  int64_t classes, unsigned long long* count, cudaStream_t stream);
 
+// ---- vocab-parallel softmax cross-entropy -----------------------------------------------------
+// Backend::softmax_partials, softmax_combine and softmax_xent_backward_slice: logits split by
+// classes across tensor-parallel ranks, each rank holding the classes [first, first + count)
+// of `total` (partials' layout: engine/core/op_params.h).
+
+// partials(rows, kSoftmaxPartialFloats) of logits(rows, count): one block per row, as the
+// forward above. *first_bad_row as in launch_softmax_xent_forward, for labels outside
+// [0, total).
+cudaError_t launch_softmax_partials(const float* logits, const int32_t* labels, float* partials,
+                                    int* first_bad_row, int64_t rows, int64_t first, int64_t count,
+                                    int64_t total, cudaStream_t stream);
+
+// One thread per row of partials(parts, rows, kSoftmaxPartialFloats): norm(rows, 2) = (M, S)
+// unless norm is null; row_loss(rows) [double] = log S - (z_label - M), for the host to add in
+// row order; *correct = the rows whose arg-max is the label (zeroed on the stream first).
+// Labels must be valid (softmax_partials checked them).
+cudaError_t launch_softmax_combine(const float* partials, const int32_t* labels, float* norm,
+                                   double* row_loss, unsigned long long* correct, int64_t parts,
+                                   int64_t rows, cudaStream_t stream);
+
+// dlogits(rows, count) = scale * (exp(z - M) / S - onehot(labels - first)), norm(rows, 2) =
+// (M, S); a label outside the slice adds no one-hot. Nothing is launched for no elements.
+cudaError_t launch_softmax_xent_backward_slice(const float* logits, const int32_t* labels,
+                                               const float* norm, float* dlogits, int64_t rows,
+                                               int64_t first, int64_t count, float scale,
+                                               cudaStream_t stream);
+
 }  // namespace pt::cuda

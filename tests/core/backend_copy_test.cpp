@@ -105,6 +105,16 @@ class HiddenMemoryBackend final : public Backend {
   int64_t count_correct(const float*, const int32_t*, int64_t, int64_t) override {
     unused("count_correct");
   }
+  void softmax_partials(const float*, const int32_t*, float*, int64_t, const VocabRange&) override {
+    unused("softmax_partials");
+  }
+  SoftmaxTotals softmax_combine(const float*, const int32_t*, float*, int64_t, int64_t) override {
+    unused("softmax_combine");
+  }
+  void softmax_xent_backward_slice(const float*, const int32_t*, const float*, float*, int64_t,
+                                   const VocabRange&, float) override {
+    unused("softmax_xent_backward_slice");
+  }
   void conv2d_forward(const Conv2dShape&, const float*, const float*, const float*,
                       float*) override {
     unused("conv2d_forward");
@@ -133,6 +143,14 @@ class HiddenMemoryBackend final : public Backend {
   }
   void embedding_backward_weight(const int32_t*, const float*, float*, int64_t, int64_t) override {
     unused("embedding_backward_weight");
+  }
+  void embedding_forward_slice(const int32_t*, const float*, float*, int64_t, int64_t,
+                               const VocabRange&) override {
+    unused("embedding_forward_slice");
+  }
+  void embedding_backward_weight_slice(const int32_t*, const float*, float*, int64_t, int64_t,
+                                       const VocabRange&) override {
+    unused("embedding_backward_weight_slice");
   }
   void attention_forward(const float*, float*, float*, int64_t, int64_t, int64_t, int64_t,
                          float) override {

@@ -533,6 +533,85 @@ TEST_CASE("cuda vs cpu: mse forward and backward, count_correct") {
   CHECK(count[1] == count[0]);
 }
 
+// The vocab-parallel cross-entropy's three ops, on rank 1 of 3 slices of the classes. Rows
+// that test the edges: a tie on a grid (the first maximum), a slice all -inf (max -inf, sum 0),
+// labels inside and outside the slice. Tolerances: max, arg-max and the label's logit are
+// selections (exact); the slice's sum and the backward's exp(z - M) / S use expf against the
+// CPU's exp_f32 and another sum order, as softmax probs ({1e-9, 1e-5}); softmax_combine is
+// double arithmetic on the same inputs (exp and log within an ulp or two: 1e-12 relative on
+// the loss; S is stored as a float, 1e-6) and exact selections.
+TEST_CASE("cuda vs cpu: vocab-parallel softmax partials, combine, backward on a slice") {
+  Pair P;
+  const int64_t rows = 67, parts = 3;
+  for (int64_t count : {7, 500}) {
+    CAPTURE(count);
+    const VocabRange range{count, count, parts * count};  // rank 1's classes
+    auto X = randf(sz(rows * count), 41, -5.f, 5.f);
+    for (int64_t c = 0; c < count; ++c) {
+      X[sz(0 * count + c)] = -std::numeric_limits<float>::infinity();  // row 0: no number
+      X[sz(1 * count + c)] = std::round(X[sz(1 * count + c)]);         // row 1: ties on a grid
+    }
+    auto L = randi(sz(rows), 42, static_cast<int32_t>(range.total));
+    L[0] = 0;  // not in the all -inf slice (its logit would be -inf, the loss infinite)
+    L[2] = static_cast<int32_t>(range.first);  // in the slice, at both ends
+    L[3] = static_cast<int32_t>(range.first + count - 1);
+    Twin logits = P.upload(X), labels = P.upload(L);
+    Twin partials = P.upload(nans(sz(rows * kSoftmaxPartialFloats)));
+    P.run([&](Backend& be, int s) {
+      be.softmax_partials(logits.f(s), labels.i(s), partials.f(s), rows, range);
+    });
+    const auto got = P.get(partials, 1), ref = P.get(partials, 0);
+    std::vector<float> got_sum, ref_sum, got_picked, ref_picked;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const bool is_sum = i % kSoftmaxPartialFloats == 1;
+      (is_sum ? got_sum : got_picked).push_back(got[i]);
+      (is_sum ? ref_sum : ref_picked).push_back(ref[i]);
+    }
+    expect_equal("softmax_partials max, label logit, arg-max", got_picked, ref_picked);
+    expect_close("softmax_partials sum of exponentials", got_sum, ref_sum, 1e-9, 1e-5);
+
+    // All three slices' partials as the all-gather lays them out (the CPU's, on both sides).
+    std::vector<float> gathered;
+    for (int64_t p = 0; p < parts; ++p) {
+      const auto Xp =
+          p == 1 ? X : randf(sz(rows * count), 43 + static_cast<uint64_t>(p), -5.f, 5.f);
+      Twin lp = P.upload(Xp), pp = P.upload(nans(sz(rows * kSoftmaxPartialFloats)));
+      P.cpu->softmax_partials(lp.f(0), labels.i(0), pp.f(0), rows,
+                              VocabRange{p * count, count, range.total});
+      const auto host = P.get(pp, 0);
+      gathered.insert(gathered.end(), host.begin(), host.end());
+    }
+    Twin all = P.upload(gathered), norm = P.upload(nans(sz(rows * 2)));
+    SoftmaxTotals totals[2];
+    P.run([&](Backend& be, int s) {
+      totals[s] = be.softmax_combine(all.f(s), labels.i(s), norm.f(s), parts, rows);
+    });
+    INFO("softmax_combine loss: cuda " << num(totals[1].loss_sum) << ", cpu "
+                                       << num(totals[0].loss_sum));
+    CHECK(std::abs(totals[1].loss_sum - totals[0].loss_sum) <=
+          1e-12 * std::abs(totals[0].loss_sum));
+    CHECK(totals[1].correct == totals[0].correct);
+    P.compare("softmax_combine norm (M, S)", norm, {0, 1e-6});  // S: a double rounded to float
+
+    P.mirror(norm);
+    Twin dlogits = P.upload(nans(sz(rows * count)));
+    P.run([&](Backend& be, int s) {
+      be.softmax_xent_backward_slice(logits.f(s), labels.i(s), norm.f(s), dlogits.f(s), rows, range,
+                                     1.f / static_cast<float>(rows));
+    });
+    P.compare("softmax_xent_backward_slice", dlogits, {1e-9, 1e-5});
+
+    auto B = L;
+    B[5] = static_cast<int32_t>(range.total);  // a label past the whole vocabulary
+    P.set(labels, 0, B);
+    P.set(labels, 1, B);
+    CHECK_THROWS_AS(P.cpu->softmax_partials(logits.f(0), labels.i(0), partials.f(0), rows, range),
+                    UsageError);
+    CHECK_THROWS_AS(P.gpu->softmax_partials(logits.f(1), labels.i(1), partials.f(1), rows, range),
+                    UsageError);
+  }
+}
+
 // ---- convolution and pooling ------------------------------------------------------------------
 
 TEST_CASE("cuda vs cpu: conv2d forward, backward_input, backward_weight") {
@@ -629,6 +708,41 @@ TEST_CASE("cuda vs cpu: embedding forward, backward_weight, bad ids") {
     CHECK_THROWS_AS(P.cpu->embedding_forward(id.i(0), table.f(0), y.f(0), n, dim, vocab),
                     UsageError);
     CHECK_THROWS_AS(P.gpu->embedding_forward(id.i(1), table.f(1), y.f(1), n, dim, vocab),
+                    UsageError);
+  }
+}
+
+// A vocab-parallel embedding's rows [first, first + count) of the table: ids in the slice read
+// their row, the others zeros (exact); the gradient scatters only the slice's ids.
+TEST_CASE("cuda vs cpu: embedding on a slice of the table (vocab-parallel), bad ids") {
+  Pair P;
+  const int64_t dim = 37, n = 300;
+  const VocabRange range{20, 10, 50};  // rows 20..29 of 50
+  auto ids = randi(sz(n), 37, static_cast<int32_t>(range.total));
+  ids[0] = 20;  // both ends of the slice, and just outside them
+  ids[1] = 29;
+  ids[2] = 19;
+  ids[3] = 30;
+  Twin id = P.upload(ids), table = P.upload(randf(sz(range.count * dim), 38)),
+       y = P.upload(nans(sz(n * dim)));
+  P.run([&](Backend& be, int s) {
+    be.embedding_forward_slice(id.i(s), table.f(s), y.f(s), n, dim, range);
+  });
+  P.compare("embedding_forward_slice", y, kExact);
+  Twin dy = P.upload(randf(sz(n * dim), 39)), dtable = P.upload(randf(sz(range.count * dim), 40));
+  P.run([&](Backend& be, int s) {
+    be.embedding_backward_weight_slice(id.i(s), dy.f(s), dtable.f(s), n, dim, range);
+  });
+  P.compare("embedding_backward_weight_slice (accumulated, repeated ids)", dtable, {1e-6, 1e-6});
+  for (int32_t bad : {static_cast<int32_t>(range.total), -1}) {
+    CAPTURE(bad);
+    auto B = ids;
+    B[sz(n - 3)] = bad;
+    P.set(id, 0, B);
+    P.set(id, 1, B);
+    CHECK_THROWS_AS(P.cpu->embedding_forward_slice(id.i(0), table.f(0), y.f(0), n, dim, range),
+                    UsageError);
+    CHECK_THROWS_AS(P.gpu->embedding_forward_slice(id.i(1), table.f(1), y.f(1), n, dim, range),
                     UsageError);
   }
 }

@@ -1,0 +1,46 @@
+#pragma once
+// The ranks that share the layers of one pipeline stage (tensor parallelism, Megatron-LM's
+// "tensor-model-parallel group"), as the layers see them: collectives on device memory, called
+// inside forward and backward. The engine implements it over its communicators
+// (engine/parallel/tensor_parallel_group.h: in-process, MPI, NCCL); layers never see which.
+//
+// Rules (those of engine/comm/communicator.h): every rank calls the same collectives in the
+// same order with the same sizes; a sum has the same bits on every rank; nothing waits forever
+// (a blocking call throws TimeoutError naming `what` and the rank it waited for).
+#include <cstdint>
+#include <string_view>
+
+#include "engine/core/backend.h"
+
+namespace pt {
+
+class TensorParallelGroup {
+ public:
+  virtual ~TensorParallelGroup() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // data (n floats of `backend`'s memory) := the element-wise sum over the ranks.
+  virtual void all_reduce_sum(Backend& backend, float* data, int64_t n, std::string_view what) = 0;
+  // in: n floats on every rank; out: size() * n, rank r's at offset r * n.
+  virtual void all_gather(Backend& backend, const float* in, float* out, int64_t n,
+                          std::string_view what) = 0;
+  // in: size() * n floats; out: n = the element-wise sum over the ranks of block rank().
+  virtual void reduce_scatter_sum(Backend& backend, const float* in, float* out, int64_t n,
+                                  std::string_view what) = 0;
+};
+
+// Which rank of how many a layer is built for, and the group it talks to. The default (one
+// rank, no group) is a layer as written: no split, no collective.
+struct TensorParallel {
+  TensorParallelGroup* group = nullptr;  // required when size > 1
+  int rank = 0;
+  int size = 1;
+  // Sequence parallelism (Korthikanti et al. 2022): between the tensor-parallel regions the
+  // activations are split along the sequence (all-gather / reduce-scatter instead of the
+  // all-reduce); only where a layer supports it.
+  bool sequence_parallel = false;
+
+  bool enabled() const { return size > 1; }
+};
+
+}  // namespace pt

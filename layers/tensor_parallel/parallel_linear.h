@@ -1,0 +1,79 @@
+#pragma once
+// The two halves of a tensor-parallel linear pair (Shoeybi et al. 2019, Megatron-LM):
+//
+//   ColumnParallelLinear  W (out, in) split by rows (output features): rank t computes
+//       y_t = x W_t^T + b_t, its slice of the output features; x is whole on every rank.
+//       backward: dx = sum_t dy_t W_t (all-reduce), dW_t, db_t from the rank's own slice.
+//   RowParallelLinear     W (out, in) split by columns (input features): rank t takes the slice
+//       x_t of the features a column-parallel layer produced and computes x_t W_t^T; the sum
+//       over ranks (all-reduce) plus the whole bias is the output, whole on every rank.
+//       backward: dx_t = dy W_t (no collective), dW_t += dy^T x_t, db += sum dy (the same on
+//       every rank: the bias is replicated).
+//
+// Between them any element-wise layer runs on the slice, so a pair (an MLP, attention's QKV and
+// output projection) costs one all-reduce forward and one backward. Both compute through a
+// Linear of the slice's shape; with one rank each is exactly a Linear (the same calls).
+// Parameters keep the Linear's names, order and initial distribution (of the whole layer:
+// uniform in +-1/sqrt(in_features of the whole)), and declare their slice (ParamShard).
+#include <cstdint>
+#include <string_view>
+
+#include "layers/layer.h"
+#include "layers/linear.h"
+#include "layers/tensor_parallel/group.h"
+
+namespace pt {
+
+class ColumnParallelLinear final : public Layer {
+ public:
+  // in: the per-sample input (..., in_features), whole; out_features: of the whole layer.
+  ColumnParallelLinear(Shape in, int64_t out_features, bool bias, const TensorParallel& tp);
+
+  std::string_view kind() const override { return Linear::kKind; }  // a slice of a linear
+  bool output_split(bool) const override { return true; }
+  std::vector<ParamSpec> param_specs() const override;
+  LayerCost cost() const override { return slice_.cost(); }
+  void bind(std::span<const Tensor> params, std::span<const Tensor> grads) override;
+  void unbind() override;
+
+  Tensor forward(const Tensor& x, LayerContext& ctx) override;
+  Tensor backward_input(const Tensor& dy, LayerContext& ctx) override;
+  void backward_weight(const Tensor& dy, LayerContext& ctx) override;
+  bool writes_unwritten_gradients() const override { return true; }
+
+ private:
+  TensorParallel tp_;
+  int64_t out_whole_;
+  Linear slice_;  // (in) -> (out / T)
+};
+
+class RowParallelLinear final : public Layer {
+ public:
+  // in: the per-sample input slice (..., in_features / T); in_features: of the whole layer.
+  RowParallelLinear(Shape in, int64_t in_features, int64_t out_features, bool bias,
+                    const TensorParallel& tp);
+
+  std::string_view kind() const override { return Linear::kKind; }
+  bool output_split(bool) const override { return false; }
+  std::vector<ParamSpec> param_specs() const override;
+  LayerCost cost() const override;
+  void bind(std::span<const Tensor> params, std::span<const Tensor> grads) override;
+  void unbind() override;
+
+  Tensor forward(const Tensor& x, LayerContext& ctx) override;
+  Tensor backward_input(const Tensor& dy, LayerContext& ctx) override;
+  void backward_weight(const Tensor& dy, LayerContext& ctx) override;
+  bool writes_unwritten_gradients() const override { return true; }
+
+ private:
+  // With T > 1 the bias is added once, after the all-reduce (each rank's slice GEMM has none);
+  // with T = 1 the slice is the whole Linear, bias included.
+  bool separate_bias() const { return bias_ && tp_.enabled(); }
+
+  TensorParallel tp_;
+  int64_t in_whole_;
+  bool bias_;
+  Linear slice_;  // (in / T) -> (out), without the bias when separate_bias()
+};
+
+}  // namespace pt
