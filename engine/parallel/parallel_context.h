@@ -35,6 +35,14 @@ struct ParallelContext {
   // tensors (engine/parallel/optimizer_shards.h); gradients are reduce-scattered after backward
   // instead of all-reduced in buckets during it.
   bool shard_optimizer = false;
+  // --tp T (tensor parallelism): this pipeline copy is tensor rank `tensor_rank` of T; its
+  // model holds that rank's slices (layers/tensor_parallel/shard_model.h) and its layers call
+  // their own groups. tensor_parallel_group: one communicator over the T copies of this
+  // replica (in one process) or of this device (one process per device), over which the
+  // gradient norm is completed. The T copies of a replica see the same batch.
+  int tensor_parallel = 1;
+  int tensor_rank = 0;
+  Communicator* tensor_parallel_group = nullptr;
 
   bool uses_parameter_server() const { return !parameter_servers.empty(); }
   PsClient* parameter_server(int stage) const {

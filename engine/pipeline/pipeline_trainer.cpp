@@ -153,6 +153,7 @@ EpilogueConfig PipelineTrainer::epilogue(float lr) {
   epilogue.clip_norm = config_.trainer.clip_norm;
   epilogue.lr = lr;
   epilogue.pipeline_group = config_.parallel.pipeline_group;
+  epilogue.tensor_parallel_group = config_.parallel.tensor_parallel_group;
   epilogue.device_of_layer = [this](int layer) {
     return layout_.stage(layout_.stage_of_layer(layer)).device;
   };

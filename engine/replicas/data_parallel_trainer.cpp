@@ -8,6 +8,8 @@
 #include "engine/comm/in_process.h"
 #include "engine/core/error.h"
 #include "engine/devices/cuda_plugin.h"
+#include "engine/parallel/tensor_parallel_group.h"
+#include "layers/tensor_parallel/shard_model.h"
 
 namespace pt {
 
@@ -44,6 +46,10 @@ std::vector<StageState> DataParallelTrainer::stages_to_save() {
     on_all_replicas([&](int i) { replica(i).gather_full_optimizers(); });
   if (replica(0).config().parallel.replica != 0) return {};
   return replica(0).stage_states();
+}
+
+bool DataParallelTrainer::reports_loss(int i) const {
+  return replica(i).holds_last_stage() && replica(i).config().parallel.tensor_rank == 0;
 }
 
 void DataParallelTrainer::on_all_replicas(const std::function<void(int)>& job) {
@@ -93,7 +99,7 @@ StepStats DataParallelTrainer::train_step(const Tensor& inputs, const Tensor& ta
   out.reserved_bytes = 0;
   for (const StepStats& s : each) out.reserved_bytes += s.reserved_bytes;  // distinct devices
   for (size_t i = 0; i < each.size(); ++i) {
-    if (!replica(static_cast<int>(i)).holds_last_stage()) continue;
+    if (!reports_loss(static_cast<int>(i))) continue;
     out.loss += each[i].loss;
     out.correct = each[i].correct < 0 || out.correct < 0 ? -1 : out.correct + each[i].correct;
   }
@@ -125,7 +131,7 @@ std::vector<StepStats> DataParallelTrainer::train_steps(std::span<const HostBatc
     s.reserved_bytes = 0;
     for (size_t i = 0; i < each.size(); ++i) {
       s.reserved_bytes += each[i][k].reserved_bytes;
-      if (!replica(static_cast<int>(i)).holds_last_stage()) continue;
+      if (!reports_loss(static_cast<int>(i))) continue;
       s.loss += each[i][k].loss;
       s.correct = each[i][k].correct < 0 || s.correct < 0 ? -1 : s.correct + each[i][k].correct;
     }
@@ -148,7 +154,7 @@ EvalStats DataParallelTrainer::evaluate(const Tensor& inputs, const Tensor& targ
   double loss = 0;
   int64_t correct = 0;
   for (size_t i = 0; i < each.size(); ++i) {
-    if (!replica(static_cast<int>(i)).holds_last_stage()) continue;
+    if (!reports_loss(static_cast<int>(i))) continue;
     loss += each[i].loss;
     correct = each[i].correct < 0 || correct < 0 ? -1 : correct + each[i].correct;
   }
@@ -163,58 +169,101 @@ EvalStats DataParallelTrainer::evaluate(const Tensor& inputs, const Tensor& targ
 
 std::unique_ptr<DataParallelTrainer> make_local_data_parallel(
     const std::function<Model()>& make_model, const std::vector<Backend*>& devices,
-    const PipelineConfig& config, int replicas) {
-  const int D = config.schedule.num_devices;
+    const PipelineConfig& config, int replicas, int tensor_parallel) {
+  const int D = config.schedule.num_devices, T = tensor_parallel;
   if (replicas < 1) throw UsageError(fmt::format("--dp {} must be >= 1", replicas));
-  if (static_cast<int>(devices.size()) != replicas * D)
+  if (T < 1) throw UsageError(fmt::format("--tp {} must be >= 1", T));
+  if (static_cast<int>(devices.size()) != replicas * D * T)
     throw UsageError(fmt::format(
-        "{} replicas x {} pipeline devices need {} devices but {} were given: list them "
-        "with --devices (e.g. cpu:0..{})",
-        replicas, D, replicas * D, devices.size(), replicas * D - 1));
+        "{} replicas x {} pipeline devices x {} tensor ranks need {} devices but {} were given: "
+        "list them with --devices (e.g. cpu:0..{})",
+        replicas, D, T, replicas * D * T, devices.size(), replicas * D * T - 1));
+  const auto device = [&](int r, int d, int t) {
+    return devices[static_cast<size_t>((r * D + d) * T + t)];
+  };
   DataParallelTrainer::Parts parts;
-  // groups[d][r]: device d's data-parallel group, as seen by replica r.
-  std::vector<std::vector<Communicator*>> groups(static_cast<size_t>(D));
+  // Each group as a list of communicators, element k the k-th member's.
+  const auto group = [&](int size, std::string name) {
+    std::vector<Communicator*> members;
+    for (auto& c : make_in_process_group(size, config.timeout_s, std::move(name))) {
+      members.push_back(c.get());
+      parts.communicators.push_back(std::move(c));
+    }
+    return members;
+  };
+  // data_parallel[d * T + t][r], tensor[r * D + d][t], norm[r][t].
+  std::vector<std::vector<Communicator*>> data_parallel, tensor, norm;
   if (replicas > 1)
     for (int d = 0; d < D; ++d)
-      for (auto& c : make_in_process_group(replicas, config.timeout_s,
-                                           fmt::format("data-parallel device {}", d))) {
-        groups[static_cast<size_t>(d)].push_back(c.get());
-        parts.communicators.push_back(std::move(c));
-      }
-  for (int r = 0; r < replicas; ++r) {
-    PipelineConfig rc = config;
-    rc.parallel.replicas = replicas;
-    rc.parallel.replica = r;
-    rc.parallel.pipeline_group = nullptr;
-    rc.parallel.data_parallel_groups.assign(static_cast<size_t>(D), nullptr);
-    if (replicas > 1)
+      for (int t = 0; t < T; ++t)
+        data_parallel.push_back(group(replicas, T > 1 ? fmt::format("data-parallel device {} "
+                                                                    "tensor rank {}",
+                                                                    d, t)
+                                                      : fmt::format("data-parallel device {}", d)));
+  if (T > 1)
+    for (int r = 0; r < replicas; ++r) {
       for (int d = 0; d < D; ++d)
-        rc.parallel.data_parallel_groups[static_cast<size_t>(d)] =
-            groups[static_cast<size_t>(d)][static_cast<size_t>(r)];
-    parts.models.push_back(std::make_unique<Model>(make_model()));
-    const std::vector<Backend*> mine(devices.begin() + r * D, devices.begin() + (r + 1) * D);
-    parts.replicas.push_back(std::make_unique<PipelineTrainer>(*parts.models.back(), mine, rc));
-  }
+        tensor.push_back(group(T, fmt::format("tensor-parallel replica {} device {}", r, d)));
+      norm.push_back(group(T, fmt::format("tensor-parallel replica {} (gradient norm)", r)));
+    }
+  for (int r = 0; r < replicas; ++r)
+    for (int t = 0; t < T; ++t) {
+      PipelineConfig rc = config;
+      rc.parallel.replicas = replicas;
+      rc.parallel.replica = r;
+      rc.parallel.pipeline_group = nullptr;
+      rc.parallel.data_parallel_groups.assign(static_cast<size_t>(D), nullptr);
+      if (replicas > 1)
+        for (int d = 0; d < D; ++d)
+          rc.parallel.data_parallel_groups[static_cast<size_t>(d)] =
+              data_parallel[static_cast<size_t>(d * T + t)][static_cast<size_t>(r)];
+      std::vector<Backend*> mine;
+      for (int d = 0; d < D; ++d) mine.push_back(device(r, d, t));
+      TensorParallel tp;
+      if (T > 1) {
+        auto routed = std::make_unique<CommunicatorTensorParallelGroup>();
+        for (int d = 0; d < D; ++d)
+          routed->add_device(*device(r, d, t),
+                             *tensor[static_cast<size_t>(r * D + d)][static_cast<size_t>(t)]);
+        tp = TensorParallel{routed.get(), t, T};
+        parts.tensor_groups.push_back(std::move(routed));
+        rc.parallel.tensor_parallel = T;
+        rc.parallel.tensor_rank = t;
+        rc.parallel.tensor_parallel_group = norm[static_cast<size_t>(r)][static_cast<size_t>(t)];
+      }
+      parts.models.push_back(std::make_unique<Model>(shard_model(make_model(), tp)));
+      parts.replicas.push_back(std::make_unique<PipelineTrainer>(*parts.models.back(), mine, rc));
+    }
   return std::make_unique<DataParallelTrainer>(std::move(parts));
 }
 
 std::unique_ptr<DataParallelTrainer> make_process_data_parallel(
     const std::function<Model()>& make_model, Backend& device, const PipelineConfig& config,
-    Communicator& world, int replicas) {
-  const int D = config.schedule.num_devices;
+    Communicator& world, int replicas, int tensor_parallel) {
+  const int D = config.schedule.num_devices, T = tensor_parallel;
   if (replicas < 1) throw UsageError(fmt::format("--dp {} must be >= 1", replicas));
-  if (world.size() != replicas * D)
+  if (T < 1) throw UsageError(fmt::format("--tp {} must be >= 1", T));
+  if (world.size() != replicas * D * T)
     throw UsageError(
-        fmt::format("{} processes were started but --dp {} x {} pipeline devices need {}: start "
-                    "mpirun -np {} (or change --stages / --dp)",
-                    world.size(), replicas, D, replicas * D, replicas * D));
-  const int r = world.rank() / D, d = world.rank() % D;
+        fmt::format("{} processes were started but --dp {} x {} pipeline devices{} need {}: start "
+                    "mpirun -np {} (or change --stages / --dp{})",
+                    world.size(), replicas, D, T > 1 ? fmt::format(" x --tp {}", T) : "",
+                    replicas * D * T, replicas * D * T, T > 1 ? " / --tp" : ""));
+  const int r = world.rank() / (D * T), d = world.rank() / T % D, t = world.rank() % T;
   DataParallelTrainer::Parts parts;
   parts.world = &world;
   // Created eagerly, in the same order on every rank: a communicator made lazily in the middle
   // of a step could deadlock against a peer already waiting in a transfer.
-  auto pipeline = world.split(r, d, fmt::format("pipeline of replica {}", r));
-  auto data_parallel = world.split(d, r, fmt::format("data-parallel device {}", d));
+  auto pipeline = world.split(r * T + t, d,
+                              T > 1 ? fmt::format("pipeline of replica {} tensor rank {}", r, t)
+                                    : fmt::format("pipeline of replica {}", r));
+  auto data_parallel =
+      world.split(d * T + t, r,
+                  T > 1 ? fmt::format("data-parallel device {} tensor rank {}", d, t)
+                        : fmt::format("data-parallel device {}", d));
+  std::unique_ptr<Communicator> tensor;
+  if (T > 1)
+    tensor = world.split(r * D + d, t, fmt::format("tensor-parallel replica {} device {}", r, d));
   // GPUs all-reduce their gradients with NCCL, in device memory, when every replica of this
   // device has a GPU of its own (NCCL refuses two ranks on one GPU); otherwise through the host
   // over MPI. The MPI group stays: it carried NCCL's unique id and stays its bootstrap.
@@ -234,10 +283,21 @@ std::unique_ptr<DataParallelTrainer> make_process_data_parallel(
         nccl ? nccl.get() : data_parallel.get();
   std::vector<Backend*> devices(static_cast<size_t>(D), nullptr);
   devices[static_cast<size_t>(d)] = &device;
+  TensorParallel tp;
+  if (tensor) {
+    // The layers' collectives and the gradient norm's completion share the one group of this
+    // device's T ranks (host buffers: MPI).
+    parts.tensor_groups.push_back(std::make_unique<CommunicatorTensorParallelGroup>(*tensor));
+    tp = TensorParallel{parts.tensor_groups.back().get(), t, T};
+    rc.parallel.tensor_parallel = T;
+    rc.parallel.tensor_rank = t;
+    rc.parallel.tensor_parallel_group = tensor.get();
+    parts.communicators.push_back(std::move(tensor));
+  }
   parts.communicators.push_back(std::move(pipeline));
   parts.communicators.push_back(std::move(data_parallel));
   if (nccl) parts.communicators.push_back(std::move(nccl));
-  parts.models.push_back(std::make_unique<Model>(make_model()));
+  parts.models.push_back(std::make_unique<Model>(shard_model(make_model(), tp)));
   parts.replicas.push_back(std::make_unique<PipelineTrainer>(*parts.models.back(), devices, rc));
   return std::make_unique<DataParallelTrainer>(std::move(parts));
 }

@@ -13,6 +13,7 @@
 
 #include "engine/comm/communicator.h"
 #include "engine/pipeline/pipeline_trainer.h"
+#include "layers/tensor_parallel/group.h"
 
 namespace pt {
 
@@ -21,8 +22,11 @@ class DataParallelTrainer final : public TrainingEngine {
   // Everything a run with R replicas needs, owned in one place: the models (one per replica
   // held here), the communicators, and the replicas (destroyed first).
   struct Parts {
-    std::vector<std::unique_ptr<Model>> models;
     std::vector<std::unique_ptr<Communicator>> communicators;
+    // --tp T: the groups the models' tensor-parallel layers call (before the models, which
+    // point at them).
+    std::vector<std::unique_ptr<TensorParallelGroup>> tensor_groups;
+    std::vector<std::unique_ptr<Model>> models;
     std::vector<std::unique_ptr<PipelineTrainer>> replicas;  // each with parallel.replica set
     Communicator* world = nullptr;  // nullable: set when other processes take part
     // Asynchronous parameter-server workers do not meet every step: each reports its own
@@ -63,6 +67,9 @@ class DataParallelTrainer final : public TrainingEngine {
   // Runs job(i) for every replica held here at once (replica 0 on the calling thread), then
   // rethrows the first failure.
   void on_all_replicas(const std::function<void(int)>& job);
+  // Whether copy i's loss counts: it holds the last stage, and it is tensor rank 0 (the T
+  // tensor ranks of a replica compute the same loss).
+  bool reports_loss(int i) const;
 
   Parts parts_;
 };
@@ -70,15 +77,23 @@ class DataParallelTrainer final : public TrainingEngine {
 // R replicas in this process: devices[r * D + d] is schedule device d of replica r. Each replica
 // gets its own model from make_model(); for each device, its R copies form an in-process
 // data-parallel group. `config.parallel` supplies bucket_bytes; the rest is filled in here.
+//
+// With T tensor ranks (--tp T, the mesh R x D x T, T innermost as Megatron-LM orders it) each
+// replica is T pipeline copies, copy (r, t) holding rank t's slices of every stage
+// (shard_model.h): devices[(r * D + d) * T + t] is its device d. The T copies of each (r, d)
+// form the tensor-parallel group the layers of that device call; data-parallel groups join
+// the R copies of each (d, t); the T copies of a replica see the same micro-batches.
 std::unique_ptr<DataParallelTrainer> make_local_data_parallel(
     const std::function<Model()>& make_model, const std::vector<Backend*>& devices,
-    const PipelineConfig& config, int replicas);
+    const PipelineConfig& config, int replicas, int tensor_parallel = 1);
 
 // One process of a multi-process run (mpirun / srun): world rank = replica * D + device, where
 // D = config.schedule.num_devices; this process holds one device. Creates the pipeline and
 // data-parallel communicators eagerly (collective over `world`: every rank must call this).
+//
+// With T tensor ranks: world rank = (replica * D + device) * T + t, as in one process.
 std::unique_ptr<DataParallelTrainer> make_process_data_parallel(
     const std::function<Model()>& make_model, Backend& device, const PipelineConfig& config,
-    Communicator& world, int replicas);
+    Communicator& world, int replicas, int tensor_parallel = 1);
 
 }  // namespace pt

@@ -35,7 +35,7 @@ int mpi_threads(int requested, const NodePlacement& node) {
 
 DeviceSet open_run_devices(const TrainingOptions& opt, Communicator* world) {
   // In one process: one device per stage and replica. Under mpirun: one device per process.
-  const int wanted = world ? 1 : opt.stages * opt.dp;
+  const int wanted = world ? 1 : opt.stages * opt.dp * opt.tp;
   DeviceSet devices;
   if (world) {
     // Collective, on every rank alike: the options are the same everywhere.
@@ -52,8 +52,10 @@ DeviceSet open_run_devices(const TrainingOptions& opt, Communicator* world) {
         "--devices {} lists {} device{} but {} needs {}{}", opt.devices, devices.backends.size(),
         devices.backends.size() == 1 ? "" : "s",
         world ? "each process under mpirun"
-              : fmt::format("--stages {} x --dp {}", opt.stages, opt.dp),
-        wanted, world ? "" : ": give one device per stage and replica (e.g. cpu:0..N-1)"));
+              : fmt::format("--stages {} x --dp {}{}", opt.stages, opt.dp,
+                            opt.tp > 1 ? fmt::format(" x --tp {}", opt.tp) : ""),
+        wanted,
+        world ? "" : ": give one device per stage, replica and tensor rank (e.g. cpu:0..N-1)"));
   return devices;
 }
 

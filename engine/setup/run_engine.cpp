@@ -71,11 +71,11 @@ void build_pipeline_engine(TrainingRun& s, const PipelineConfig& pc, Model& mode
     return;
   }
   if (world) {
-    auto dp = make_process_data_parallel(make_model, *s.backends[0], pc, *world, opt.dp);
+    auto dp = make_process_data_parallel(make_model, *s.backends[0], pc, *world, opt.dp, opt.tp);
     s.pipeline = &dp->replica(0);
     s.engine = std::move(dp);
-  } else if (opt.dp > 1) {
-    auto dp = make_local_data_parallel(make_model, s.backends, pc, opt.dp);
+  } else if (opt.dp > 1 || opt.tp > 1) {
+    auto dp = make_local_data_parallel(make_model, s.backends, pc, opt.dp, opt.tp);
     s.pipeline = &dp->replica(0);
     s.engine = std::move(dp);
   } else {

@@ -14,6 +14,25 @@ void TrainingOptions::check(int64_t batch) const {
   if (microbatches < 1) throw UsageError("--microbatches must be >= 1");
   if (dp < 1) throw UsageError(fmt::format("--dp {} must be >= 1", dp));
   check_integer("--stages", stages, 1);
+  check_integer("--tp", tp, 1, 1024);
+  if (tp > 1) {
+    // What tensor parallelism does not combine with yet: refused by name, never run wrong.
+    const auto not_with_tp = [&](const char* flag, const char* why) {
+      return UsageError(fmt::format("--tp {} with {}: {}; drop one of them", tp, flag, why));
+    };
+    if (ps > 0)
+      throw not_with_tp("--ps", "parameter servers hold whole stages, not tensor-parallel slices");
+    if (async_update)
+      throw not_with_tp("--update async",
+                        "its per-stage UPDATE completes no gradient norm across tensor ranks yet");
+    if (shard_optimizer)
+      throw not_with_tp("--shard-optimizer",
+                        "the optimizer shards are not yet cut from tensor-parallel slices");
+    if (plan_auto)
+      throw not_with_tp("--plan auto",
+                        "the automatic planner of a run searches stages and replicas only; "
+                        "pipetrain-plan searches --tp for a cluster");
+  }
   if (shard_optimizer && dp < 2)
     throw UsageError(fmt::format(
         "--shard-optimizer needs --dp R >= 2: it splits the optimizer state between data-parallel "
@@ -126,7 +145,7 @@ void TrainingOptions::check(int64_t batch) const {
 bool TrainingOptions::pipelined() const {
   return force_pipeline || stages > 1 || schedule.kind == ScheduleChoice::Kind::file ||
          schedule.v_shape() || !trace.empty() || !timeline.empty() || plan_only || dp > 1 ||
-         ps > 0 || async_update;
+         tp > 1 || ps > 0 || async_update;
 }
 
 }  // namespace pt

@@ -28,6 +28,10 @@ struct TrainingOptions {
   int threads = 0;  // per device; 0: the cores divided between devices (or processes)
   int stages = 1;   // S
   int dp = 1;       // R pipeline replicas (in this process, or one process per device under mpirun)
+  // --tp T: tensor-parallel ranks per stage (the mesh R x S x T, T innermost: a stage's T ranks
+  // are neighbouring devices / processes); the model's declared layers split across them
+  // (layers/tensor_parallel/shard_model.h).
+  int tp = 1;
   int microbatches = 1;     // M per replica
   ScheduleChoice schedule;  // 1f1b
   PartitionMethod partition{PartitionMethod::Kind::time,

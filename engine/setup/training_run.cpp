@@ -79,10 +79,11 @@ void describe(TrainingRun& s, Communicator* world) {
   const TrainingOptions& opt = s.options;
   const std::string devices = describe_devices(s.backends);
   s.description = fmt::format(
-      "{}{}{}{}", devices, world ? fmt::format(" in each of {} processes", world->size()) : "",
+      "{}{}{}{}{}", devices, world ? fmt::format(" in each of {} processes", world->size()) : "",
       opt.stages > 1 ? fmt::format(", {} stages, schedule {}, recompute {}", opt.stages,
                                    opt.schedule.str(), opt.recompute.str())
                      : "",
+      opt.tp > 1 ? fmt::format(", {} tensor-parallel ranks per stage", opt.tp) : "",
       opt.ps > 0 ? fmt::format(", {} worker{} and {} parameter server{}", opt.dp * opt.stages,
                                opt.dp * opt.stages == 1 ? "" : "s", opt.ps, opt.ps == 1 ? "" : "s")
       : opt.dp > 1 && opt.shard_optimizer
@@ -98,6 +99,7 @@ void describe(TrainingRun& s, Communicator* world) {
                    : "");
   s.layout = {{"stages", std::to_string(opt.stages)},
               {"replicas", std::to_string(opt.dp)},
+              {"tensor_parallel", std::to_string(opt.tp)},
               {"processes", std::to_string(world ? world->size() : 1)},
               {"devices", devices}};
 }

@@ -16,7 +16,8 @@ EpilogueResult finish_step(const Model& model, const std::vector<StageState>& st
   sum_tied_gradients(model, held, config.pipeline_group, config.device_of_layer);
   const std::vector<const StageParameters*> params(held.begin(), held.end());
   EpilogueResult out;
-  out.grad_norm = global_grad_norm(params, model, config.pipeline_group);
+  out.grad_norm =
+      global_grad_norm(params, model, config.pipeline_group, config.tensor_parallel_group);
   // Every stage, replica and process sees the same norm, so all skip together.
   out.skipped = !std::isfinite(out.grad_norm);
   if (out.skipped) return out;

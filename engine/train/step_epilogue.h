@@ -24,6 +24,9 @@ struct EpilogueConfig {
   // device) and the device that holds each layer.
   Communicator* pipeline_group = nullptr;
   std::function<int(int layer)> device_of_layer;
+  // Tensor parallelism: the group of this pipeline copy's tensor ranks (one communicator over
+  // the T copies; nullable: T = 1), over which the gradient norm is completed.
+  Communicator* tensor_parallel_group = nullptr;
   // Runs job(i) for every stage i of `stages`, each on its device's thread where there are
   // several; empty: in order on the calling thread.
   std::function<void(const std::function<void(size_t stage)>& job)> for_each_stage;

@@ -94,7 +94,12 @@ double global_grad_norm(const std::vector<const StageParameters*>& stages);
 // The same over a pipeline whose stages are spread over the processes of `group` (nullable:
 // all stages are in `stages`): each process computes its tensors' sums of squares, they are
 // exchanged, and every process adds all of them in global order — the same bits everywhere.
+//
+// Tensor parallelism (`tensor_group`, nullable: T = 1): the model holds rank t's slices; a split
+// tensor's squares are summed over the T ranks, a replicated one counted once (rank 0's), so
+// the norm is the whole model's (its bits differ from T = 1's: the squares of a tensor are
+// added in slices).
 double global_grad_norm(const std::vector<const StageParameters*>& stages, const Model& model,
-                        Communicator* group);
+                        Communicator* group, Communicator* tensor_group = nullptr);
 
 }  // namespace pt

@@ -41,6 +41,11 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
                  "data-parallel replicas R of the pipeline (R x S devices or processes)")
       ->capture_default_str()
       ->check(integer_text<int>(">= 1"));
+  app.add_option("--tp", f.tp,
+                 "tensor-parallel ranks T per stage: the model's declared layers split across "
+                 "them (R x S x T devices or processes)")
+      ->capture_default_str()
+      ->check(integer_text<int>(">= 1"));
   app.add_option("--microbatches", f.microbatches,
                  "split each replica's batch into M micro-batches")
       ->capture_default_str()
@@ -127,7 +132,7 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
         "--async-delay", "--async-momentum"})
     app.get_option(name)->check(kNotEmpty);
   set_group(app, "Parallelism",
-            {"--devices", "--precision", "--threads", "--stages", "--dp", "--bucket-mb",
+            {"--devices", "--precision", "--threads", "--stages", "--dp", "--tp", "--bucket-mb",
              "--shard-optimizer", "--ps", "--staleness", "--slow-worker", "--update",
              "--async-window", "--async-delay", "--async-momentum", "--timeout"});
   set_group(app, "Schedule",
@@ -143,6 +148,7 @@ TrainingOptions training_options(const ParallelFlags& f) {
   o.threads = f.threads;
   o.stages = f.stages;
   o.dp = f.dp;
+  o.tp = f.tp;
   o.microbatches = f.microbatches;
   o.schedule = ScheduleChoice::parse(f.schedule);
   o.partition = PartitionMethod::parse(f.partition);
