@@ -19,7 +19,9 @@ Cluster parse_cluster_text(std::string_view text, const std::string& name) {
     inter_bw,
     inter_lat,
     allreduce_bw,
-    allreduce_lat,  // optional
+    allreduce_lat,  // optional from here
+    peak_tflops,
+    achieved,
     kKeys
   };
   struct Field {
@@ -37,6 +39,8 @@ Cluster parse_cluster_text(std::string_view text, const std::string& name) {
       {"inter_node_latency_us", 0, 1e6, "microseconds, 0 to 1e6"},
       {"allreduce_gb_per_s", 1e-3, 1e6, "GB/s (1e9 bytes), 0.001 to 1e6"},
       {"allreduce_latency_us", 0, 1e6, "microseconds, 0 to 1e6"},
+      {"peak_tflops", 1e-6, 1e6, "the device's peak in 1e12 FLOP/s, 1e-6 to 1e6"},
+      {"achieved_fraction", 1e-3, 1, "the share of the peak reached, 0.001 to 1"},
   }};
   std::array<double, kKeys> value{};
   std::array<int, kKeys> line_of{};
@@ -78,6 +82,15 @@ Cluster parse_cluster_text(std::string_view text, const std::string& name) {
   c.intra_node_allreduce = {
       line_of[allreduce_bw] ? value[allreduce_bw] * 1e9 : value[intra_bw] * 1e9,
       line_of[allreduce_lat] ? value[allreduce_lat] * 1e-6 : value[intra_lat] * 1e-6};
+  if ((line_of[peak_tflops] != 0) != (line_of[achieved] != 0)) {
+    const int given = line_of[peak_tflops] != 0 ? peak_tflops : achieved;
+    throw FileError(fmt::format(
+        "{}:{}: {} without {}: give both (the achieved FLOP/s is their product) or neither", name,
+        line_of[static_cast<size_t>(given)], fields[static_cast<size_t>(given)].key,
+        fields[static_cast<size_t>(given == peak_tflops ? achieved : peak_tflops)].key));
+  }
+  c.peak_flops_per_second = value[peak_tflops] * 1e12;
+  c.achieved_fraction = value[achieved];
   if (c.devices % c.devices_per_node != 0 && c.devices > c.devices_per_node)
     throw FileError(fmt::format(
         "{}:{}: {} devices are not whole nodes of devices_per_node {} (line {}): give a multiple",

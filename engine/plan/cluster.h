@@ -13,7 +13,10 @@
 //
 // Every key once, in any order; GB are 1e9 bytes, GiB 2^30. Optional: allreduce_gb_per_s and
 // allreduce_latency_us, the all-reduce's figures within a node (a collective's bus bandwidth is
-// not a send's; default: the intra-node link's).
+// not a send's; default: the intra-node link's; also the tensor-parallel all-reduces'); and,
+// together, peak_tflops (the device's dense 16-bit peak, 1e12 FLOP/s) and achieved_fraction (the
+// share of it a model's large GEMMs reach, all inefficiency inside a layer included): the
+// achieved FLOP/s a GPT's costs are estimated at when pipetrain-plan is given no --flops.
 //
 // Placement (the planner tries both where they differ): devices d and e share a node when
 // d / devices_per_node == e / devices_per_node, and replica r's pipeline device s is
@@ -41,12 +44,15 @@ struct Cluster {
   int64_t memory_bytes = 0;  // per device
   int devices_per_node = 1;
   Link intra_node, inter_node;
-  Link intra_node_allreduce;  // the ring's per-step figures within a node
+  Link intra_node_allreduce;         // the ring's per-step figures within a node
+  double peak_flops_per_second = 0;  // peak_tflops x 1e12; 0: not given
+  double achieved_fraction = 0;      // of the peak; 0: not given
+  double achieved_flops_per_second() const { return peak_flops_per_second * achieved_fraction; }
 };
 
 // Throws FileError "NAME:LINE: ..." for an unknown or repeated key, a missing value or a number
-// out of its range, and naming the key for one that is missing; devices must be a multiple of
-// devices_per_node.
+// out of its range, and naming the key for one that is missing (or for one of peak_tflops and
+// achieved_fraction without the other); devices must be a multiple of devices_per_node.
 Cluster parse_cluster_text(std::string_view text, const std::string& name);
 Cluster read_cluster_file(const std::string& path);
 

@@ -14,6 +14,7 @@
 #include "engine/partition/byte_count.h"
 #include "engine/plan/plan.h"
 #include "engine/plan/recompute_cost.h"
+#include "engine/plan/tensor_parallel.h"
 #include "schedule/generators.h"
 #include "schedule/simulate.h"
 
@@ -45,14 +46,21 @@ class Rejections {
   std::vector<PlanRejection> list_;
 };
 
+// With T ranks per stage innermost, a node holds devices_per_node / T pipeline "devices" (0: one
+// node, as --plan auto).
+int units_per_node(const PlannerRequest& r, int T) {
+  return r.devices_per_node > 0 ? r.devices_per_node / T : 0;
+}
+
 // Ring all-reduce of each device's gradients over R replicas: the slowest device's, over the
-// slowest link the ring crosses.
-double allreduce_s(const PlannerRequest& r, int S, int replicas,
+// slowest link the ring crosses. With T > 1 each rank reduces its own share (grad_bytes are a
+// rank's), all T rings at once, each GPU over its own link.
+double allreduce_s(const PlannerRequest& r, int T, int S, int replicas,
                    const std::vector<int64_t>& grad_bytes, Placement placement) {
   if (replicas < 2) return 0;
   const int64_t most = *std::max_element(grad_bytes.begin(), grad_bytes.end());
   const double ring = 2.0 * (replicas - 1) / replicas;
-  const bool across = allreduce_crosses_nodes(S, replicas, r.devices_per_node, placement);
+  const bool across = allreduce_crosses_nodes(S, replicas, units_per_node(r, T), placement);
   const double bandwidth = across ? r.inter_node.bytes_per_second : r.allreduce_bytes_per_second;
   const double latency = across ? r.inter_node.latency_s : r.allreduce_latency_s;
   return ring * static_cast<double>(most) / bandwidth + 2.0 * (replicas - 1) * latency;
@@ -86,9 +94,16 @@ double epilogue_s(const PlannerRequest& r, const std::vector<int64_t>& grad_byte
   return r.overheads.seconds(total / f32, most / f32);
 }
 
-// One point of the search: S x R devices, M micro-batches of `mb` samples, a schedule, a policy.
+// "S x R = 4 x 2", or "T x S x R = 8 x 4 x 2" with tensor parallelism.
+std::string shape_text(int T, int S, int R) {
+  return T > 1 ? fmt::format("T x S x R = {} x {} x {}", T, S, R)
+               : fmt::format("S x R = {} x {}", S, R);
+}
+
+// One point of the search: T x S x R devices, M micro-batches of `mb` samples, a schedule, a
+// policy.
 struct Point {
-  int S = 1, R = 1, M = 1;
+  int T = 1, S = 1, R = 1, M = 1;
   int64_t mb = 1;
   std::string name;
   RecomputePolicy policy;
@@ -122,9 +137,19 @@ std::vector<std::string> planner_schedule_names() {
 }
 
 PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
+  for (const int T : r.tensor_parallel)  // the message names why T > 1 needs sharded costs
+    check_tensor_parallel(T, r.devices, r.devices_per_node, 0);
+  return search_plans(
+      ShardedCostsFor([&costs_for](int64_t mb, int) { return unsharded(costs_for(mb)); }), r);
+}
+
+PlannerResult search_plans(const ShardedCostsFor& costs_for, const PlannerRequest& r) {
   if (r.devices < 1)
     throw UsageError(fmt::format("--plan auto needs >= 1 device, not {}", r.devices));
   if (r.batch < 1) throw UsageError(fmt::format("--batch {} must be >= 1", r.batch));
+  const std::vector<int> degrees =
+      r.tensor_parallel.empty() ? std::vector<int>{1} : r.tensor_parallel;
+  for (const int T : degrees) check_tensor_parallel(T, r.devices, r.devices_per_node, r.heads);
   const std::vector<std::string> schedules =
       r.schedules.empty() ? planner_schedule_names() : r.schedules;
   const std::vector<RecomputePolicy> policies =
@@ -135,11 +160,17 @@ PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
   const bool estimating = r.simulate_top > 0;
   PlannerResult out;
   Rejections rejected;
-  std::map<int64_t, std::vector<LayerProfile>> cost_cache;  // by micro-batch size
+  std::map<std::pair<int64_t, int>, std::vector<LayerProfile>> cost_cache;  // by (mb, T)
   int64_t smallest_over_cap = 0;
-  const auto costs_of = [&](int64_t mb) -> const std::vector<LayerProfile>& {
-    auto cached = cost_cache.find(mb);
-    if (cached == cost_cache.end()) cached = cost_cache.emplace(mb, costs_for(mb)).first;
+  // One rank's costs, its tensor-parallel all-reduces priced on the node's all-reduce link.
+  const Link within_node{r.allreduce_bytes_per_second, r.allreduce_latency_s};
+  const auto costs_of = [&](int64_t mb, int T) -> const std::vector<LayerProfile>& {
+    auto cached = cost_cache.find({mb, T});
+    if (cached == cost_cache.end())
+      cached = cost_cache
+                   .emplace(std::pair{mb, T},
+                            with_tensor_parallel_traffic(costs_for(mb, T), T, within_node))
+                   .first;
     return cached->second;
   };
   const auto over_cap = [&](const std::vector<int64_t>& peak) {
@@ -148,14 +179,15 @@ PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
   const auto reject_over_cap = [&](const Point& p, int64_t need, const char* how) {
     smallest_over_cap = smallest_over_cap == 0 ? need : std::min(smallest_over_cap, need);
     rejected.add(p.name, fmt::format("over the memory cap{}", how),
-                 fmt::format("S x R = {} x {}, M = {}, recompute {}: needs {:.1f} MiB on a "
+                 fmt::format("{}, M = {}, recompute {}: needs {:.1f} MiB on a "
                              "device, cap {:.1f} MiB",
-                             p.S, p.R, p.M, p.policy.str(), mib(need), mib(r.mem_cap_bytes)));
+                             shape_text(p.T, p.S, p.R), p.M, p.policy.str(), mib(need),
+                             mib(r.mem_cap_bytes)));
   };
-  const auto links_for = [&](int S, int R, Placement placement) {
+  const auto links_for = [&](int T, int S, int R, Placement placement) {
     std::vector<Link> links;
     if (r.devices_per_node <= 0) return links;
-    for (const bool across : boundaries_crossing_nodes(S, R, r.devices_per_node, placement))
+    for (const bool across : boundaries_crossing_nodes(S, R, units_per_node(r, T), placement))
       links.push_back(across ? r.inter_node
                              : Link{r.transfer_bytes_per_second, r.transfer_latency_s});
     return links;
@@ -163,9 +195,9 @@ PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
 
   // The exact plan of one point, as a run with those flags plans it; ranked or rejected.
   const auto plan_exactly = [&](const Point& p, const sched::Schedule& lowered) {
-    const std::vector<LayerProfile>& costs = costs_of(p.mb);
+    const std::vector<LayerProfile>& costs = costs_of(p.mb, p.T);
     ++out.simulated;
-    const std::string where = fmt::format("S x R = {} x {}, M = {}", p.S, p.R, p.M);
+    const std::string where = fmt::format("{}, M = {}", shape_text(p.T, p.S, p.R), p.M);
     PlanRequest pr;
     pr.devices = p.S;
     pr.microbatches = p.M;
@@ -173,7 +205,7 @@ PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
     pr.optimizer_slots = r.optimizer_slots;
     pr.transfer_bytes_per_second = r.transfer_bytes_per_second;
     pr.transfer_latency_s = r.transfer_latency_s;
-    pr.device_links = links_for(p.S, p.R, p.placement);
+    pr.device_links = links_for(p.T, p.S, p.R, p.placement);
     pr.data_parallel = p.R > 1;
     pr.recompute = p.policy;
     pr.partition = {PartitionMethod::Kind::time, {}};
@@ -203,6 +235,7 @@ PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
         return;
       }
       PlanCandidate c;
+      c.tensor_parallel = p.T;
       c.stages = p.S;
       c.replicas = p.R;
       c.microbatches = p.M;
@@ -211,7 +244,7 @@ PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
       c.layout = plan.partition.layout();
       c.partition = pr.partition;
       c.pipeline_s = plan.simulated.step_time;
-      c.allreduce_s = allreduce_s(r, p.S, p.R, grads, p.placement);
+      c.allreduce_s = allreduce_s(r, p.T, p.S, p.R, grads, p.placement);
       c.placement = p.placement;
       c.epilogue_s = epilogue_s(r, grads);
       c.step_s = c.pipeline_s + c.allreduce_s + c.epilogue_s;
@@ -230,7 +263,7 @@ PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
 
   // ---- the estimate (simulate_top > 0) ------------------------------------------------------
   std::map<std::tuple<std::string, int, int>, UnitRun> unit_runs;  // (name, S, M')
-  std::map<std::pair<int64_t, int>, Partition> splits;             // (mb, stages): by time
+  std::map<std::tuple<int64_t, int, int>, Partition> splits;       // (mb, T, stages): by time
   std::vector<Point> estimated;
   // The unit run of (name, S, M'), or nullptr after recording why the generator refused.
   const auto unit_run = [&](const Point& p) -> const UnitRun* {
@@ -245,14 +278,14 @@ PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
     return &it->second;
   };
   const auto estimate = [&](Point p, const UnitRun& u) {
-    const std::vector<LayerProfile>& costs = costs_of(p.mb);
+    const std::vector<LayerProfile>& costs = costs_of(p.mb, p.T);
     const int stages = u.compute.num_stages;
-    auto split = splits.find({p.mb, stages});
+    auto split = splits.find({p.mb, p.T, stages});
     if (split == splits.end()) {
       PartitionRequest pq;
       pq.method = {PartitionMethod::Kind::time, {}};
       pq.stages = stages;
-      split = splits.emplace(std::pair{p.mb, stages}, partition(costs, pq)).first;
+      split = splits.emplace(std::tuple{p.mb, p.T, stages}, partition(costs, pq)).first;
     }
     const Partition* chosen = &split->second;
     const int m = u.compute.microbatches;
@@ -305,7 +338,7 @@ PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
     PlanRequest links;
     links.transfer_bytes_per_second = r.transfer_bytes_per_second;
     links.transfer_latency_s = r.transfer_latency_s;
-    links.device_links = links_for(p.S, p.R, p.placement);
+    links.device_links = links_for(p.T, p.S, p.R, p.placement);
     for (int k = 0; k + 1 < stages; ++k)
       if (u.compute.device_of(k) != u.compute.device_of(k + 1))
         transfers += boundary_transfer_s(
@@ -314,82 +347,86 @@ PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
                 costs[static_cast<size_t>(part.stages[static_cast<size_t>(k)].last_layer - 1)]
                     .output_bytes));
     p.estimate_s = p.M * real[slow] + idle_units * per_unit + 2 * transfers +
-                   allreduce_s(r, p.S, p.R, grads, p.placement) + epilogue_s(r, grads);
+                   allreduce_s(r, p.T, p.S, p.R, grads, p.placement) + epilogue_s(r, grads);
     estimated.push_back(std::move(p));
   };
 
-  for (int R = 1; R <= r.devices; ++R) {
-    if (r.devices % R != 0) continue;
-    const int S = r.devices / R;
-    const std::string shape = fmt::format("S x R = {} x {}", S, R);
-    if (r.batch % R != 0) {
-      rejected.add(
-          "(any)", "batch not divisible by R",
-          fmt::format("{}: --batch {} does not split into {} equal replicas", shape, r.batch, R));
-      continue;
-    }
-    const int64_t replica_batch = r.batch / R;
-    // On a cluster, both placements where their links differ (cluster.h).
-    std::vector<Placement> placements{Placement::stages};
-    if (r.devices_per_node > 0 &&
-        (boundaries_crossing_nodes(S, R, r.devices_per_node, Placement::stages) !=
-             boundaries_crossing_nodes(S, R, r.devices_per_node, Placement::replicas) ||
-         allreduce_crosses_nodes(S, R, r.devices_per_node, Placement::stages) !=
-             allreduce_crosses_nodes(S, R, r.devices_per_node, Placement::replicas)))
-      placements.push_back(Placement::replicas);
-    for (const int M : divisors_up_to(replica_batch, r.max_microbatches)) {
-      const int64_t mb = replica_batch / M;
-      const int L = static_cast<int>(costs_of(mb).size());
-      // One device per replica runs any schedule as plain accumulation (the orders differ in
-      // memory only, and 1F1B's is the least): search one of them there.
-      std::vector<std::string> searched = schedules;
-      if (S == 1 && searched.size() > 1) {
-        const bool has_1f1b = std::find(searched.begin(), searched.end(), "1f1b") != searched.end();
-        searched.assign(1, has_1f1b ? std::string("1f1b") : schedules.front());
+  for (const int T : degrees) {
+    const int units = r.devices / T;  // pipeline "devices" of T ranks each
+    const int dpn = units_per_node(r, T);
+    for (int R = 1; R <= units; ++R) {
+      if (units % R != 0) continue;
+      const int S = units / R;
+      const std::string shape = shape_text(T, S, R);
+      if (r.batch % R != 0) {
+        rejected.add(
+            "(any)", "batch not divisible by R",
+            fmt::format("{}: --batch {} does not split into {} equal replicas", shape, r.batch, R));
+        continue;
       }
-      for (const std::string& name : searched) {
-        const std::string where = fmt::format("{}, M = {}", shape, M);
-        Point p{S, R, M, mb, name, {}, Placement::stages, 0};
-        sched::Schedule lowered;
-        const UnitRun* unit = nullptr;
-        try {
-          int num_stages = 0;
-          if (estimating) {
-            // Every schedule has at least S stages: thousands of devices never generate one.
-            num_stages = S;
-            if (S <= L) {
-              unit = unit_run(p);
-              num_stages = unit->compute.num_stages;
+      const int64_t replica_batch = r.batch / R;
+      // On a cluster, both placements where their links differ (cluster.h).
+      std::vector<Placement> placements{Placement::stages};
+      if (dpn > 0 && (boundaries_crossing_nodes(S, R, dpn, Placement::stages) !=
+                          boundaries_crossing_nodes(S, R, dpn, Placement::replicas) ||
+                      allreduce_crosses_nodes(S, R, dpn, Placement::stages) !=
+                          allreduce_crosses_nodes(S, R, dpn, Placement::replicas)))
+        placements.push_back(Placement::replicas);
+      for (const int M : divisors_up_to(replica_batch, r.max_microbatches)) {
+        const int64_t mb = replica_batch / M;
+        const int L = static_cast<int>(costs_of(mb, T).size());
+        // One device per replica runs any schedule as plain accumulation (the orders differ in
+        // memory only, and 1F1B's is the least): search one of them there.
+        std::vector<std::string> searched = schedules;
+        if (S == 1 && searched.size() > 1) {
+          const bool has_1f1b =
+              std::find(searched.begin(), searched.end(), "1f1b") != searched.end();
+          searched.assign(1, has_1f1b ? std::string("1f1b") : schedules.front());
+        }
+        for (const std::string& name : searched) {
+          const std::string where = fmt::format("{}, M = {}", shape, M);
+          Point p{T, S, R, M, mb, name, {}, Placement::stages, 0};
+          sched::Schedule lowered;
+          const UnitRun* unit = nullptr;
+          try {
+            int num_stages = 0;
+            if (estimating) {
+              // Every schedule has at least S stages: thousands of devices never generate one.
+              num_stages = S;
+              if (S <= L) {
+                unit = unit_run(p);
+                num_stages = unit->compute.num_stages;
+              }
+            } else {
+              const sched::Schedule compute = sched::generate(name, S, M);
+              num_stages = compute.num_stages;
+              if (num_stages <= L) lowered = lower_schedule(compute, R > 1, name);
             }
-          } else {
-            const sched::Schedule compute = sched::generate(name, S, M);
-            num_stages = compute.num_stages;
-            if (num_stages <= L) lowered = lower_schedule(compute, R > 1, name);
-          }
-          if (num_stages > L) {
-            rejected.add(name, "more stages than layers",
-                         fmt::format("{}: {} stages for {} layers", where, num_stages, L));
+            if (num_stages > L) {
+              rejected.add(name, "more stages than layers",
+                           fmt::format("{}: {} stages for {} layers", where, num_stages, L));
+              out.considered += static_cast<int>(policies.size() * placements.size());
+              continue;
+            }
+          } catch (const std::exception& e) {  // invalid_argument (generator) or UsageError
+            rejected.add(name, "generator refused", fmt::format("{}: {}", where, e.what()));
             out.considered += static_cast<int>(policies.size() * placements.size());
             continue;
           }
-        } catch (const std::exception& e) {  // invalid_argument (generator) or UsageError
-          rejected.add(name, "generator refused", fmt::format("{}: {}", where, e.what()));
-          out.considered += static_cast<int>(policies.size() * placements.size());
-          continue;
-        }
-        for (const RecomputePolicy& policy : policies) {
-          // One stage is the last stage: except_last is never there.
-          if (policy.kind == RecomputePolicy::Kind::except_last &&
-              (estimating ? unit->compute.num_stages : lowered.num_stages) == 1)
-            continue;
-          p.policy = policy;
-          for (const Placement placement : placements) {
-            ++out.considered;
-            p.placement = placement;
-            if (estimating)
-              estimate(p, *unit);
-            else
-              plan_exactly(p, lowered);
+          for (const RecomputePolicy& policy : policies) {
+            // One stage is the last stage: except_last is never there.
+            if (policy.kind == RecomputePolicy::Kind::except_last &&
+                (estimating ? unit->compute.num_stages : lowered.num_stages) == 1)
+              continue;
+            p.policy = policy;
+            for (const Placement placement : placements) {
+              ++out.considered;
+              p.placement = placement;
+              if (estimating)
+                estimate(p, *unit);
+              else
+                plan_exactly(p, lowered);
+            }
           }
         }
       }
@@ -406,7 +443,7 @@ PlannerResult search_plans(const CostsFor& costs_for, const PlannerRequest& r) {
         plan_exactly(p, lower_schedule(sched::generate(p.name, p.S, p.M), p.R > 1, p.name));
       } catch (const std::exception& e) {
         rejected.add(p.name, "generator refused",
-                     fmt::format("S x R = {} x {}, M = {}: {}", p.S, p.R, p.M, e.what()));
+                     fmt::format("{}, M = {}: {}", shape_text(p.T, p.S, p.R), p.M, e.what()));
       }
     }
   }
@@ -441,17 +478,22 @@ std::string PlannerResult::report(int k) const {
   std::string out = fmt::format(
       "plan auto: {} plans considered, {} fit; the fastest {} by predicted step time:\n",
       considered, ranked.size(), std::min<size_t>(static_cast<size_t>(k), ranked.size()));
+  const bool sharded = std::any_of(ranked.begin(), ranked.end(),
+                                   [](const PlanCandidate& c) { return c.tensor_parallel > 1; });
   out += fmt::format("{:>4}  {:>10}  {:>7}  {:<22} {:>7} {:>4}  {:<14} {}\n", "rank", "step (ms)",
-                     "bubble", "peak MiB per device", "S x R", "M", "schedule", "recompute");
+                     "bubble", "peak MiB per device", sharded ? "T x S x R" : "S x R", "M",
+                     "schedule", "recompute");
   for (size_t i = 0; i < ranked.size() && i < static_cast<size_t>(k); ++i) {
     const PlanCandidate& c = ranked[i];
     std::string peaks;
     for (int64_t p : c.peak_bytes)
       peaks += fmt::format("{}{:.1f}", peaks.empty() ? "" : " ", mib(p));
-    out += fmt::format("{:>4}  {:>10.2f}  {:>6.1f}%  {:<22} {:>7} {:>4}  {:<14} {}\n", i + 1,
-                       c.step_s * 1e3, 100 * c.bubble, peaks,
-                       fmt::format("{} x {}", c.stages, c.replicas), c.microbatches, c.schedule,
-                       c.recompute.str());
+    out +=
+        fmt::format("{:>4}  {:>10.2f}  {:>6.1f}%  {:<22} {:>7} {:>4}  {:<14} {}\n", i + 1,
+                    c.step_s * 1e3, 100 * c.bubble, peaks,
+                    sharded ? fmt::format("{} x {} x {}", c.tensor_parallel, c.stages, c.replicas)
+                            : fmt::format("{} x {}", c.stages, c.replicas),
+                    c.microbatches, c.schedule, c.recompute.str());
   }
   for (const PlanRejection& j : rejected)
     out += fmt::format("rejected {} ({} plan{}): {}, e.g. {}\n", j.schedule, j.count,

@@ -1,9 +1,10 @@
 #pragma once
-// The planner (--plan auto): which split of D devices into S stages x R replicas, schedule,
-// micro-batch count M and recompute policy gives the shortest predicted step under a memory cap.
-// Plain data in (the devices, the batch, the cap, and a cost table per micro-batch size: estimated
-// or profiled, the caller's choice), a ranked list and the reasons for every rejected class out;
-// it runs nothing, so a what-if tool can call it for devices it does not have.
+// The planner (--plan auto, pipetrain-plan): which split of D devices into T tensor-parallel
+// ranks x S stages x R replicas, schedule, micro-batch count M and recompute policy gives the
+// shortest predicted step under a memory cap. Plain data in (the devices, the batch, the cap,
+// and a cost table per micro-batch size and T: estimated or profiled, the caller's choice), a
+// ranked list and the reasons for every rejected class out; it runs nothing, so a what-if tool
+// can call it for devices it does not have.
 //
 // Each candidate is planned exactly as a run with those flags is (plan.h: generate, lower,
 // partition by time, the timed simulator), with per-device memory from recompute_cost.h. With
@@ -11,6 +12,14 @@
 // of R, 2(R-1)/R x the device's gradient bytes / allreduce_bytes_per_second + 2(R-1) x latency
 // (stated by default; --plan auto measures it, step_overheads.h). Then the step's epilogue:
 // zeroing, the gradient norm and the optimizer update (step_overheads.h; zero by default).
+//
+// Tensor parallelism (tensor_parallel.h; ARCHITECTURE.md "Tensor parallelism in the planner"):
+// T innermost, T | heads and T | devices_per_node; each of a stage's T ranks holds the cost
+// source's 1/T share (compute, weights, gradients, optimizer state, activations: gpt_costs.h),
+// its layers wait for their all-reduces within the node (ring, allreduce_* figures), a stage
+// boundary carries the rank's share over the boundary's link, and each rank's gradient
+// all-reduce over its R replicas carries its 1/T of the stage's gradients. The memory cap is per
+// rank. T = 1 (the default) is the planner without it.
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -18,6 +27,7 @@
 
 #include "engine/partition/layer_costs.h"
 #include "engine/partition/partition_method.h"
+#include "engine/partition/sharded_costs.h"
 #include "engine/partition/step_overheads.h"
 #include "engine/pipeline/recompute.h"
 #include "engine/plan/cluster.h"
@@ -25,7 +35,7 @@
 namespace pt {
 
 struct PlannerRequest {
-  int devices = 1;                     // D: every candidate uses all of them (S x R = D)
+  int devices = 1;                     // D: every candidate uses all of them (T x S x R = D)
   int64_t batch = 1;                   // global batch B (R replicas of B / R; M micro-batches each)
   int64_t mem_cap_bytes = 0;           // per device; 0: no cap
   int optimizer_slots = 1;             // SGD momentum 1, AdamW 2
@@ -45,10 +55,16 @@ struct PlannerRequest {
   // 0: plan every candidate exactly (--plan auto). N > 0, for thousands of devices: estimate
   // every candidate first (plan_estimate below) and plan exactly only the N best estimates.
   int simulate_top = 0;
+  // Tensor-parallel degrees T to search (tensor_parallel_degrees() lists the valid ones); empty:
+  // {1}. Each is checked (check_tensor_parallel): T must divide devices, devices_per_node and
+  // heads. heads 0 (the costs say nothing of sharding): T = 1 only.
+  std::vector<int> tensor_parallel;
+  int heads = 0;
 };
 
 struct PlanCandidate {
   int stages = 1, replicas = 1, microbatches = 1;  // S (devices per replica), R, M
+  int tensor_parallel = 1;  // T: ranks per stage (a "device" above is T of them)
   int threads = 0;  // --plan auto's merged device (one device with every device's threads): its
                     // threads; 0: the devices as given
   std::string schedule;  // a sched::generate() name
@@ -80,13 +96,15 @@ struct PlannerResult {
   int simulated = 0;                 // of them, planned exactly (all, unless simulate_top)
   int64_t smallest_fitting_cap = 0;  // the smallest cap some candidate fits (0: none planned)
 
-  // The top k as a table (rank, predicted step, bubble, peak MiB per device, S x R, M,
-  // schedule, recompute), then one line per rejected class.
+  // The top k as a table (rank, predicted step, bubble, peak MiB per device, S x R (T x S x R
+  // when T > 1), M, schedule, recompute), then one line per rejected class.
   std::string report(int k) const;
 };
 
 // Costs of one micro-batch of `microbatch_size` samples, one entry per layer.
 using CostsFor = std::function<std::vector<LayerProfile>(int64_t microbatch_size)>;
+// The same for one of T tensor-parallel ranks, with the bytes it all-reduces (sharded_costs.h).
+using ShardedCostsFor = std::function<ShardedCosts(int64_t microbatch_size, int T)>;
 
 // With simulate_top > 0 each candidate is first estimated, without its full schedule: the
 // schedule is simulated with unit times at M' = min(M, 6 S) micro-batches (cached per schedule,
@@ -98,7 +116,9 @@ using CostsFor = std::function<std::vector<LayerProfile>(int64_t microbatch_size
 // without it, and only they are ranked.
 //
 // Throws UsageError when nothing can be planned: a cap nothing fits (naming the smallest cap
-// that would), or every candidate refused (naming the reasons).
+// that would), or every candidate refused (naming the reasons), and for a T that is not valid
+// (check_tensor_parallel). With CostsFor (costs that do not shard) T must be 1.
+PlannerResult search_plans(const ShardedCostsFor& costs, const PlannerRequest& request);
 PlannerResult search_plans(const CostsFor& costs, const PlannerRequest& request);
 
 // sched::schedule_names() without parameters, and interleaved:2 and interleaved:3 (file:PATH and

@@ -35,9 +35,27 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
   app.add_option("--vocab", f.gpt.vocab, "GPT: vocabulary V (default: none)")
       ->check(integer_text<int64_t>(">= 1"));
   app.add_option("--flops", f.flops,
-                 "GPT: achieved FLOP/s per device, e.g. 300e12 (default: none)");
+                 "GPT: achieved FLOP/s per device, e.g. 300e12 (default: the cluster file's "
+                 "peak_tflops x achieved_fraction)");
+  app.add_option("--heads", f.gpt.heads, "GPT: attention heads a (default: d / 128)")
+      ->check(integer_text<int>("between 1 and 2^20"));
   for (const char* name : {"--gpt-layers", "--gpt-width", "--context", "--vocab", "--flops"})
     app.get_option(name)->each([&f, name](const std::string&) { f.gpt_given.emplace_back(name); });
+  app.add_option("--devices", f.devices,
+                 "plan for this many of the cluster's devices, whole nodes (default: all)")
+      ->check(integer_text<int>(">= 1"));
+  app.add_option("--tensor-parallel", f.tensor_parallel,
+                 "tensor-parallel degrees T to search, comma-separated, or auto: every T that "
+                 "divides the heads and the devices per node (a cost file: 1)")
+      ->capture_default_str()
+      ->check(kNotEmpty);
+  app.add_flag("--sequence-parallel", f.sequence_parallel,
+               "GPT: shard the activations outside attention and the MLP over the T ranks too "
+               "(Korthikanti et al. 2022; default: off, as Megatron in 2021)");
+  app.add_option("--recompute", f.recompute,
+                 "recompute policies to search, comma-separated (never, except_last, always, "
+                 "every:K; default: never, except_last, always)")
+      ->check(kNotEmpty);
   app.add_option("--batch", f.batch, "global batch B in samples (default: none, needed to plan)")
       ->check(integer_text<int64_t>("between 1 and 2^40"));
   app.add_option("--mem-cap", f.mem_cap_mib,
@@ -64,12 +82,48 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
       ->check(integer_text<int>("between 0 and 1000"));
   set_group(app, "Model",
             {"--costs", "--write-costs", "--gpt-layers", "--gpt-width", "--context", "--vocab",
-             "--flops", "--optimizer-slots"});
-  set_group(app, "Parallelism", {"--cluster", "--mem-cap", "--batch"});
-  set_group(app, "Schedule", {"--schedules", "--max-microbatches", "--simulate", "--top"});
+             "--heads", "--flops", "--optimizer-slots"});
+  set_group(app, "Parallelism",
+            {"--cluster", "--devices", "--mem-cap", "--batch", "--tensor-parallel",
+             "--sequence-parallel"});
+  set_group(app, "Schedule",
+            {"--schedules", "--recompute", "--max-microbatches", "--simulate", "--top"});
 }
 
-std::vector<std::string> check_plan_flags(const PlanFlags& f) {
+namespace {
+
+// "a,b,c" -> {"a", "b", "c"} (an empty item stays, for the caller to refuse).
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at <= text.size()) {
+    size_t end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    out.push_back(text.substr(at, end - at));
+    at = end + 1;
+  }
+  return out;
+}
+
+std::vector<int> tensor_parallel_list(const std::string& text) {
+  std::vector<int> out;
+  if (text == "auto") return out;
+  for (const std::string& item : split_commas(text)) {
+    const bool digits =
+        !item.empty() && item.size() <= 7 &&
+        std::all_of(item.begin(), item.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits || std::stoi(item) < 1)
+      throw UsageError(fmt::format(
+          "--tensor-parallel: '{}' is not a degree: give auto or whole numbers >= 1, e.g. 1,2,4,8",
+          item));
+    out.push_back(std::stoi(item));
+  }
+  return out;
+}
+
+}  // namespace
+
+PlanChoices check_plan_flags(const PlanFlags& f) {
   const bool gpt = !f.gpt_given.empty();
   if (gpt && !f.costs.empty())
     throw UsageError("--costs FILE and --gpt-layers ... are two sources of layer costs: give one");
@@ -84,12 +138,14 @@ std::vector<std::string> check_plan_flags(const PlanFlags& f) {
                                   {"--context", static_cast<double>(f.gpt.context)},
                                   {"--vocab", static_cast<double>(f.gpt.vocab)},
                                   {"--flops", f.flops}})
-      if (std::find(f.gpt_given.begin(), f.gpt_given.end(), flag) == f.gpt_given.end())
+      if (std::find(f.gpt_given.begin(), f.gpt_given.end(), flag) == f.gpt_given.end()) {
+        // With a cluster file the achieved FLOP/s may be its (checked once it is read).
+        if (flag == std::string_view("--flops") && !f.cluster.empty()) continue;
         throw UsageError(fmt::format(
             "{} is missing: a GPT's costs need --gpt-layers, --gpt-width, --context, --vocab and "
-            "--flops",
+            "--flops (or, with --cluster, the file's peak_tflops and achieved_fraction)",
             flag));
-      else if (!(std::isfinite(v) && v > 0))
+      } else if (!(std::isfinite(v) && v > 0))
         throw UsageError(fmt::format("{} {} must be a finite number > 0 ({})", flag, v,
                                      flag == std::string_view("--flops")
                                          ? "achieved FLOP/s per device, e.g. 300e12"
@@ -103,6 +159,17 @@ std::vector<std::string> check_plan_flags(const PlanFlags& f) {
         "--cluster FILE is missing: the devices, their memory and links to plan for "
         "(engine/plan/cluster.h)");
   if (f.cluster.empty()) return {};
+  PlanChoices out;
+  out.tensor_parallel = tensor_parallel_list(f.tensor_parallel);
+  if (!gpt &&
+      (f.sequence_parallel || std::any_of(out.tensor_parallel.begin(), out.tensor_parallel.end(),
+                                          [](int T) { return T > 1; })))
+    throw UsageError(
+        "--tensor-parallel > 1 and --sequence-parallel need to know how the layers shard: a "
+        "cost file does not say; give a GPT's shape (--gpt-layers ... --heads) instead");
+  if (!f.recompute.empty())
+    for (const std::string& item : split_commas(f.recompute))
+      out.recompute.push_back(RecomputePolicy::parse(item));
   if (f.batch < 1 || f.batch > (int64_t{1} << 40))
     throw UsageError(
         fmt::format("--batch {} must be 1 to 2^40 samples (the global batch)", f.batch));
@@ -113,17 +180,12 @@ std::vector<std::string> check_plan_flags(const PlanFlags& f) {
   in("--max-microbatches", f.max_microbatches, 1, 65536);
   in("--optimizer-slots", f.optimizer_slots, 0, 8);
   in("--simulate", f.simulate, 0, 1000);
+  in("--devices", f.devices, 0, 1 << 20);
   if (!std::isfinite(f.mem_cap_mib) || f.mem_cap_mib < 0 || f.mem_cap_mib > double(1 << 30))
     throw UsageError(fmt::format("--mem-cap {} must be 0 to 2^30 MiB (0: no cap)", f.mem_cap_mib));
-  std::vector<std::string> names;
-  if (f.schedules.empty()) return names;
+  if (f.schedules.empty()) return out;
   const std::vector<std::string> valid = planner_schedule_names();
-  size_t at = 0;
-  while (at <= f.schedules.size()) {
-    size_t end = f.schedules.find(',', at);
-    if (end == std::string::npos) end = f.schedules.size();
-    const std::string name = f.schedules.substr(at, end - at);
-    at = end + 1;
+  for (const std::string& name : split_commas(f.schedules)) {
     bool known = std::find(valid.begin(), valid.end(), name) != valid.end();
     if (!known && name.starts_with("interleaved:")) {  // any V >= 2
       const std::string v = name.substr(12);
@@ -136,9 +198,9 @@ std::vector<std::string> check_plan_flags(const PlanFlags& f) {
           fmt::format("--schedules: unknown schedule '{}': valid are {} (and "
                       "interleaved:V for any V >= 2)",
                       name, fmt::join(valid, ", ")));
-    names.push_back(name);
+    out.schedules.push_back(name);
   }
-  return names;
+  return out;
 }
 
 }  // namespace pt::examples

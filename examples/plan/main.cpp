@@ -10,8 +10,12 @@
 //   pipetrain-fashion --devices cpu:0,cpu:1 --plan auto --plan-only --write-costs mlp.costs
 //   pipetrain-plan --costs mlp.costs --cluster two-cpus.txt --batch 64
 //
-// Left out: tensor and sequence parallelism, overlap of the all-reduce with the backward, and
-// placements other than a replica's stages on neighbouring devices (cluster.h).
+// A GPT's shape also searches tensor parallelism (T ranks per stage, T innermost: planner.h,
+// tensor_parallel.h), and prints each plan's model TFLOP/s per device as Narayanan et al. 2021
+// count them (gpt_costs.h), the figure of their Table 1 (scripts/megatron-table.sh).
+//
+// Left out: overlap of the all-reduces with the backward, and placements other than the two of
+// cluster.h.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -28,6 +32,7 @@
 #include "engine/partition/gpt_costs.h"
 #include "engine/plan/cluster.h"
 #include "engine/plan/planner.h"
+#include "engine/plan/tensor_parallel.h"
 #include "examples/common/command_line.h"
 #include "examples/plan/flags.h"
 
@@ -35,13 +40,30 @@ namespace {
 
 double gib(int64_t bytes) { return static_cast<double>(bytes) / (int64_t{1} << 30); }
 
-int plan(const pt::examples::PlanFlags& f, const std::vector<std::string>& schedules) {
+int plan(const pt::examples::PlanFlags& f, const pt::examples::PlanChoices& choices) {
+  const bool gpt = f.costs.empty();
+  pt::Cluster cluster;
+  if (!f.cluster.empty()) cluster = pt::read_cluster_file(f.cluster);
+  double flops = f.flops;
+  if (gpt && flops <= 0) {
+    if (cluster.achieved_flops_per_second() <= 0)
+      throw pt::UsageError(fmt::format(
+          "--flops is missing and cluster file {} has no peak_tflops and achieved_fraction: give "
+          "the achieved FLOP/s per device one way",
+          f.cluster));
+    flops = cluster.achieved_flops_per_second();
+  }
   pt::CostTables tables;
   std::string source;
-  if (f.costs.empty()) {
-    tables.by_samples[1] = pt::gpt_layer_costs(f.gpt, f.flops);
-    source = fmt::format("GPT L={} d={} T={} V={} at {:.3g} FLOP/s", f.gpt.layers, f.gpt.width,
-                         f.gpt.context, f.gpt.vocab, f.flops);
+  if (gpt) {
+    tables.by_samples[1] = pt::gpt_layer_costs(f.gpt, flops);
+    source = fmt::format("GPT L={} d={} a={} T={} V={} at {:.3g} FLOP/s{}", f.gpt.layers,
+                         f.gpt.width, pt::gpt_heads(f.gpt), f.gpt.context, f.gpt.vocab, flops,
+                         f.flops > 0 ? std::string()
+                                     : fmt::format(" ({:.0f}% of {:.0f} TFLOP/s: the cluster "
+                                                   "file's)",
+                                                   100 * cluster.achieved_fraction,
+                                                   cluster.peak_flops_per_second / 1e12));
   } else {
     tables = pt::read_cost_file(f.costs);
     source = f.costs;
@@ -55,15 +77,28 @@ int plan(const pt::examples::PlanFlags& f, const std::vector<std::string>& sched
                f.write_costs);
   }
   if (f.cluster.empty()) return 0;
-  const pt::Cluster cluster = pt::read_cluster_file(f.cluster);
+  const int devices = f.devices > 0 ? f.devices : cluster.devices;
+  if (devices > cluster.devices ||
+      (devices > cluster.devices_per_node && devices % cluster.devices_per_node != 0))
+    throw pt::UsageError(fmt::format(
+        "--devices {}: cluster file {} has {} devices in nodes of {}: give at most {}, whole "
+        "nodes (a multiple of {}) or part of one",
+        devices, f.cluster, cluster.devices, cluster.devices_per_node, cluster.devices,
+        cluster.devices_per_node));
 
   pt::PlannerRequest r;
-  r.devices = cluster.devices;
+  r.devices = devices;
   r.batch = f.batch;
   r.mem_cap_bytes =
       f.mem_cap_given ? static_cast<int64_t>(f.mem_cap_mib * (1 << 20)) : cluster.memory_bytes;
   r.optimizer_slots = f.optimizer_slots;
-  r.schedules = schedules;
+  r.schedules = choices.schedules;
+  r.recompute = choices.recompute;
+  r.heads = gpt ? pt::gpt_heads(f.gpt) : 0;
+  r.tensor_parallel = choices.tensor_parallel.empty()
+                          ? pt::tensor_parallel_degrees(devices, cluster.devices_per_node, r.heads,
+                                                        cluster.devices_per_node)
+                          : choices.tensor_parallel;
   r.max_microbatches = f.max_microbatches;
   r.transfer_bytes_per_second = cluster.intra_node.bytes_per_second;
   r.transfer_latency_s = cluster.intra_node.latency_s;
@@ -77,6 +112,12 @@ int plan(const pt::examples::PlanFlags& f, const std::vector<std::string>& sched
   const auto t0 = std::chrono::steady_clock::now();
   const pt::PlannerResult res = [&] {
     try {
+      if (gpt)
+        return pt::search_plans(pt::ShardedCostsFor([&](int64_t mb, int T) {
+                                  return pt::gpt_sharded_costs(f.gpt, flops, T, f.sequence_parallel,
+                                                               mb);
+                                }),
+                                r);
       return pt::search_plans([&](int64_t mb) { return tables.for_samples(mb); }, r);
     } catch (const pt::UsageError& e) {
       // The planner names the cap --mem-cap; without that flag the cap is the cluster file's.
@@ -100,7 +141,7 @@ int plan(const pt::examples::PlanFlags& f, const std::vector<std::string>& sched
       "pipetrain-plan: {} devices ({} per node; links {:.0f} GB/s + {:.1f} us within a node, "
       "{:.0f} GB/s + {:.1f} us between), cap {:.1f} GiB per device, batch {}, costs {} ({} "
       "layers)\n",
-      cluster.devices, cluster.devices_per_node, cluster.intra_node.bytes_per_second / 1e9,
+      devices, cluster.devices_per_node, cluster.intra_node.bytes_per_second / 1e9,
       cluster.intra_node.latency_s * 1e6, cluster.inter_node.bytes_per_second / 1e9,
       cluster.inter_node.latency_s * 1e6, gib(r.mem_cap_bytes), f.batch, source, tables.layers());
   fmt::print(
@@ -109,21 +150,29 @@ int plan(const pt::examples::PlanFlags& f, const std::vector<std::string>& sched
           ? fmt::format("{:.3g} + {:.3g} ns per parameter (the cost file's)",
                         r.overheads.serial_s_per_param * 1e9, r.overheads.update_s_per_param * 1e9)
           : std::string("not modelled (no 'epilogue' line in the costs)"));
-  fmt::print("searched {} plans (M <= {}), {} {} exactly, in {:.2f} s\n", res.considered,
-             f.max_microbatches, f.simulate > 0 ? "estimated all, simulated the best" : "simulated",
-             res.simulated, wall);
-  fmt::print("{:>4}  {:>10}  {:>7}  {:>9}  {:>10}  {:>10}  {:<10} {:>11} {:>5}  {:<14} {}\n",
-             "rank", "step (ms)", "bubble", "peak GiB", "samples/s", "allreduce", "neighbours",
-             "S x R", "M", "schedule", "recompute");
+  std::string degrees;
+  for (const int T : r.tensor_parallel)
+    degrees += fmt::format("{}{}", degrees.empty() ? "" : ",", T);
+  fmt::print("searched {} plans (T in {}{}, M <= {}), {} {} exactly, in {:.2f} s\n", res.considered,
+             degrees, f.sequence_parallel ? " with sequence parallelism" : "", f.max_microbatches,
+             f.simulate > 0 ? "estimated all, simulated the best" : "simulated", res.simulated,
+             wall);
+  // TFLOP/s: Narayanan et al.'s count of the step's FLOPs (gpt_costs.h) / step / devices.
+  const double model_flops = gpt ? pt::narayanan_flops_per_step(f.gpt, f.batch) : 0;
+  fmt::print("{:>4}  {:>10}  {:>7}  {:>9}  {:>10}  {:>8}  {:>10}  {:<10} {:>15} {:>5}  {:<14} {}\n",
+             "rank", "step (ms)", "bubble", "peak GiB", "samples/s", "TFLOP/s", "allreduce",
+             "neighbours", "T x S x R", "M", "schedule", "recompute");
   for (size_t i = 0; i < res.ranked.size() && i < static_cast<size_t>(f.top); ++i) {
     const pt::PlanCandidate& c = res.ranked[i];
     fmt::print(
-        "{:>4}  {:>10.3f}  {:>6.1f}%  {:>9.2f}  {:>10.1f}  {:>8.3f}ms  {:<10} {:>11} {:>5}  {:<14} "
-        "{}\n",
+        "{:>4}  {:>10.3f}  {:>6.1f}%  {:>9.2f}  {:>10.1f}  {:>8}  {:>8.3f}ms  {:<10} {:>15} {:>5}  "
+        "{:<14} {}\n",
         i + 1, c.step_s * 1e3, 100 * c.bubble, gib(c.max_peak_bytes()),
-        static_cast<double>(f.batch) / c.step_s, c.allreduce_s * 1e3,
-        pt::placement_name(c.placement), fmt::format("{} x {}", c.stages, c.replicas),
-        c.microbatches, c.schedule, c.recompute.str());
+        static_cast<double>(f.batch) / c.step_s,
+        gpt ? fmt::format("{:.1f}", model_flops / c.step_s / devices / 1e12) : std::string("-"),
+        c.allreduce_s * 1e3, pt::placement_name(c.placement),
+        fmt::format("{} x {} x {}", c.tensor_parallel, c.stages, c.replicas), c.microbatches,
+        c.schedule, c.recompute.str());
   }
   if (f.simulate > 0) {  // how far the estimates that chose the finalists were off
     double worst = 0;

@@ -5,6 +5,9 @@
 #    bubble in [0, 100), no NaN), the estimates that chose the finalists within 10% of them (5.8% here);
 #  - the MLP's costs written by pipetrain-fashion --plan auto --plan-only --costs profile
 #    --write-costs give the same ranking (plan, predicted step) as that --plan auto printed;
+#  - tensor parallelism: Megatron-LM's 1.7B GPT on the Selene cluster file, T x S x R = 32 with T
+#    dividing the heads and the node, its TFLOP/s within 15% of the paper's 137; a T that divides
+#    neither, T > 1 for a cost file, a partial node and a cluster file's half FLOP/s pair refused;
 #  - every input at its stated maximum (2^20 devices, --batch 2^40, fields of 2^50 bytes): no
 #    wrapped (negative) peak, refused under --mem-cap 1;
 #  - malformed cost and cluster files name the file and line, a cap nothing fits names the
@@ -46,7 +49,8 @@ out=$("$exe" --costs "$tmp/gpt.costs" --cluster "$tmp/cluster.txt" --batch 8192 
 rows=$(grep -E '^ +[0-9]+ +[0-9.]+ +[0-9.]+% ' <<<"$out")
 bad=$(awk -v B=8192 '{ step = $2 / 1e3; bubble = $3 + 0; peak = $4; sps = $5;
         if (!(step > 0) || bubble < 0 || bubble >= 100 || !(peak > 0) || peak > 80 ||
-            sps < 0.999 * B / step || sps > 1.001 * B / step || $8 * $10 != 4096 || ($7 != "stages" && $7 != "replicas")) print }' <<<"$rows")
+            sps < 0.999 * B / step || sps > 1.001 * B / step || $9 * $11 * $13 != 4096 || $9 != 1 || $6 != "-" ||
+            ($8 != "stages" && $8 != "replicas")) print }' <<<"$rows")
 if [ $rc -ne 0 ] || [ "$(wc -l <<<"$rows")" -ne 5 ] || [ -n "$bad" ] || grep -qi nan <<<"$out" ||
    ! grep -qE '^searched [0-9]+ plans .* simulated the best 8 exactly, in [0-9.]+ s' <<<"$out" ||
    ! awk '/^the 8 simulated plans. estimates were within/ { ok = ($8 + 0 < 10) } END { exit !ok }' <<<"$out"; then
@@ -96,6 +100,28 @@ if [ $rc -ne 0 ] || [ -z "$rows" ] || awk '{ if (!($4 > 1e6)) bad = 1 } END { ex
 else
   echo "ok: at the maxima: refused under --mem-cap 1; without a cap, peaks $(awk '{ printf "%s ", $4 }' <<<"$rows")GiB"
 fi
+
+# Tensor parallelism: Megatron-LM's 1.7B GPT (Narayanan et al. 2021, Table 1: 137 TFLOP/s per
+# GPU on 32 A100s) on the Selene cluster file; T x S x R = 32, T divides 24 heads and 8 per node;
+# the model TFLOP/s column is the paper's count / step / GPUs (scripts/megatron-table.sh: all rows).
+selene=$here/../../examples/plan/clusters/selene-a100.txt
+row=(--gpt-layers 24 --gpt-width 2304 --heads 24 --context 2048 --vocab 51200 --cluster "$selene" --devices 32 --batch 512)
+out=$("$exe" "${row[@]}" --recompute every:1 --schedules 1f1b,interleaved:2,interleaved:3,interleaved:4 --top 3 2>&1); rc=$?
+rows=$(grep -E '^ +[0-9]+ +[0-9.]+ +[0-9.]+% ' <<<"$out")
+bad=$(awk '{ if ($9 * $11 * $13 != 32 || 24 % $9 != 0 || 8 % $9 != 0 || $6 < 137 * 0.85 || $6 > 137 * 1.15 || $NF != "every:1") print }' <<<"$rows")
+if [ $rc -ne 0 ] || [ "$(wc -l <<<"$rows")" -ne 3 ] || [ -n "$bad" ] || ! grep -q '^searched .*(T in 1,2,4,8, ' <<<"$out"; then
+  echo "FAIL: Megatron's 1.7B GPT (rc=$rc, bad rows: '$bad'):"; echo "$out"; fails=$((fails+1))
+else
+  echo "ok: Megatron's 1.7B GPT on 32 A100s: $(head -1 <<<"$rows")"
+fi
+expect_refused "--tensor-parallel 16: does not divide the 24 attention heads" "${row[@]}" --tensor-parallel 16
+expect_refused "--tensor-parallel 16: does not divide the 8 devices per node" --gpt-layers 24 --gpt-width 4096 --heads 32 --context 2048 --vocab 51200 --cluster "$selene" --devices 32 --batch 512 --tensor-parallel 16
+expect_refused "--tensor-parallel: 'x' is not a degree" "${row[@]}" --tensor-parallel 2,x
+expect_refused "--tensor-parallel > 1 and --sequence-parallel need to know how the layers shard" --costs "$tmp/gpt.costs" --cluster "$tmp/cluster.txt" --batch 64 --tensor-parallel 2
+expect_refused "--devices 36: cluster file" "${row[@]:0:12}" --devices 36 --batch 512
+expect_refused "--flops is missing and cluster file $tmp/cluster.txt has no peak_tflops" --gpt-layers 4 --gpt-width 256 --context 64 --vocab 256 --cluster "$tmp/cluster.txt" --batch 64
+printf 'peak_tflops 312\n' >>"$tmp/bad3.txt"; cat "$tmp/cluster.txt" >>"$tmp/bad3.txt"
+expect_refused "bad3.txt:1: peak_tflops without achieved_fraction" --costs "$tmp/gpt.costs" --cluster "$tmp/bad3.txt" --batch 64
 
 # Refusals.
 exe=$fashion expect_refused "--write-costs writes the layer costs --plan auto plans with" --write-costs "$tmp/y.costs" --steps 1
