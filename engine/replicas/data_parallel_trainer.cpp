@@ -26,7 +26,32 @@ void DataParallelTrainer::set_step(int64_t step) {
   for (auto& r : parts_.replicas) r->set_step(step);
 }
 
+std::vector<std::vector<StageState>> DataParallelTrainer::tensor_ranks(
+    int replica_index, std::vector<const Model*>& models) const {
+  const int T = parts_.world ? 1 : tensor_parallel();
+  std::vector<std::vector<StageState>> ranks;
+  models.clear();
+  for (int t = 0; t < T; ++t) {
+    PipelineTrainer& copy = replica(replica_index * T + t);
+    ranks.push_back(copy.stage_states());
+    models.push_back(&copy.model());
+  }
+  return ranks;
+}
+
+WholeStages& DataParallelTrainer::whole_stages() {
+  if (!whole_stages_) {
+    if (!parts_.whole_model)
+      throw std::logic_error("a tensor-parallel run was built without its whole model");
+    whole_stages_ = std::make_unique<WholeStages>(std::move(parts_.whole_model),
+                                                  replica(0).stage_states(), replica(0).seed());
+  }
+  return *whole_stages_;
+}
+
 std::vector<StageState> DataParallelTrainer::all_stage_copies() {
+  // Tensor ranks: the checkpoint fills the whole stages; stage_copies_loaded cuts the slices.
+  if (tensor_parallel() > 1) return whole_stages().states();
   // Sharded: full optimizers for the checkpoint to fill; stage_copies_loaded shards them.
   for (auto& r : parts_.replicas) r->make_full_optimizers();
   std::vector<StageState> all;
@@ -36,10 +61,41 @@ std::vector<StageState> DataParallelTrainer::all_stage_copies() {
 }
 
 void DataParallelTrainer::stage_copies_loaded() {
+  if (tensor_parallel() > 1) {
+    const int T = parts_.world ? 1 : tensor_parallel();
+    std::vector<const Model*> models;
+    for (int r = 0; r < local_replicas() / T; ++r)
+      whole_stages().scatter(tensor_ranks(r, models), models);
+    return;
+  }
   for (auto& r : parts_.replicas) r->take_full_optimizers();
 }
 
+std::vector<StageState> DataParallelTrainer::stage_states() {
+  if (tensor_parallel() > 1) return whole_replica_zero();
+  return replica(0).stage_states();
+}
+
+std::vector<StageState> DataParallelTrainer::whole_replica_zero() {
+  // Whole tensors, put together from the tensor ranks of replica 0 (one process: its T copies;
+  // one process per rank: an all-gather among the T processes of each device, rank 0 of which
+  // holds the result).
+  const ParallelContext& par = replica(0).config().parallel;
+  if (par.replica != 0) return {};
+  if (parts_.world) {
+    whole_stages().gather(replica(0).stage_states(), replica(0).model(),
+                          *par.tensor_parallel_group);
+    if (par.tensor_rank != 0) return {};
+  } else {
+    std::vector<const Model*> models;
+    const auto ranks = tensor_ranks(0, models);
+    whole_stages().gather(ranks, models);
+  }
+  return whole_stages().states();
+}
+
 std::vector<StageState> DataParallelTrainer::stages_to_save() {
+  if (tensor_parallel() > 1) return whole_replica_zero();
   // Sharded: the checkpoint holds the unsharded state, gathered from the replicas' shards (a
   // collective: every replica of every process takes part, though replica 0 alone writes).
   if (replica(0).config().parallel.shard_optimizer)
@@ -231,9 +287,11 @@ std::unique_ptr<DataParallelTrainer> make_local_data_parallel(
         rc.parallel.tensor_rank = t;
         rc.parallel.tensor_parallel_group = norm[static_cast<size_t>(r)][static_cast<size_t>(t)];
       }
-      parts.models.push_back(std::make_unique<Model>(shard_model(make_model(), tp)));
+      parts.models.push_back(std::make_unique<Model>(
+          shard_model(make_model(), tp, r == 0 && t == 0 ? &parts.replicated_layers : nullptr)));
       parts.replicas.push_back(std::make_unique<PipelineTrainer>(*parts.models.back(), mine, rc));
     }
+  if (T > 1) parts.whole_model = std::make_unique<Model>(make_model());
   return std::make_unique<DataParallelTrainer>(std::move(parts));
 }
 
@@ -297,7 +355,9 @@ std::unique_ptr<DataParallelTrainer> make_process_data_parallel(
   parts.communicators.push_back(std::move(pipeline));
   parts.communicators.push_back(std::move(data_parallel));
   if (nccl) parts.communicators.push_back(std::move(nccl));
-  parts.models.push_back(std::make_unique<Model>(shard_model(make_model(), tp)));
+  parts.models.push_back(
+      std::make_unique<Model>(shard_model(make_model(), tp, &parts.replicated_layers)));
+  if (T > 1) parts.whole_model = std::make_unique<Model>(make_model());
   parts.replicas.push_back(std::make_unique<PipelineTrainer>(*parts.models.back(), devices, rc));
   return std::make_unique<DataParallelTrainer>(std::move(parts));
 }

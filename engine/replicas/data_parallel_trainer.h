@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/comm/communicator.h"
+#include "engine/parallel/whole_stages.h"
 #include "engine/pipeline/pipeline_trainer.h"
 #include "layers/tensor_parallel/group.h"
 
@@ -27,6 +28,10 @@ class DataParallelTrainer final : public TrainingEngine {
     // point at them).
     std::vector<std::unique_ptr<TensorParallelGroup>> tensor_groups;
     std::vector<std::unique_ptr<Model>> models;
+    // --tp T > 1: the model as written (unsharded), for checkpoints of whole tensors, and the
+    // layers with parameters that declare no split (whole on every tensor rank).
+    std::unique_ptr<Model> whole_model;
+    std::vector<std::string> replicated_layers;
     std::vector<std::unique_ptr<PipelineTrainer>> replicas;  // each with parallel.replica set
     Communicator* world = nullptr;  // nullable: set when other processes take part
     // Asynchronous parameter-server workers do not meet every step: each reports its own
@@ -54,13 +59,16 @@ class DataParallelTrainer final : public TrainingEngine {
   int64_t step() const override { return replica(0).step(); }
   void set_step(int64_t step) override;
   // Replica 0's stages (the replicas hold the same values).
-  std::vector<StageState> stage_states() override { return replica(0).stage_states(); }
+  // With --tp T > 1: the whole stages put together from replica 0's tensor ranks (under
+  // mpirun a collective among them, held by rank 0 only), as stages_to_save.
+  std::vector<StageState> stage_states() override;
   std::vector<StageState> all_stage_copies() override;
   void stage_copies_loaded() override;
   // Replica 0's stages in the process that holds replica 0; nothing in the others.
   std::vector<StageState> stages_to_save() override;
 
   int local_replicas() const { return static_cast<int>(parts_.replicas.size()); }
+  const std::vector<std::string>& replicated_layers() const { return parts_.replicated_layers; }
   PipelineTrainer& replica(int i) const { return *parts_.replicas[static_cast<size_t>(i)]; }
 
  private:
@@ -70,8 +78,18 @@ class DataParallelTrainer final : public TrainingEngine {
   // Whether copy i's loss counts: it holds the last stage, and it is tensor rank 0 (the T
   // tensor ranks of a replica compute the same loss).
   bool reports_loss(int i) const;
+  // --tp T > 1: the tensor ranks of each replica held here (in one process: the copies
+  // r T .. r T + T - 1; one process per rank: this process's copy), and the whole stages
+  // checkpoints read and write (made on first use).
+  int tensor_parallel() const { return replica(0).config().parallel.tensor_parallel; }
+  std::vector<std::vector<StageState>> tensor_ranks(int replica_index,
+                                                    std::vector<const Model*>& models) const;
+  WholeStages& whole_stages();
+  // Replica 0's whole stages, gathered now (see stage_states).
+  std::vector<StageState> whole_replica_zero();
 
   Parts parts_;
+  std::unique_ptr<WholeStages> whole_stages_;
 };
 
 // R replicas in this process: devices[r * D + d] is schedule device d of replica r. Each replica

@@ -4,6 +4,7 @@
 #include <string>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "engine/replicas/data_parallel_trainer.h"
 #include "engine/replicas/ps_trainer.h"
@@ -70,12 +71,19 @@ void build_pipeline_engine(TrainingRun& s, const PipelineConfig& pc, Model& mode
     s.timed = s.engine.get();
     return;
   }
-  if (world) {
-    auto dp = make_process_data_parallel(make_model, *s.backends[0], pc, *world, opt.dp, opt.tp);
-    s.pipeline = &dp->replica(0);
-    s.engine = std::move(dp);
-  } else if (opt.dp > 1 || opt.tp > 1) {
-    auto dp = make_local_data_parallel(make_model, s.backends, pc, opt.dp, opt.tp);
+  if (world || opt.dp > 1 || opt.tp > 1) {
+    auto dp =
+        world ? make_process_data_parallel(make_model, *s.backends[0], pc, *world, opt.dp, opt.tp)
+              : make_local_data_parallel(make_model, s.backends, pc, opt.dp, opt.tp);
+    // Said once: their compute and memory are repeated on every tensor rank.
+    if (opt.tp > 1 && opt.print && (!world || world->rank() == 0))
+      fmt::print("tensor parallelism: {}\n",
+                 dp->replicated_layers().empty()
+                     ? std::string("every layer with parameters is split")
+                     : fmt::format("whole on every tensor-parallel rank (no split declared): "
+                                   "layer{} {}",
+                                   dp->replicated_layers().size() == 1 ? "" : "s",
+                                   fmt::join(dp->replicated_layers(), ", ")));
     s.pipeline = &dp->replica(0);
     s.engine = std::move(dp);
   } else {

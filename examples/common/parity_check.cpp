@@ -46,8 +46,9 @@ ParityCheckedEngine::ParityCheckedEngine(TrainingEngine& run, const TrainingOpti
                                          TrainerConfig config, int threads, Communicator* world)
     : ForwardingEngine(run),
       world_(world),
-      exact_(par.dp == 1 || (par.dp == 2 && config.microbatches == 1)),
+      exact_(par.tp == 1 && (par.dp == 1 || (par.dp == 2 && config.microbatches == 1))),
       replicas_(par.dp),
+      tensor_ranks_(par.tp),
       microbatches_per_replica_(config.microbatches),
       state_dir_(state_folder(world)),
       reference_model_(make_model()) {
@@ -154,9 +155,12 @@ int ParityCheckedEngine::verdict() {
   }
   const bool ok = worst <= kParityTolerance;
   fmt::print(
-      " ({} the tolerance {:g}: {} replicas add their {} micro-batch gradients in another "
-      "grouping; {})\n",
-      ok ? "within" : "OVER", kParityTolerance, replicas_, microbatches_per_replica_, checked);
+      " ({} the tolerance {:g}: {}; {})\n", ok ? "within" : "OVER", kParityTolerance,
+      tensor_ranks_ > 1
+          ? fmt::format("{} tensor ranks add partial sums of the split layers", tensor_ranks_)
+          : fmt::format("{} replicas add their {} micro-batch gradients in another grouping",
+                        replicas_, microbatches_per_replica_),
+      checked);
   return ok ? 0 : kExitParityFailed;
 }
 

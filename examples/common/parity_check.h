@@ -60,7 +60,7 @@ class ParityCheckedEngine final : public ForwardingEngine {
 
   Communicator* world_;
   bool exact_;
-  int replicas_, microbatches_per_replica_;
+  int replicas_, tensor_ranks_, microbatches_per_replica_;
   std::filesystem::path state_dir_;  // the run's state before each step, as a checkpoint
   Model reference_model_;
   std::unique_ptr<Backend> backend_;

@@ -17,7 +17,8 @@ Model shard_model(Model model, const TensorParallel& tp, std::vector<std::string
     Layer& layer = *model.layers_[i];
     std::unique_ptr<Layer> shard = layer.shard_for(tp, split);
     if (!shard) {
-      if (replicated && layer.param_count() > 0) replicated->push_back(layer.name());
+      if (replicated && layer.param_count() > 0)
+        replicated->push_back(fmt::format("{} '{}'", i, layer.name()));
       split = false;  // a replica's output is whole (shard_for refused a split input already)
       continue;
     }

@@ -19,8 +19,8 @@
 
 namespace pt {
 
-// tp.size == 1 returns the model unchanged. `replicated` (optional) receives the names of the
-// layers with parameters that declare nothing and stay whole on every rank (said once by the
+// tp.size == 1 returns the model unchanged. `replicated` (optional) receives "index 'name'" of
+// the layers with parameters that declare nothing and stay whole on every rank (said once by the
 // caller: their compute is repeated T times). Throws ShapeError naming the layer when a split
 // cannot be made (a size that does not divide, a pair left open, a layer that cannot take a
 // slice).
