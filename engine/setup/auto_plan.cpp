@@ -1,6 +1,8 @@
 #include "engine/setup/auto_plan.h"
 
 #include <algorithm>
+#include <memory>
+#include <numeric>
 #include <optional>
 #include <span>
 #include <string>
@@ -17,6 +19,7 @@
 #include "engine/partition/layer_costs.h"
 #include "engine/partition/on_every_device.h"
 #include "engine/partition/step_overheads.h"
+#include "engine/partition/tensor_parallel_costs.h"
 
 namespace pt {
 
@@ -35,6 +38,7 @@ PlanCandidate one_device_with_all_threads(const Backend& first, int threads, con
   Backend& device = *one.backends[0];
   PlannerRequest alone = request;
   alone.devices = 1;
+  alone.tensor_parallel = {1};
   alone.overheads = measure_step_overheads({&device}, optimizer, measured_params);
   const PlannerResult r = search_plans(
       [&](int64_t microbatch) { return profile_costs(model, device, microbatch); }, alone);
@@ -59,6 +63,7 @@ std::pair<TrainingOptions, std::string> options_for(const TrainingOptions& given
   o.write_costs.clear();  // written by the search; the chosen plan's run writes nothing
   o.stages = chosen.stages;
   o.dp = chosen.replicas;
+  o.tp = chosen.tensor_parallel;
   o.microbatches = chosen.microbatches;
   o.recompute = chosen.recompute;
   o.partition = {PartitionMethod::Kind::layout, chosen.layout};
@@ -66,10 +71,11 @@ std::pair<TrainingOptions, std::string> options_for(const TrainingOptions& given
   // with it (recompute_cost.h), so the cap is passed on only where both models agree.
   if (chosen.recompute.kind != RecomputePolicy::Kind::never) o.mem_cap_mib = 0;
   std::string flags = fmt::format(
-      "--devices {}{} --stages {} --dp {} --microbatches {} --schedule {} --recompute {} "
+      "--devices {}{} --stages {} --dp {}{} --microbatches {} --schedule {} --recompute {} "
       "--partition {}{}{}",
       o.devices, chosen.threads > 0 ? fmt::format(" --threads {}", o.threads) : "", o.stages, o.dp,
-      o.microbatches, o.schedule.str(), o.recompute.str(), o.partition.str(),
+      o.tp > 1 ? fmt::format(" --tp {}", o.tp) : "", o.microbatches, o.schedule.str(),
+      o.recompute.str(), o.partition.str(),
       o.mem_cap_mib > 0 ? fmt::format(" --mem-cap {}", o.mem_cap_mib) : "",
       given.costs.kind == CostSource::Kind::profile ? " --costs profile" : "");
   return {std::move(o), std::move(flags)};
@@ -116,8 +122,33 @@ AutoPlan plan_automatically(const TrainingOptions& opt, const std::vector<Backen
     used.by_samples[microbatch] = c;
     return c;
   };
+  // Tensor parallelism: every T dividing the devices that the model splits into (shard_model
+  // checks its heads, widths and vocabulary), with estimated costs of one rank and its counted
+  // all-reduces (tensor_parallel_costs.h). Profiling a shard is not built: --costs profile
+  // plans T = 1.
+  std::vector<std::unique_ptr<TensorParallelCosts>> sharded;
+  std::vector<std::string> refused_degrees;
+  request.tensor_parallel = {1};
+  request.heads = 1;
+  for (int T = 2; !profiling && T <= request.devices; ++T) {
+    if (request.devices % T != 0) continue;
+    try {
+      sharded.push_back(std::make_unique<TensorParallelCosts>(make_model, T, first));
+    } catch (const ShapeError& e) {
+      refused_degrees.push_back(fmt::format("T = {}: {}", T, e.what()));
+      continue;
+    }
+    request.tensor_parallel.push_back(T);
+    request.heads = std::lcm(request.heads, T);  // every T kept divides it (checked above)
+  }
+  const ShardedCostsFor sharded_costs = [&](int64_t microbatch, int T) {
+    if (T == 1) return unsharded(costs(microbatch));
+    for (const auto& c : sharded)
+      if (c->ranks() == T) return c->costs(microbatch);
+    throw std::logic_error("plan auto: no costs for this tensor-parallel degree");
+  };
   AutoPlan a;
-  a.result = search_plans(costs, request);
+  a.result = search_plans(sharded_costs, request);
   if (!opt.write_costs.empty()) {
     used.epilogue = request.overheads;
     const std::string text = cost_file_text(
@@ -163,6 +194,10 @@ AutoPlan plan_automatically(const TrainingOptions& opt, const std::vector<Backen
   std::tie(a.options, a.flags) = options_for(opt, a.chosen, *schedule, first);
   if (opt.print) {
     fmt::print("{}", a.result.report(opt.plan_top_k));
+    if (profiling)
+      fmt::print("plan auto: --costs profile plans --tp 1 only (a shard is not profiled yet)\n");
+    for (const std::string& why : refused_degrees)
+      fmt::print("plan auto: tensor parallelism {}\n", why);
     fmt::print(
         "plan auto: costs {}, {} device{}, batch {}; all-reduce {:.1f} GB/s + {:.0f} us per ring "
         "step ({}); epilogue {:.2f} ns per parameter of the replica (gradient norm) + {:.2f} ns "
@@ -190,7 +225,10 @@ AutoPlan plan_automatically(const TrainingOptions& opt, const std::vector<Backen
         "search:\n  {}\n",
         a.chosen.threads > 0
             ? fmt::format("one device with {} threads", a.chosen.threads)
-            : fmt::format("{} x {}, M = {}, {}", a.chosen.stages, a.chosen.replicas,
+            : fmt::format("{} x {}{}, M = {}, {}", a.chosen.stages, a.chosen.replicas,
+                          a.chosen.tensor_parallel > 1
+                              ? fmt::format(" x {} tensor ranks", a.chosen.tensor_parallel)
+                              : "",
                           a.chosen.microbatches, a.chosen.schedule),
         a.chosen.step_s * 1e3, a.flags);
   }

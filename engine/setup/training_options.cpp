@@ -28,10 +28,6 @@ void TrainingOptions::check(int64_t batch) const {
     if (shard_optimizer)
       throw not_with_tp("--shard-optimizer",
                         "the optimizer shards are not yet cut from tensor-parallel slices");
-    if (plan_auto)
-      throw not_with_tp("--plan auto",
-                        "the automatic planner of a run searches stages and replicas only; "
-                        "pipetrain-plan searches --tp for a cluster");
   }
   if (shard_optimizer && dp < 2)
     throw UsageError(fmt::format(
@@ -47,6 +43,7 @@ void TrainingOptions::check(int64_t batch) const {
     };
     if (stages != 1) throw chosen_by_planner("--stages");
     if (dp != 1) throw chosen_by_planner("--dp");
+    if (tp != 1) throw chosen_by_planner("--tp");
     if (microbatches != 1) throw chosen_by_planner("--microbatches");
     if (schedule != ScheduleChoice{}) throw chosen_by_planner("--schedule");
     if (recompute.kind != RecomputePolicy::Kind::never) throw chosen_by_planner("--recompute");

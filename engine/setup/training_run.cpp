@@ -5,6 +5,7 @@
 
 #include "engine/core/error.h"
 #include "engine/devices/describe_devices.h"
+#include "engine/partition/tensor_parallel_costs.h"
 #include "engine/setup/auto_plan.h"
 #include "engine/setup/run_devices.h"
 #include "engine/setup/run_engine.h"
@@ -121,7 +122,13 @@ void plan_pipeline(TrainingRun& s, const Model& model, const std::function<Model
   request.optimizer_slots = optimizer.state_slots();
   request.data_parallel = opt.dp > 1;
   request.recompute = opt.recompute;
-  s.plan = make_plan(model, request, profiler_on(model, make_model, s.backends, opt.stages));
+  // --tp T: the plan is one tensor rank's, on its shard (the all-reduces are not in its times).
+  std::unique_ptr<TensorParallelCosts> rank;
+  if (opt.tp > 1) rank = std::make_unique<TensorParallelCosts>(make_model, opt.tp, *s.backends[0]);
+  const Model& planned = rank ? rank->model() : model;
+  const std::function<Model()> make_planned =
+      rank ? std::function<Model()>([&rank] { return rank->make_shard(); }) : make_model;
+  s.plan = make_plan(planned, request, profiler_on(planned, make_planned, s.backends, opt.stages));
   if (opt.print) fmt::print("{}", s.plan->report());
   s.layout["schedule"] = opt.schedule.str();
   s.layout["microbatches"] = std::to_string(opt.microbatches);

@@ -23,6 +23,7 @@ plan=(--devices cpu:0,cpu:1 --threads 1 --plan auto)
 expect_refused "--plan auto chooses --stages itself: drop --stages" "${plan[@]}" --stages 2 --steps 1
 expect_refused "--plan auto chooses --stages itself" "${plan[@]}" --stages 1 --steps 1
 expect_refused "--plan auto chooses --dp itself" "${plan[@]}" --dp 2 --steps 1
+expect_refused "--plan auto chooses --tp itself" "${plan[@]}" --tp 2 --steps 1
 expect_refused "--plan auto chooses --microbatches itself" "${plan[@]}" --microbatches 4 --steps 1
 expect_refused "--plan auto chooses --schedule itself" "${plan[@]}" --schedule gpipe --steps 1
 expect_refused "--plan auto chooses --recompute itself" "${plan[@]}" --recompute always --steps 1
@@ -36,7 +37,7 @@ out=$("$exe" "${plan[@]}" --plan-only --plan-top 5 2>&1); rc=$?
 rows=$(grep -cE '^ +[0-9]+ +[0-9.]+ +[0-9.]+% ' <<<"$out")
 flags=$(grep -A1 'plan auto chose' <<<"$out" | tail -1 | sed 's/^ *//')
 if [ $rc -ne 0 ] || [ "$rows" -ne 5 ] || ! grep -q '^rank' <<<"$out" || [ -z "$flags" ] ||
-   ! grep -q -- '--stages [0-9]* --dp [0-9]* --microbatches [0-9]* --schedule ' <<<"$flags" ||
+   ! grep -qE -- '--stages [0-9]+ --dp [0-9]+( --tp [0-9]+)? --microbatches [0-9]+ --schedule ' <<<"$flags" ||
    ! grep -q '^rejected ' <<<"$out" || ! grep -q '^predicted step time' <<<"$out" ||
    grep -qE '^train [0-9]' <<<"$out"; then
   echo "FAIL: --plan auto --plan-only (rc=$rc, $rows rows, flags '$flags'):"; echo "$out"; fails=$((fails+1))
@@ -60,7 +61,7 @@ fi
 out=$("$exe" "${plan[@]}" --plan-only --plan-top 20 --mem-cap 30 2>&1); rc=$?
 over=$(grep -E '^ +[0-9]+ +[0-9.]+ +[0-9.]+% ' <<<"$out" | awk '{for (i = 4; i <= NF && $i ~ /^[0-9.]+$/; ++i) if ($i > 30) print}')
 if [ $rc -ne 0 ] || [ -n "$over" ] || ! grep -q 'over the memory cap' <<<"$out" ||
-   ! grep -A1 'plan auto chose' <<<"$out" | grep -q -- '--stages 2 .*--mem-cap 30'; then
+   ! grep -A1 'plan auto chose' <<<"$out" | grep -qE -- '(--stages 2 .*|--tp 2 .*)--mem-cap 30'; then
   echo "FAIL: --plan auto --mem-cap 30 (rc=$rc, over: '$over'):"; echo "$out"; fails=$((fails+1))
 else
   echo "ok: --plan auto --mem-cap 30: $(grep -A1 'plan auto chose' <<<"$out" | tail -1)"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # --tp T (tensor parallelism) as a user runs it, in one process and under mpirun:
 #  - refusals before anything runs: a T that does not divide the layers, too few devices or
-#    processes, and the modes it does not combine with yet;
+#    processes, and the modes it does not combine with yet; --plan auto chooses T itself;
 #  - one process per device (mpirun -np 4: 2 stages x 2 tensor ranks; -np 8: 2 x 2 x 2) saves
 #    the same checkpoint bits as one process with as many virtual devices (the same sums in the
 #    same order), optimizer state included;
@@ -35,7 +35,7 @@ expect_refused "needs 4: give one device per stage, replica and tensor rank" "${
 expect_refused "--tp 2 with --ps" "${common[@]}" --tp 2 --dp 2 --ps 1 --devices cpu:0..3 --steps 1
 expect_refused "--tp 2 with --update async" --data "$data" --batch 32 --tp 2 --stages 2 --microbatches 2 --update async --devices cpu:0..3 --steps 1
 expect_refused "--tp 2 with --shard-optimizer" "${common[@]}" --tp 2 --dp 2 --shard-optimizer --devices cpu:0..3 --steps 1
-expect_refused "--tp 2 with --plan auto" "${common[@]}" --tp 2 --plan auto --devices cpu:0..1 --steps 1
+expect_refused "--plan auto chooses --tp itself" "${common[@]}" --tp 2 --plan auto --devices cpu:0..1 --steps 1
 
 run() {  # run NAME args...: one process; output in $work/NAME.txt
   local name=$1; shift
@@ -60,6 +60,12 @@ close() {  # close A B TOL: weights and optimizer state within TOL
     echo "ok: $1 ~ $2 ($(tail -1 "$work/cmp.txt"))"
   else fail "$1 !~ $2 within $3"; cat "$work/cmp.txt"; fi
 }
+
+# --plan auto searches T too: on 2 devices (estimated costs) it chooses 2 tensor ranks, and runs.
+run auto --plan auto --devices cpu:0,cpu:1 --steps 2
+if grep -A1 'plan auto chose' "$work/auto.txt" | grep -q -- '--tp 2' && grep -q '^trained 2 steps' "$work/auto.txt"; then
+  echo "ok: --plan auto chose and ran $(grep -A1 'plan auto chose' "$work/auto.txt" | tail -1)"
+else fail "--plan auto did not choose --tp 2 or did not train"; grep -A1 'plan auto chose' "$work/auto.txt"; fi
 
 # 2. One process per device == one process, 2 stages x 2 tensor ranks and 2 x 2 x 2.
 s2t2=(--stages 2 --tp 2 --microbatches 2 --steps 6)
