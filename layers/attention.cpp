@@ -14,7 +14,8 @@ namespace pt {
 namespace {
 
 // Slots of the layer's context.
-enum Saved : size_t { kX, kQkv, kAtt, kLse, kForwardSaves, kDqkv = kForwardSaves };
+// kWholeDy: with sequence parallelism, the output gradient gathered by backward_input.
+enum Saved : size_t { kX, kQkv, kAtt, kLse, kForwardSaves, kDqkv = kForwardSaves, kWholeDy };
 
 }  // namespace
 
@@ -38,6 +39,7 @@ CausalSelfAttention::CausalSelfAttention(int64_t d_model, int64_t n_heads, int64
     throw ShapeError(
         fmt::format("{}: proj_init_std must be positive but got {}", kKind, proj_init_std));
   split_size(tp, n_heads, kKind, "n_heads");  // heads split whole across the ranks
+  if (sequence()) input_shape_[0] = context_chunk(tp, context, kKind);
   output_shape_ = input_shape_;
 }
 
@@ -78,10 +80,14 @@ LayerCost CausalSelfAttention::cost() const {
 
 // ---- forward -------------------------------------------------------------------------------
 // Below, dl = d / T and Hl = H / T are this rank's channels and heads (d and H at T = 1).
-Tensor CausalSelfAttention::forward(const Tensor& x, LayerContext& ctx) {
-  const auto [B, T] = check_sequence(*this, "input", x, context_, d_);
+Tensor CausalSelfAttention::forward(const Tensor& x_in, LayerContext& ctx) {
+  check_sequence(*this, "input", x_in, input_shape_[0], d_);
   require_bound(*this);
   Backend& be = ctx.backend();
+  // With sequence parallelism x_in is this rank's chunk of the sequence: all-gather it.
+  const Tensor x =
+      sequence() ? gather_sequence(tp_, be, x_in, "attention: sequence of the input") : x_in;
+  const int64_t B = x.shape()[0], T = x.shape()[1];
   const int64_t rows = B * T, Dh = head_dim(), dl = local_width(), Hl = local_heads();
   // qkv (rows, 3dl) = x (rows, d) Wqkv^T (d, 3dl) + bqkv
   Tensor qkv = ctx.alloc(Shape{B, T, 3 * dl});
@@ -94,11 +100,15 @@ Tensor CausalSelfAttention::forward(const Tensor& x, LayerContext& ctx) {
                        1.f / std::sqrt(static_cast<float>(Dh)));
   // y (rows, d) = a (rows, dl) Wproj^T (dl, d) + bproj; with T > 1 the partial products are
   // summed over the ranks first and the bias added once after.
+  // With sequence parallelism the sum is a reduce-scatter: each rank its chunk of the sequence.
   Tensor y = ctx.alloc(Shape{B, T, d_});
   if (tp_.enabled()) {
     be.gemm(false, true, rows, d_, dl, 1.f, att.f32(), dl, params_[2].f32(), dl, 0.f, y.f32(), d_);
-    all_reduce_output(tp_, be, y, "attention: output projection");
-    be.add_bias(y.f32(), params_[3].f32(), rows, d_);
+    if (sequence())
+      y = reduce_scatter_sequence(tp_, be, y, "attention: output projection");
+    else
+      all_reduce_output(tp_, be, y, "attention: output projection");
+    be.add_bias(y.f32(), params_[3].f32(), y.numel() / d_, d_);
   } else {
     be.gemm_bias(false, true, rows, d_, d_, att.f32(), d_, params_[2].f32(), d_, params_[3].f32(),
                  y.f32(), d_);
@@ -113,15 +123,19 @@ Tensor CausalSelfAttention::forward(const Tensor& x, LayerContext& ctx) {
 }
 
 // ---- backward ------------------------------------------------------------------------------
-Tensor CausalSelfAttention::backward_input(const Tensor& dy, LayerContext& ctx) {
-  const auto [B, T] = check_sequence(*this, "gradient", dy, context_, d_);
+Tensor CausalSelfAttention::backward_input(const Tensor& dy_in, LayerContext& ctx) {
+  check_sequence(*this, "gradient", dy_in, output_shape_[0], d_);
   require_bound(*this);
   const Tensor& x = saved_or_throw(*this, ctx, kX);
-  require_same_dims(*this, dy.shape(), x.shape());
   if (ctx.saved_count() != kForwardSaves)
     throw UsageError(fmt::format("{}: backward_input ran twice on one context without clear()",
                                  layer_label(*this)));
   Backend& be = ctx.backend();
+  // With sequence parallelism dy_in is this rank's chunk: all-gather it (kept for dWproj).
+  const Tensor dy =
+      sequence() ? gather_sequence(tp_, be, dy_in, "attention: sequence of the gradient") : dy_in;
+  require_same_dims(*this, dy.shape(), x.shape());
+  const int64_t B = dy.shape()[0], T = dy.shape()[1];
   const int64_t rows = B * T, Dh = head_dim(), dl = local_width(), Hl = local_heads();
   // da (rows, dl) = dy (rows, d) Wproj (d, dl)
   Tensor datt = ctx.alloc(Shape{B, T, dl});
@@ -135,23 +149,29 @@ Tensor CausalSelfAttention::backward_input(const Tensor& dy, LayerContext& ctx) 
   Tensor dx = ctx.alloc(Shape{B, T, d_});
   be.gemm(false, false, rows, d_, 3 * dl, 1.f, dqkv.f32(), 3 * dl, params_[0].f32(), d_, 0.f,
           dx.f32(), d_);
-  all_reduce_input_gradient(tp_, be, dx, "attention: input gradient");
   ctx.save(dqkv);  // for backward_weight
+  if (sequence()) {
+    ctx.save(dy);
+    return reduce_scatter_sequence(tp_, be, dx, "attention: input gradient");
+  }
+  all_reduce_input_gradient(tp_, be, dx, "attention: input gradient");
   return dx;
 }
 
-void CausalSelfAttention::backward_weight(const Tensor& dy, LayerContext& ctx) {
-  const auto [B, T] = check_sequence(*this, "gradient", dy, context_, d_);
+void CausalSelfAttention::backward_weight(const Tensor& dy_in, LayerContext& ctx) {
+  check_sequence(*this, "gradient", dy_in, output_shape_[0], d_);
   require_bound(*this);
   const Tensor& x = saved_or_throw(*this, ctx, kX);
-  require_same_dims(*this, dy.shape(), x.shape());
-  if (ctx.saved_count() != kForwardSaves + 1)
+  if (ctx.saved_count() != (sequence() ? kWholeDy + 1 : kForwardSaves + 1))
     throw UsageError(
         fmt::format("{}: backward_weight needs backward_input to run first on this "
                     "context",
                     layer_label(*this)));
+  // With sequence parallelism the whole sequence's gradient that backward_input gathered.
+  const Tensor& dy = sequence() ? ctx.saved(kWholeDy) : dy_in;
+  require_same_dims(*this, dy.shape(), x.shape());
   Backend& be = ctx.backend();
-  const int64_t rows = B * T, dl = local_width();
+  const int64_t rows = dy.shape()[0] * dy.shape()[1], dl = local_width();
   const Tensor& dqkv = ctx.saved(kDqkv);
   // dWproj (d, dl) += dy^T (d, rows) a (rows, dl);  dbproj += sum over rows of dy
   be.gemm(true, false, d_, dl, rows, 1.f, dy.f32(), d_, ctx.saved(kAtt).f32(), dl, 1.f,

@@ -23,6 +23,13 @@
 // the output projection row-parallel (Wproj's columns of its heads); the partial outputs are
 // summed (one all-reduce) before the bias, which every rank holds whole, and the input gradient
 // is summed in backward (the other all-reduce). x, dy and y are whole on every rank.
+//
+// Sequence parallelism (tp.sequence_parallel with T > 1; layers/tensor_parallel/mappings.h):
+// x, y and dy are this rank's chunk (B, T'/T, d) of the sequence (the per-sample shape
+// (context / T, d); T must divide the context and T'). Forward all-gathers x before the QKV
+// GEMM (and saves the whole x, as without it) and reduce-scatters the projection's partial
+// output, then adds the bias to the chunk; backward all-gathers dy (kept for dWproj and the
+// bias gradient, which so sum the whole sequence as without it) and reduce-scatters dx.
 #include <cstdint>
 #include <string_view>
 
@@ -48,6 +55,8 @@ class CausalSelfAttention final : public Layer {
   int64_t local_heads() const { return H_ / tp_.size; }
   int64_t local_width() const { return d_ / tp_.size; }
   int64_t context() const { return context_; }
+  // Whether x and y are chunks of the sequence (sequence parallelism).
+  bool sequence() const { return tp_.sequence_parallel && tp_.enabled(); }
 
   std::vector<ParamSpec> param_specs() const override;
   LayerCost cost() const override;

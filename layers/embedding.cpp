@@ -40,14 +40,14 @@ LayerCost Embedding::cost() const {
   return c;
 }
 
-std::unique_ptr<Layer> Embedding::shard_for(const TensorParallel& tp, bool input_split) const {
-  if (input_split)
+std::unique_ptr<Layer> Embedding::shard_for(const TensorParallel& tp, ActivationSplit input) const {
+  if (!input.whole())
     throw ShapeError(fmt::format(
-        "{} takes token ids, which every tensor-parallel rank holds whole, but follows a "
-        "column-parallel layer whose output is split; close that pair with a row-parallel layer "
-        "before it",
+        "{} takes token ids, which every tensor-parallel rank holds whole, but follows a layer "
+        "whose output is split across the ranks; close that split (a row-parallel layer, or a "
+        "column-parallel one for a sequence split) before it",
         layer_label(*this)));
-  if (style_ != ParallelStyle::vocab) return Layer::shard_for(tp, input_split);
+  if (style_ != ParallelStyle::vocab) return Layer::shard_for(tp, input);
   if (!tp.enabled()) return nullptr;  // one rank holds the whole table: the layer as written
   return std::make_unique<VocabParallelEmbedding>(name_, input_shape_, vocab_, dim_, init_, tp);
 }

@@ -30,8 +30,8 @@ class Embedding final : public Layer {
   LayerCost cost() const override;
   // Declared vocab (builder .parallel(ParallelStyle::vocab)) with more than one rank: a
   // VocabParallelEmbedding with this name and init (layers/tensor_parallel/). Its ids are never
-  // split: input_split is a ShapeError.
-  std::unique_ptr<Layer> shard_for(const TensorParallel& tp, bool input_split) const override;
+  // split: a split input is a ShapeError.
+  std::unique_ptr<Layer> shard_for(const TensorParallel& tp, ActivationSplit input) const override;
 
   Tensor forward(const Tensor& ids, LayerContext& ctx) override;
   Tensor backward_input(const Tensor& dy, LayerContext& ctx) override;  // returns Tensor()

@@ -74,32 +74,55 @@ const char* parallel_style_name(ParallelStyle s) {
   return "?";
 }
 
-std::unique_ptr<Layer> Layer::shard_for(const TensorParallel& tp, bool input_split) const {
+std::unique_ptr<Layer> Layer::shard_for(const TensorParallel& tp, ActivationSplit input) const {
   if (style_ != ParallelStyle::replicated)
     throw ShapeError(fmt::format(
         "layer '{}' ({}) is declared {}-parallel but has no tensor-parallel form; remove the "
         "declaration (it then runs whole on every rank)",
         name_, kind(), parallel_style_name(style_)));
-  if (!input_split) return nullptr;
-  Shape slice = input_shape_;
-  if (slice.rank() == 0 || slice.back() % tp.size != 0)
-    throw ShapeError(fmt::format("layer '{}' ({}): its input {} does not split into {} slices",
-                                 name_, kind(), input_shape_.str(), tp.size));
-  slice[slice.rank() - 1] /= tp.size;
-  std::unique_ptr<Layer> rebuilt = rebuilt_for(slice);
-  if (!rebuilt)
+  if (input.whole()) return nullptr;
+  Shape part = input_shape_;
+  if (input.features) {
+    if (part.rank() == 0 || part.back() % tp.size != 0)
+      throw ShapeError(fmt::format("layer '{}' ({}): its input {} does not split into {} slices",
+                                   name_, kind(), input_shape_.str(), tp.size));
+    part[part.rank() - 1] /= tp.size;
+  }
+  if (input.sequence) {
+    if (part.rank() < 2 || part[0] % tp.size != 0)
+      throw ShapeError(fmt::format(
+          "layer '{}' ({}): its input {} is not a sequence (T, ...) whose T divides into {} "
+          "chunks (sequence parallelism)",
+          name_, kind(), input_shape_.str(), tp.size));
+    part[0] /= tp.size;
+  }
+  std::unique_ptr<Layer> rebuilt = param_count() == 0 ? rebuilt_for(part) : nullptr;
+  if (!rebuilt) {
+    if (input.features)
+      throw ShapeError(fmt::format(
+          "layer '{}' ({}) follows a column-parallel layer, whose output each rank holds a slice "
+          "of, but it is not element-wise; move it after the row-parallel layer that closes the "
+          "pair, or declare the layer before it replicated",
+          name_, kind()));
     throw ShapeError(fmt::format(
-        "layer '{}' ({}) follows a column-parallel layer, whose output each rank holds a slice "
-        "of, but it is not element-wise; move it after the row-parallel layer that closes the "
-        "pair, or declare the layer before it replicated",
+        "layer '{}' ({}) follows a sequence-parallel region, whose output each rank holds a "
+        "chunk of the sequence of, but it cannot run on a chunk; end the model's sequence-"
+        "parallel part before it (a column-parallel layer gathers the sequence) or turn "
+        "sequence parallelism off (--sequence-parallel off)",
         name_, kind()));
+  }
   rebuilt->set_name(name_);
   return rebuilt;
 }
 
-std::unique_ptr<Loss> Loss::shard_for(const TensorParallel& tp, bool input_split) const {
+std::unique_ptr<Loss> Loss::shard_for(const TensorParallel& tp, ActivationSplit input) const {
   (void)tp;
-  if (!input_split) return nullptr;
+  if (input.whole()) return nullptr;
+  if (input.sequence)
+    throw ShapeError(fmt::format(
+        "the loss ({}) cannot take a prediction split along the sequence (sequence "
+        "parallelism); end the model with a column-parallel layer, which gathers the sequence",
+        kind()));
   throw ShapeError(fmt::format(
       "the loss ({}) cannot take a prediction split across tensor-parallel ranks; end the model "
       "with a row-parallel or replicated layer",

@@ -132,6 +132,19 @@ enum class ParallelStyle : uint8_t { replicated, column, row, vocab };
 const char* parallel_style_name(ParallelStyle s);
 struct TensorParallel;  // layers/tensor_parallel/group.h
 
+// How the activation between two layers is split across the ranks of a tensor-parallel group
+// (shard_model walks it layer by layer). Neither: whole on every rank.
+struct ActivationSplit {
+  // Each rank a slice of the last dimension (after a column-parallel layer).
+  bool features = false;
+  // Each rank a chunk of the sequence (sequence parallelism, Korthikanti et al. 2022): of
+  // (B, T', ...) rank t holds tokens [t T'/T, (t+1) T'/T) of every sequence, (B, T'/T, ...).
+  bool sequence = false;
+
+  bool whole() const { return !features && !sequence; }
+  bool operator==(const ActivationSplit&) const = default;
+};
+
 // Per-sample costs, used by the model summary and the partitioner.
 struct LayerCost {
   double forward_flops = 0;  // multiply-add = 2 FLOPs
@@ -165,15 +178,16 @@ class Layer {
   ParallelStyle parallel_style() const { return style_; }
   void set_parallel_style(ParallelStyle style) { style_ = style; }
   // This layer as rank tp.rank of tp.size builds it, or nullptr when it stays as it is (a
-  // replica). `input_split`: the activation reaching it is split on its last dimension (it
-  // follows a column-parallel layer); a layer that cannot run on a slice throws ShapeError
-  // saying so. The default: element-wise layers (split_input_ok) rebuilt for the slice, others
-  // replicated on whole activations.
-  virtual std::unique_ptr<Layer> shard_for(const TensorParallel& tp, bool input_split) const;
-  // After shard_for: whether this layer's output is split on its last dimension, given whether
-  // its input was (element-wise layers pass the split on; a column-parallel layer starts one, a
-  // row-parallel layer ends it).
-  virtual bool output_split(bool input_split) const { return input_split; }
+  // replica). `input`: how the activation reaching it is split (features: it follows a
+  // column-parallel layer; sequence: it follows a sequence-parallel region); a layer that
+  // cannot run on such a part throws ShapeError saying so. The default: element-wise layers
+  // (rebuilt_for) rebuilt for the feature slice or the sequence chunk, others replicated on
+  // whole activations.
+  virtual std::unique_ptr<Layer> shard_for(const TensorParallel& tp, ActivationSplit input) const;
+  // After shard_for: how this layer's output is split, given its input's (element-wise layers
+  // pass the split on; a column-parallel layer starts a feature split, a row-parallel layer
+  // ends it; a sequence-parallel transformer block leaves its output split along the sequence).
+  virtual ActivationSplit output_split(ActivationSplit input) const { return input; }
   virtual LayerCost cost() const = 0;
 
   // Gives the layer views of its parameters and gradients, in param_specs() order.
@@ -195,7 +209,8 @@ class Layer {
 
  protected:
   // For element-wise layers (activations): the same layer for the per-sample shape `in`
-  // (a column-parallel slice of the features); nullptr: the layer cannot be rebuilt so.
+  // (a column-parallel slice of the features, or a chunk of the sequence); nullptr: the layer
+  // cannot be rebuilt so.
   virtual std::unique_ptr<Layer> rebuilt_for(const Shape& in) const {
     (void)in;
     return nullptr;
@@ -228,8 +243,9 @@ class Loss {
   virtual Tensor backward(LayerContext& ctx) = 0;
   // The loss of rank tp.rank when the prediction reaching it is split on its last dimension
   // (the vocab-parallel LM head), or nullptr when it stays as it is; throws ShapeError when it
-  // cannot take a split prediction.
-  virtual std::unique_ptr<Loss> shard_for(const TensorParallel& tp, bool input_split) const;
+  // cannot take a split prediction (a loss never takes a sequence chunk: the layer before it
+  // gathers the sequence).
+  virtual std::unique_ptr<Loss> shard_for(const TensorParallel& tp, ActivationSplit input) const;
   // Number of correctly classified samples (classification losses; others return -1).
   virtual int64_t count_correct(const Tensor& prediction, const Tensor& target,
                                 Backend& backend) const {

@@ -4,6 +4,7 @@
 
 #include "engine/core/error.h"
 #include "layers/layer_checks.h"
+#include "layers/tensor_parallel/mappings.h"
 
 namespace pt {
 
@@ -12,7 +13,8 @@ namespace {
 constexpr int kSequenceRank = 2;
 }  // namespace
 
-LayerNorm::LayerNorm(Shape in, float eps) : Layer(std::string(kKind), in), eps_(eps) {
+LayerNorm::LayerNorm(Shape in, float eps, const TensorParallel& tp)
+    : Layer(std::string(kKind), in), eps_(eps), tp_(tp) {
   if (in.rank() == 0)
     throw ShapeError(fmt::format("layernorm: expects input (..., C) but got {}", in.str()));
   C_ = in.back();
@@ -20,6 +22,29 @@ LayerNorm::LayerNorm(Shape in, float eps) : Layer(std::string(kKind), in), eps_(
   if (!(eps > 0.f))
     throw ShapeError(fmt::format("layernorm: eps must be positive but got {}", eps));
   output_shape_ = in;
+}
+
+std::unique_ptr<Layer> LayerNorm::shard_for(const TensorParallel& tp, ActivationSplit input) const {
+  if (input.features)
+    throw ShapeError(fmt::format(
+        "{} follows a column-parallel layer, whose output each rank holds a slice of the "
+        "features of, but it normalises over all of them; move it after the row-parallel layer "
+        "that closes the pair",
+        layer_label(*this)));
+  if (!input.sequence) return Layer::shard_for(tp, input);
+  if (!tp.sequence_parallel)
+    throw ShapeError(fmt::format(
+        "{}: its input is split along the sequence but the tensor-parallel group does not say "
+        "sequence parallelism",
+        layer_label(*this)));
+  Shape chunk = input_shape_;
+  if (chunk.rank() < 2)
+    throw ShapeError(fmt::format("{}: its input {} is not a sequence (T, ..., C) to split",
+                                 layer_label(*this), input_shape_.str()));
+  chunk[0] = context_chunk(tp, chunk[0], layer_label(*this));
+  auto shard = std::make_unique<LayerNorm>(chunk, eps_, tp);
+  shard->set_name(name_);
+  return shard;
 }
 
 std::vector<ParamSpec> LayerNorm::param_specs() const {
@@ -75,8 +100,21 @@ void LayerNorm::backward_weight(const Tensor& dy, LayerContext& ctx) {
   const Tensor& x = saved_or_throw(*this, ctx, 0);
   require_same_rows(*this, dys, x.shape());
   const int64_t rows = dys.rows();
-  ctx.backend().layernorm_backward_weight(dy.f32(), x.f32(), ctx.saved(1).f32(), ctx.saved(2).f32(),
-                                          grads_[0].f32(), grads_[1].f32(), rows, C_);
+  Backend& be = ctx.backend();
+  if (!sequence()) {
+    be.layernorm_backward_weight(dy.f32(), x.f32(), ctx.saved(1).f32(), ctx.saved(2).f32(),
+                                 grads_[0].f32(), grads_[1].f32(), rows, C_);
+    return;
+  }
+  // This chunk's sums (dgamma, dbeta), completed over the ranks, then accumulated.
+  Tensor part = ctx.alloc(Shape{2 * C_});
+  be.fill(part.f32(), 0.f, part.numel());
+  be.layernorm_backward_weight(dy.f32(), x.f32(), ctx.saved(1).f32(), ctx.saved(2).f32(),
+                               part.f32(), part.f32() + C_, rows, C_);
+  tp_.group->all_reduce_sum(be, part.f32(), part.numel(),
+                            "layernorm (sequence parallel): weight and bias gradients");
+  be.add(grads_[0].f32(), part.f32(), grads_[0].f32(), C_);
+  be.add(grads_[1].f32(), part.f32() + C_, grads_[1].f32(), C_);
 }
 
 }  // namespace pt

@@ -7,9 +7,19 @@
 //   dgamma (C) += sum over rows of dy * xhat      dbeta (C) += sum over rows of dy
 // Built on a sequence (T, ..., C), it also runs on a shorter one: x (B, T', ..., C), 1 <= T' <= T.
 // Params "weight" (gamma, ones) and "bias" (beta, zeros). Saves x, mean (rows), rstd (rows).
+//
+// Sequence parallelism (built with tp.sequence_parallel and T > 1: shard_for on a chunk of the
+// sequence, or a transformer block's norms): each rank normalises its chunk of the tokens, with
+// the parameters whole on every rank (a replica). Its dgamma and dbeta are then sums over its
+// chunk only, so backward_weight completes them: this micro-batch's partial sums (2 C floats)
+// are all-reduced over the group before they are added to the gradients (Megatron-Core
+// all-reduces the gradients of its sequence-parallel parameters once a step instead). Every rank
+// so adds the same bits, and the parameters stay equal. The addition order differs from one
+// device's (per rank, then over the ranks), so the gradients match it to rounding, not in bits.
 #include <string_view>
 
 #include "layers/layer.h"
+#include "layers/tensor_parallel/group.h"
 
 namespace pt {
 
@@ -17,10 +27,15 @@ class LayerNorm final : public Layer {
  public:
   static constexpr std::string_view kKind = "layernorm";
 
-  explicit LayerNorm(Shape in, float eps = 1e-5f);
+  explicit LayerNorm(Shape in, float eps = 1e-5f, const TensorParallel& tp = {});
 
   std::string_view kind() const override { return kKind; }
   float eps() const { return eps_; }
+  // Whether it runs on a chunk of the sequence and completes its gradients over the group.
+  bool sequence() const { return tp_.sequence_parallel && tp_.enabled(); }
+  // Per token: on a chunk of the sequence, rebuilt for the chunk (sequence parallelism); it
+  // cannot take a slice of its features.
+  std::unique_ptr<Layer> shard_for(const TensorParallel& tp, ActivationSplit input) const override;
   std::vector<ParamSpec> param_specs() const override;
   LayerCost cost() const override;
 
@@ -31,6 +46,7 @@ class LayerNorm final : public Layer {
  private:
   float eps_;
   int64_t C_ = 0;
+  TensorParallel tp_;
 };
 
 }  // namespace pt

@@ -6,6 +6,7 @@
 
 #include "engine/core/error.h"
 #include "layers/layer_checks.h"
+#include "layers/tensor_parallel/mappings.h"
 #include "layers/tensor_parallel/parallel_linear.h"
 
 namespace pt {
@@ -52,19 +53,39 @@ LayerCost Linear::cost() const {
   return c;
 }
 
-std::unique_ptr<Layer> Linear::shard_for(const TensorParallel& tp, bool input_split) const {
+std::unique_ptr<Layer> Linear::shard_for(const TensorParallel& tp, ActivationSplit input) const {
+  const bool input_split = input.features;
   std::unique_ptr<Layer> shard;
   switch (style_) {
     case ParallelStyle::column:
-    case ParallelStyle::vocab:
+    case ParallelStyle::vocab: {
       if (input_split)
         throw ShapeError(
             fmt::format("layer '{}' (linear) is declared column-parallel but follows another "
                         "column-parallel layer; declare it row-parallel to close the pair",
                         name_));
-      shard = std::make_unique<ColumnParallelLinear>(input_shape_, out_, bias_, tp);
+      // On a chunk of the sequence (after a sequence-parallel block) it gathers the sequence;
+      // otherwise its input is whole and it is the plain column-parallel layer.
+      TensorParallel column = tp;
+      column.sequence_parallel = input.sequence;
+      Shape in = input_shape_;
+      if (input.sequence) {
+        if (in.rank() < 2)
+          throw ShapeError(fmt::format(
+              "layer '{}' (linear): its input is split along the sequence but {} is not a "
+              "sequence (T, ..., in_features)",
+              name_, in.str()));
+        in[0] = context_chunk(tp, in[0], fmt::format("layer '{}' (linear)", name_));
+      }
+      shard = std::make_unique<ColumnParallelLinear>(in, out_, bias_, column);
       break;
+    }
     case ParallelStyle::row: {
+      if (input.sequence)
+        throw ShapeError(fmt::format(
+            "layer '{}' (linear) is declared row-parallel but its input is split along the "
+            "sequence; a row-parallel linear follows a column-parallel one",
+            name_));
       if (!input_split)
         throw ShapeError(fmt::format(
             "layer '{}' (linear) is declared row-parallel but its input is whole on every rank; "
@@ -78,10 +99,12 @@ std::unique_ptr<Layer> Linear::shard_for(const TensorParallel& tp, bool input_sp
             "ranks; choose --tp dividing {}",
             name_, in_, tp.size, in_));
       slice[slice.rank() - 1] = in_ / tp.size;
-      shard = std::make_unique<RowParallelLinear>(slice, in_, out_, bias_, tp);
+      TensorParallel row = tp;
+      row.sequence_parallel = false;  // its output is whole (only a block scatters it)
+      shard = std::make_unique<RowParallelLinear>(slice, in_, out_, bias_, row);
       break;
     }
-    case ParallelStyle::replicated: return Layer::shard_for(tp, input_split);
+    case ParallelStyle::replicated: return Layer::shard_for(tp, input);
   }
   shard->set_name(name_);
   return shard;

@@ -34,9 +34,10 @@ class Linear final : public Layer {
   std::vector<ParamSpec> param_specs() const override;
   LayerCost cost() const override;
   // Declared column (or vocab: the LM head, whose split logits feed the vocab-parallel loss):
-  // a ColumnParallelLinear; row: a RowParallelLinear, which must follow a split activation
+  // a ColumnParallelLinear, which gathers the sequence when its input is a sequence-parallel
+  // chunk; row: a RowParallelLinear, which must follow a split activation and gives a whole one
   // (layers/tensor_parallel/parallel_linear.h).
-  std::unique_ptr<Layer> shard_for(const TensorParallel& tp, bool input_split) const override;
+  std::unique_ptr<Layer> shard_for(const TensorParallel& tp, ActivationSplit input) const override;
 
   Tensor forward(const Tensor& x, LayerContext& ctx) override;
   Tensor backward_input(const Tensor& dy, LayerContext& ctx) override;

@@ -132,8 +132,9 @@ int64_t SoftmaxCrossEntropy::count_correct(const Tensor& prediction, const Tenso
 }
 
 std::unique_ptr<Loss> SoftmaxCrossEntropy::shard_for(const TensorParallel& tp,
-                                                     bool input_split) const {
-  if (!input_split || !tp.enabled()) return nullptr;
+                                                     ActivationSplit input) const {
+  if (input.sequence) return Loss::shard_for(tp, input);  // refused: gather the sequence first
+  if (!input.features || !tp.enabled()) return nullptr;
   return std::make_unique<VocabParallelCrossEntropy>(in_, tp);
 }
 

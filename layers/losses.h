@@ -44,7 +44,7 @@ class SoftmaxCrossEntropy final : public Loss {
   // After a vocab-parallel LM head (input_split, more than one rank): the vocab-parallel loss
   // on this rank's slice of the classes (layers/tensor_parallel/vocab_parallel_cross_entropy.h),
   // or a ShapeError when the classes do not divide; otherwise nullptr (this loss, whole).
-  std::unique_ptr<Loss> shard_for(const TensorParallel& tp, bool input_split) const override;
+  std::unique_ptr<Loss> shard_for(const TensorParallel& tp, ActivationSplit input) const override;
 
  private:
   void check_batch(const Tensor& prediction, const Tensor& target) const;

@@ -26,6 +26,17 @@
 // (attention.h), the MLP's fc is column-parallel and its proj row-parallel with the GELU on the
 // slice between them (layers/tensor_parallel/parallel_linear.h); the LayerNorms and the residual
 // stream are whole on every rank. Two all-reduces forward, two backward per block.
+//
+// Sequence parallelism (tp.sequence_parallel with T > 1, Korthikanti et al. 2022): the block's
+// output, its residual stream and both LayerNorms are this rank's chunk of the sequence,
+// (B, T'/T, d) (T must divide the context and every micro-batch's T'). The attention and the
+// MLP's fc all-gather the sequence before their GEMMs, the two projections reduce-scatter their
+// partial outputs (layers/tensor_parallel/mappings.h): the same bytes as the all-reduces, and
+// the LayerNorm / residual activations saved or live are 1/T of plain tensor parallelism's.
+// The input is the previous block's chunk, or (the first block, built with input_chunk false)
+// whole activations of which the block takes its chunk; backward then all-gathers dx, so the
+// layers before it (the embeddings) see whole gradients as without sequence parallelism. The
+// LayerNorms complete their parameter gradients over the group (layernorm.h).
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -48,15 +59,24 @@ class TransformerBlock final : public Layer {
   static constexpr std::string_view kKind = "transformer_block";
 
   // Per-sample input (context, d_model). Throws ShapeError unless n_heads divides d_model.
+  // With sequence parallelism, input_chunk: the input is already this rank's chunk
+  // (context / T, d_model) (it follows another sequence-parallel block); otherwise the block
+  // takes its chunk of the whole input. The output is a chunk either way.
   TransformerBlock(int64_t d_model, int64_t n_heads, int64_t context, int64_t mlp_ratio = 4,
-                   float residual_proj_std = 0.02f, const TensorParallel& tp = {});
+                   float residual_proj_std = 0.02f, const TensorParallel& tp = {},
+                   bool input_chunk = false);
 
   std::string_view kind() const override { return kKind; }
   int64_t d_model() const { return d_; }
   int64_t context() const { return context_; }
   const CausalSelfAttention& attention() const { return attn_; }
-  // The same block built for rank tp.rank (its input and output are whole on every rank).
-  std::unique_ptr<Layer> shard_for(const TensorParallel& tp, bool input_split) const override;
+  // The same block built for rank tp.rank: its input and output whole on every rank, or with
+  // sequence parallelism its output a chunk of the sequence (and its input too when the input
+  // reaching it is one).
+  std::unique_ptr<Layer> shard_for(const TensorParallel& tp, ActivationSplit input) const override;
+  ActivationSplit output_split(ActivationSplit) const override { return {false, sequence()}; }
+  // Whether the block runs on a chunk of the sequence.
+  bool sequence() const { return tp_.sequence_parallel && tp_.enabled(); }
 
   std::vector<ParamSpec> param_specs() const override;
   LayerCost cost() const override;
@@ -78,6 +98,8 @@ class TransformerBlock final : public Layer {
 
   int64_t d_, context_, mlp_ratio_;
   float residual_proj_std_;
+  TensorParallel tp_;
+  bool scatter_input_;  // sequence parallelism on a whole input: take this rank's chunk
   LayerNorm ln1_;
   CausalSelfAttention attn_;
   LayerNorm ln2_;

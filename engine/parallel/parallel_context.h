@@ -42,6 +42,7 @@ struct ParallelContext {
   // gradient norm is completed. The T copies of a replica see the same batch.
   int tensor_parallel = 1;
   int tensor_rank = 0;
+  bool sequence_parallel = false;  // --sequence-parallel: the layers' TensorParallel says so
   Communicator* tensor_parallel_group = nullptr;
 
   bool uses_parameter_server() const { return !parameter_servers.empty(); }

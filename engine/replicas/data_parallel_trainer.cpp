@@ -281,7 +281,7 @@ std::unique_ptr<DataParallelTrainer> make_local_data_parallel(
         for (int d = 0; d < D; ++d)
           routed->add_device(*device(r, d, t),
                              *tensor[static_cast<size_t>(r * D + d)][static_cast<size_t>(t)]);
-        tp = TensorParallel{routed.get(), t, T};
+        tp = TensorParallel{routed.get(), t, T, config.parallel.sequence_parallel};
         parts.tensor_groups.push_back(std::move(routed));
         rc.parallel.tensor_parallel = T;
         rc.parallel.tensor_rank = t;
@@ -346,7 +346,7 @@ std::unique_ptr<DataParallelTrainer> make_process_data_parallel(
     // The layers' collectives and the gradient norm's completion share the one group of this
     // device's T ranks (host buffers: MPI).
     parts.tensor_groups.push_back(std::make_unique<CommunicatorTensorParallelGroup>(*tensor));
-    tp = TensorParallel{parts.tensor_groups.back().get(), t, T};
+    tp = TensorParallel{parts.tensor_groups.back().get(), t, T, config.parallel.sequence_parallel};
     rc.parallel.tensor_parallel = T;
     rc.parallel.tensor_rank = t;
     rc.parallel.tensor_parallel_group = tensor.get();

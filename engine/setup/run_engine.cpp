@@ -28,6 +28,7 @@ PipelineConfig pipeline_config(const TrainingRun& run, const TrainerConfig& trai
   pc.async_window = opt.async_window;
   pc.async_delay = opt.async_delay;
   pc.parallel.shard_optimizer = opt.shard_optimizer;
+  pc.parallel.sequence_parallel = opt.tp > 1 && opt.sequence_parallel;
   pc.parallel.slow_replica = opt.slow_replica;
   pc.parallel.slow_factor = opt.slow_factor;
   return pc;

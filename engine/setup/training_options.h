@@ -32,6 +32,11 @@ struct TrainingOptions {
   // are neighbouring devices / processes); the model's declared layers split across them
   // (layers/tensor_parallel/shard_model.h).
   int tp = 1;
+  // --sequence-parallel (with --tp > 1; on by default, Megatron-Core's recommendation): between
+  // the tensor-parallel regions of a transformer block the activations are split along the
+  // sequence (LayerNorms and residual adds on 1/T of the tokens; all-gather / reduce-scatter in
+  // place of each all-reduce). Layers without a sequence ignore it.
+  bool sequence_parallel = true;
   int microbatches = 1;     // M per replica
   ScheduleChoice schedule;  // 1f1b
   PartitionMethod partition{PartitionMethod::Kind::time,

@@ -46,6 +46,11 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
                  "them (R x S x T devices or processes)")
       ->capture_default_str()
       ->check(integer_text<int>(">= 1"));
+  app.add_option("--sequence-parallel", f.sequence_parallel,
+                 "with --tp > 1: split the activations between a transformer block's "
+                 "tensor-parallel regions along the sequence (on | off; on needs --tp to divide "
+                 "the sequence length)")
+      ->capture_default_str();
   app.add_option("--microbatches", f.microbatches,
                  "split each replica's batch into M micro-batches")
       ->capture_default_str()
@@ -129,12 +134,13 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
   for (const char* name :
        {"--devices", "--precision", "--schedule", "--partition", "--costs", "--recompute", "--plan",
         "--write-costs", "--trace", "--timeline", "--slow-worker", "--flight-recorder", "--update",
-        "--async-delay", "--async-momentum"})
+        "--sequence-parallel", "--async-delay", "--async-momentum"})
     app.get_option(name)->check(kNotEmpty);
-  set_group(app, "Parallelism",
-            {"--devices", "--precision", "--threads", "--stages", "--dp", "--tp", "--bucket-mb",
-             "--shard-optimizer", "--ps", "--staleness", "--slow-worker", "--update",
-             "--async-window", "--async-delay", "--async-momentum", "--timeout"});
+  set_group(
+      app, "Parallelism",
+      {"--devices", "--precision", "--threads", "--stages", "--dp", "--tp", "--sequence-parallel",
+       "--bucket-mb", "--shard-optimizer", "--ps", "--staleness", "--slow-worker", "--update",
+       "--async-window", "--async-delay", "--async-momentum", "--timeout"});
   set_group(app, "Schedule",
             {"--microbatches", "--schedule", "--partition", "--costs", "--mem-cap", "--recompute",
              "--plan", "--plan-top", "--plan-only", "--write-costs"});
@@ -149,6 +155,10 @@ TrainingOptions training_options(const ParallelFlags& f) {
   o.stages = f.stages;
   o.dp = f.dp;
   o.tp = f.tp;
+  if (f.sequence_parallel != "on" && f.sequence_parallel != "off")
+    throw UsageError(
+        fmt::format("--sequence-parallel {} is not a choice: use on or off", f.sequence_parallel));
+  o.sequence_parallel = f.sequence_parallel == "on";
   o.microbatches = f.microbatches;
   o.schedule = ScheduleChoice::parse(f.schedule);
   o.partition = PartitionMethod::parse(f.partition);

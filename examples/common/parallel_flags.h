@@ -18,6 +18,7 @@ struct ParallelFlags {
   std::string precision = "fp32";  // GEMM arithmetic on CUDA devices: fp32 | tf32 | bf16
   int threads = 0;  // per device; 0: the cores divided between devices (or processes)
   int stages = 1, dp = 1, tp = 1, microbatches = 1;
+  std::string sequence_parallel = "on";
   std::string schedule = "1f1b", partition = "time", recompute = "never", costs = "estimate";
   double mem_cap_mib = 0, timeout = 60, bucket_mb = 25;
   bool plan_only = false;

@@ -20,4 +20,110 @@ int64_t split_size(const TensorParallel& tp, int64_t whole, std::string_view lay
   return whole / tp.size;
 }
 
+// ---- sequence parallelism -------------------------------------------------------------------
+namespace {
+
+// (B, T', rest...) with T' = T * chunk: B, chunk and the floats per token.
+struct SequenceBlocks {
+  int64_t B, chunk, token;
+};
+
+SequenceBlocks blocks_of(const Shape& s, int64_t chunk) {
+  int64_t token = 1;
+  for (int i = 2; i < s.rank(); ++i) token *= s[i];
+  return {s[0], chunk, token};
+}
+
+void require_sequence(const Tensor& x, std::string_view what) {
+  if (x.shape().rank() < 2 || x.dtype() != DType::f32)
+    throw ShapeError(
+        fmt::format("{}: expects a sequence (B, T, ...) of f32 but got {}", what, x.shape().str()));
+}
+
+// Between (B, T', ...) and the group's layout (T, B, T'/T, ...): rank block t of sample b.
+// to_ranks: whole -> blocks; else blocks -> whole.
+void reorder(Backend& be, const SequenceBlocks& k, int ranks, const float* from, float* to,
+             bool to_ranks) {
+  const int64_t block = k.chunk * k.token;
+  const size_t bytes = static_cast<size_t>(block) * sizeof(float);
+  for (int t = 0; t < ranks; ++t)
+    for (int64_t b = 0; b < k.B; ++b) {
+      const int64_t whole_at = (b * ranks + t) * block, ranks_at = (t * k.B + b) * block;
+      if (to_ranks)
+        be.copy_within(to + ranks_at, from + whole_at, bytes);
+      else
+        be.copy_within(to + whole_at, from + ranks_at, bytes);
+    }
+}
+
+}  // namespace
+
+int64_t sequence_chunk(const TensorParallel& tp, int64_t sequence, std::string_view layer) {
+  if (sequence % tp.size != 0)
+    throw ShapeError(fmt::format(
+        "{}: sequence parallelism splits the sequence across the {} tensor-parallel ranks, but "
+        "this micro-batch's sequence length T' = {} does not divide by --tp {}; use sequences "
+        "of a multiple of {} tokens, or --sequence-parallel off",
+        layer, tp.size, sequence, tp.size, tp.size));
+  return sequence / tp.size;
+}
+
+int64_t context_chunk(const TensorParallel& tp, int64_t context, std::string_view layer) {
+  if (context % tp.size != 0)
+    throw ShapeError(fmt::format(
+        "{}: sequence parallelism splits the sequence across the {} tensor-parallel ranks, but "
+        "the context it is built for ({} tokens) does not divide by --tp {}; choose a context "
+        "that is a multiple of {}, or --sequence-parallel off",
+        layer, tp.size, context, tp.size, tp.size));
+  return context / tp.size;
+}
+
+Tensor gather_sequence(const TensorParallel& tp, Backend& backend, const Tensor& x,
+                       std::string_view what) {
+  require_sequence(x, what);
+  Shape whole = x.shape();
+  whole[1] *= tp.size;
+  Tensor out = backend.empty(whole);
+  const SequenceBlocks k = blocks_of(x.shape(), x.shape()[1]);
+  if (k.B == 1) {  // (T, 1, T'/T, ...) is (1, T', ...)
+    tp.group->all_gather(backend, x.f32(), out.f32(), x.numel(), what);
+    return out;
+  }
+  Tensor ranks = backend.empty(Shape{whole.numel()});
+  tp.group->all_gather(backend, x.f32(), ranks.f32(), x.numel(), what);
+  reorder(backend, k, tp.size, ranks.f32(), out.f32(), /*to_ranks=*/false);
+  return out;
+}
+
+Tensor reduce_scatter_sequence(const TensorParallel& tp, Backend& backend, const Tensor& y,
+                               std::string_view what) {
+  require_sequence(y, what);
+  Shape part = y.shape();
+  part[1] = sequence_chunk(tp, part[1], what);
+  Tensor out = backend.empty(part);
+  const SequenceBlocks k = blocks_of(y.shape(), part[1]);
+  if (k.B == 1) {
+    tp.group->reduce_scatter_sum(backend, y.f32(), out.f32(), out.numel(), what);
+    return out;
+  }
+  Tensor ranks = backend.empty(Shape{y.numel()});
+  reorder(backend, k, tp.size, y.f32(), ranks.f32(), /*to_ranks=*/true);
+  tp.group->reduce_scatter_sum(backend, ranks.f32(), out.f32(), out.numel(), what);
+  return out;
+}
+
+Tensor scatter_sequence(const TensorParallel& tp, Backend& backend, const Tensor& x,
+                        std::string_view layer) {
+  require_sequence(x, layer);
+  Shape part = x.shape();
+  part[1] = sequence_chunk(tp, part[1], layer);
+  Tensor out = backend.empty(part);
+  const SequenceBlocks k = blocks_of(x.shape(), part[1]);
+  const int64_t block = k.chunk * k.token;
+  for (int64_t b = 0; b < k.B; ++b)
+    backend.copy_within(out.f32() + b * block, x.f32() + (b * tp.size + tp.rank) * block,
+                        static_cast<size_t>(block) * sizeof(float));
+  return out;
+}
+
 }  // namespace pt

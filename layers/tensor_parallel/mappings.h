@@ -8,6 +8,20 @@
 //     backward nothing (every rank has the whole gradient).
 // So a column/row pair costs one all-reduce forward and one backward. Without a group (T = 1)
 // each is a no-op, and a layer is the layer as written.
+//
+// Sequence parallelism (Korthikanti et al. 2022; Megatron-Core's *_sequence_parallel_region):
+// outside the tensor-parallel regions each rank holds a chunk of the sequence, of (B, T', ...)
+// the tokens [t T'/T, (t+1) T'/T): (B, T'/T, ...). The all-reduce pair becomes
+//   into a column-parallel layer: forward all-gather the sequence (gather_sequence), backward
+//     reduce-scatter the input gradient (reduce_scatter_sequence);
+//   out of a row-parallel layer: forward reduce-scatter the partial outputs, backward all-gather
+//     the output gradient;
+// the same bytes on a ring as the all-reduce (which is a reduce-scatter and an all-gather).
+// Where whole activations enter the region (the first transformer block after the embeddings)
+// the rank takes its chunk (scatter_sequence), and backward all-gathers the gradient. The
+// group's collectives move contiguous blocks per rank, (T, B, T'/T, ...); these reorder to and
+// from (B, T', ...) around them (one copy per block; none when B = 1). The sums are those of the
+// all-reduce, element by element in rank order, so every element has plain TP's bits.
 #include <string_view>
 
 #include "engine/core/tensor.h"
@@ -26,6 +40,25 @@ inline void all_reduce_input_gradient(const TensorParallel& tp, Backend& backend
                                       std::string_view what) {
   if (tp.enabled()) tp.group->all_reduce_sum(backend, dx.f32(), dx.numel(), what);
 }
+
+// ---- sequence parallelism -------------------------------------------------------------------
+// T' / T, the chunk of a sequence of T' tokens each rank holds; a ShapeError naming T', --tp and
+// `layer` when T does not divide T'.
+int64_t sequence_chunk(const TensorParallel& tp, int64_t sequence, std::string_view layer);
+// context / T, the per-sample sequence length of a chunk of a layer built for `context` tokens;
+// a ShapeError naming the context, --tp and `layer` when T does not divide it.
+int64_t context_chunk(const TensorParallel& tp, int64_t context, std::string_view layer);
+
+// x (B, T'/T, ...) on every rank -> (B, T', ...), the whole sequence (all-gather).
+Tensor gather_sequence(const TensorParallel& tp, Backend& backend, const Tensor& x,
+                       std::string_view what);
+// y (B, T', ...), a partial sum on every rank -> (B, T'/T, ...): the sum over the ranks of
+// this rank's chunk (reduce-scatter).
+Tensor reduce_scatter_sequence(const TensorParallel& tp, Backend& backend, const Tensor& y,
+                               std::string_view what);
+// x (B, T', ...), whole on every rank -> (B, T'/T, ...): this rank's chunk (no collective).
+Tensor scatter_sequence(const TensorParallel& tp, Backend& backend, const Tensor& x,
+                        std::string_view layer);
 
 // The part of `whole` rank tp.rank holds, with a clear error when it does not divide.
 int64_t split_size(const TensorParallel& tp, int64_t whole, std::string_view layer,

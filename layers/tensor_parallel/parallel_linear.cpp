@@ -28,6 +28,32 @@ ParamShard shard_of(const TensorParallel& tp, int dim, Shape whole) {
   return ParamShard{dim, tp.rank, tp.size, 1, whole};
 }
 
+bool sequence_parallel(const TensorParallel& tp) { return tp.sequence_parallel && tp.enabled(); }
+
+// The per-sample shape `in` of a sequence-parallel layer is a sequence (T, ..., C).
+void require_sequence_shape(const Shape& in, std::string_view what) {
+  if (in.rank() < 2)
+    throw ShapeError(
+        fmt::format("{}: sequence parallelism needs a sequence input (T, ..., features) but got {}",
+                    what, in.str()));
+}
+
+// A column-parallel layer's input as its GEMM sees it: with sequence parallelism the chunk
+// (T / T, ...) gathered to (T, ...).
+Shape gathered_input(Shape in, const TensorParallel& tp) {
+  if (!sequence_parallel(tp)) return in;
+  require_sequence_shape(in, "column-parallel linear");
+  in[0] *= tp.size;
+  return in;
+}
+
+// A row-parallel layer's output shape: with sequence parallelism its chunk of the sequence.
+Shape scattered_output(Shape out, const TensorParallel& tp) {
+  if (!sequence_parallel(tp)) return out;
+  out[0] = context_chunk(tp, out[0], "row-parallel linear");
+  return out;
+}
+
 }  // namespace
 
 // ---- ColumnParallelLinear -------------------------------------------------------------------
@@ -36,7 +62,8 @@ ColumnParallelLinear::ColumnParallelLinear(Shape in, int64_t out_features, bool 
     : Layer(std::string(Linear::kKind), in),
       tp_(tp),
       out_whole_(out_features),
-      slice_(in, split_size(tp, out_features, "column-parallel linear", "out_features"), bias) {
+      slice_(gathered_input(in, tp),
+             split_size(tp, out_features, "column-parallel linear", "out_features"), bias) {
   output_shape_ = slice_.output_shape();
 }
 
@@ -62,11 +89,18 @@ void ColumnParallelLinear::unbind() {
 }
 
 Tensor ColumnParallelLinear::forward(const Tensor& x, LayerContext& ctx) {
-  return slice_.forward(x, ctx);
+  if (!sequence()) return slice_.forward(x, ctx);
+  check_batched_sequence(*this, "input", x, input_shape_, 2);
+  const Tensor whole =
+      gather_sequence(tp_, ctx.backend(), x, "column-parallel linear: sequence of the input");
+  return slice_.forward(whole, ctx);  // saves the gathered input for dW
 }
 
 Tensor ColumnParallelLinear::backward_input(const Tensor& dy, LayerContext& ctx) {
   Tensor dx = slice_.backward_input(dy, ctx);
+  if (sequence())
+    return reduce_scatter_sequence(tp_, ctx.backend(), dx,
+                                   "column-parallel linear: input gradient");
   all_reduce_input_gradient(tp_, ctx.backend(), dx, "column-parallel linear: input gradient");
   return dx;
 }
@@ -89,7 +123,8 @@ RowParallelLinear::RowParallelLinear(Shape in, int64_t in_features, int64_t out_
         "row-parallel linear: rank {} of {} expects its slice (..., {}) of the {} input features "
         "but got {}; a row-parallel linear follows a column-parallel one",
         tp.rank, tp.size, part, in_features, in.str()));
-  output_shape_ = slice_.output_shape();
+  if (sequence()) require_sequence_shape(in, "row-parallel linear");
+  output_shape_ = scattered_output(slice_.output_shape(), tp);
 }
 
 std::vector<ParamSpec> RowParallelLinear::param_specs() const {
@@ -117,10 +152,17 @@ void RowParallelLinear::unbind() {
   slice_.unbind();
 }
 
+// Slots of the context: the slice's (its input x), then with sequence parallelism the gathered
+// output gradient, from backward_input for backward_weight.
+enum RowSaved : size_t { kRowX, kRowWholeDy };
+
 Tensor RowParallelLinear::forward(const Tensor& x, LayerContext& ctx) {
   Tensor y = slice_.forward(x, ctx);
   Backend& be = ctx.backend();
-  all_reduce_output(tp_, be, y, "row-parallel linear: output");
+  if (sequence())
+    y = reduce_scatter_sequence(tp_, be, y, "row-parallel linear: output");
+  else
+    all_reduce_output(tp_, be, y, "row-parallel linear: output");
   if (separate_bias()) {
     const int64_t out = slice_.out_features();
     be.add_bias(y.f32(), params_[1].f32(), y.numel() / out, out);
@@ -129,17 +171,28 @@ Tensor RowParallelLinear::forward(const Tensor& x, LayerContext& ctx) {
 }
 
 Tensor RowParallelLinear::backward_input(const Tensor& dy, LayerContext& ctx) {
-  return slice_.backward_input(dy, ctx);
+  if (!sequence()) return slice_.backward_input(dy, ctx);
+  check_batched_sequence(*this, "gradient", dy, output_shape_, 2);
+  if (ctx.saved_count() != kRowWholeDy)
+    throw UsageError(
+        fmt::format("{}: backward_input needs forward's saved input and must run once per forward",
+                    layer_label(*this)));
+  Tensor whole =
+      gather_sequence(tp_, ctx.backend(), dy, "row-parallel linear: sequence of the gradient");
+  ctx.save(whole);
+  return slice_.backward_input(whole, ctx);
 }
 
 void RowParallelLinear::backward_weight(const Tensor& dy, LayerContext& ctx) {
   const bool unwritten = ctx.gradients_unwritten();
-  slice_.backward_weight(dy, ctx);
+  // With sequence parallelism the whole sequence's gradient that backward_input gathered.
+  const Tensor& g = sequence() ? saved_or_throw(*this, ctx, kRowWholeDy) : dy;
+  slice_.backward_weight(g, ctx);
   if (separate_bias()) {
     Backend& be = ctx.backend();
     const int64_t out = slice_.out_features();
     if (unwritten) be.fill(grads_[1].f32(), 0.f, out);
-    be.sum_rows_accumulate(dy.f32(), grads_[1].f32(), dy.numel() / out, out);
+    be.sum_rows_accumulate(g.f32(), grads_[1].f32(), g.numel() / out, out);
   }
 }
 

@@ -15,6 +15,14 @@
 // Linear of the slice's shape; with one rank each is exactly a Linear (the same calls).
 // Parameters keep the Linear's names, order and initial distribution (of the whole layer:
 // uniform in +-1/sqrt(in_features of the whole)), and declare their slice (ParamShard).
+//
+// Sequence parallelism (built with tp.sequence_parallel and T > 1; mappings.h): the whole
+// activations outside the pair are chunks of the sequence, so the per-sample shapes are
+// sequences (T, ..., features). The column layer takes its chunk (T/T, ..., in), all-gathers the
+// sequence before its GEMM and reduce-scatters its input gradient; the row layer reduce-scatters
+// its partial output (then adds the bias to its chunk) and all-gathers the output gradient,
+// which it keeps for backward_weight (dW and the bias gradient from the whole sequence: the
+// same sums as without sequence parallelism, so the bias stays a replica with no extra sum).
 #include <cstdint>
 #include <string_view>
 
@@ -26,11 +34,13 @@ namespace pt {
 
 class ColumnParallelLinear final : public Layer {
  public:
-  // in: the per-sample input (..., in_features), whole; out_features: of the whole layer.
+  // in: the per-sample input (..., in_features), whole; with sequence parallelism this rank's
+  // chunk (T / T, ..., in_features) of a sequence. out_features: of the whole layer.
   ColumnParallelLinear(Shape in, int64_t out_features, bool bias, const TensorParallel& tp);
 
   std::string_view kind() const override { return Linear::kKind; }  // a slice of a linear
-  bool output_split(bool) const override { return true; }
+  // The features split; the sequence whole (gathered).
+  ActivationSplit output_split(ActivationSplit) const override { return {true, false}; }
   std::vector<ParamSpec> param_specs() const override;
   LayerCost cost() const override { return slice_.cost(); }
   void bind(std::span<const Tensor> params, std::span<const Tensor> grads) override;
@@ -42,19 +52,24 @@ class ColumnParallelLinear final : public Layer {
   bool writes_unwritten_gradients() const override { return true; }
 
  private:
+  bool sequence() const { return tp_.sequence_parallel && tp_.enabled(); }
+
   TensorParallel tp_;
   int64_t out_whole_;
-  Linear slice_;  // (in) -> (out / T)
+  Linear slice_;  // (in) -> (out / T); with sequence parallelism built for the gathered sequence
 };
 
 class RowParallelLinear final : public Layer {
  public:
   // in: the per-sample input slice (..., in_features / T); in_features: of the whole layer.
+  // With sequence parallelism `in` is a sequence (T, ..., in_features / T) and the output this
+  // rank's chunk (T / T, ..., out_features).
   RowParallelLinear(Shape in, int64_t in_features, int64_t out_features, bool bias,
                     const TensorParallel& tp);
 
   std::string_view kind() const override { return Linear::kKind; }
-  bool output_split(bool) const override { return false; }
+  // The features whole (summed); the sequence split with sequence parallelism.
+  ActivationSplit output_split(ActivationSplit) const override { return {false, sequence()}; }
   std::vector<ParamSpec> param_specs() const override;
   LayerCost cost() const override;
   void bind(std::span<const Tensor> params, std::span<const Tensor> grads) override;
@@ -69,6 +84,7 @@ class RowParallelLinear final : public Layer {
   // With T > 1 the bias is added once, after the all-reduce (each rank's slice GEMM has none);
   // with T = 1 the slice is the whole Linear, bias included.
   bool separate_bias() const { return bias_ && tp_.enabled(); }
+  bool sequence() const { return tp_.sequence_parallel && tp_.enabled(); }
 
   TensorParallel tp_;
   int64_t in_whole_;

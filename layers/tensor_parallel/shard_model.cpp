@@ -12,14 +12,14 @@ Model shard_model(Model model, const TensorParallel& tp, std::vector<std::string
     throw ShapeError(
         fmt::format("shard_model: rank {} of {} needs a tensor-parallel group", tp.rank, tp.size));
   const std::string whole_signature = model.signature();
-  bool split = false;
+  ActivationSplit split;
   for (size_t i = 0; i < model.layers_.size(); ++i) {
     Layer& layer = *model.layers_[i];
     std::unique_ptr<Layer> shard = layer.shard_for(tp, split);
     if (!shard) {
       if (replicated && layer.param_count() > 0)
         replicated->push_back(fmt::format("{} '{}'", i, layer.name()));
-      split = false;  // a replica's output is whole (shard_for refused a split input already)
+      split = {};  // a replica's output is whole (shard_for refused a split input already)
       continue;
     }
     split = shard->output_split(split);

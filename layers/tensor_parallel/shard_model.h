@@ -4,11 +4,17 @@
 // splits (Layer::parallel_style, or a composite layer's own split such as the transformer
 // block's), and every rank builds its shard from the same definition.
 //
-// Walking the layers in order, with "split" = the activation is a slice of its features:
+// Walking the layers in order, with "split" (ActivationSplit, layers/layer.h) = how the
+// activation is split: a slice of its features (after a column-parallel layer) and/or a chunk of
+// the sequence (sequence parallelism: after a transformer block built with tp.sequence_parallel;
+// the first such block takes its chunk of the whole activation, per-token layers such as a
+// LayerNorm are rebuilt for the chunk, a column-parallel layer gathers the sequence):
 //   a layer's shard_for(tp, split) gives its shard (or nullptr: it stays, whole, a replica);
 //   after it, split = the shard's output_split(split);
-//   the loss takes the last activation: split (a column-parallel LM head) gives the
-//   vocab-parallel loss.
+//   the loss takes the last activation: split features (a column-parallel LM head) give the
+//   vocab-parallel loss; a sequence chunk is refused.
+// Layer indices, parameter names and shapes are the same with or without sequence parallelism
+// (only activations are chunked), so checkpoints do not see it.
 // Ties and skips are kept (tied parameters split alike). The sharded model's signature() is the
 // whole model's, so checkpoints (which store whole parameters) load at any T.
 #include <string>

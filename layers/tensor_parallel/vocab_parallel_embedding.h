@@ -39,6 +39,8 @@ class VocabParallelEmbedding final : public Layer {
   Tensor backward_input(const Tensor& dy, LayerContext& ctx) override;  // returns Tensor()
   void backward_weight(const Tensor& dy, LayerContext& ctx) override;
   // output_split: the default (the input's, never split) says what holds: the output is whole.
+  // (Under sequence parallelism it stays whole too: the first transformer block takes its
+  // chunk after the position embedding is added, as Megatron-Core's embedding scatters.)
 
  private:
   int64_t vocab_, dim_;

@@ -236,7 +236,7 @@ TEST_CASE("transformer block: two all-reduces forward, two backward, whole resid
     check_close(compare_split(
         whole, ranks,
         [](const TensorParallel& tp) {
-          return TransformerBlock(32, 4, 6, 4, 0.02f).shard_for(tp, false);
+          return TransformerBlock(32, 4, 6, 4, 0.02f).shard_for(tp, ActivationSplit{});
         },
         Shape{2, 5, 32}, false, false));  // 5 < context 6: shorter sequences too
   }

@@ -110,6 +110,7 @@ LayerRun run_layer(Layer& layer, Backend& be, const std::vector<std::vector<floa
   const StepInfo info{/*seed=*/7, /*step=*/0, /*microbatch=*/0, /*training=*/true};
   LayerContext ctx(be, info, /*key=*/1);
   const Tensor y = layer.forward(x, ctx);
+  r.saved_bytes = ctx.saved_bytes();
   r.y.resize(static_cast<size_t>(y.numel()));
   be.copy_to_host(r.y.data(), y.data(), y.bytes());
   Tensor dyt = be.empty(y.shape());

@@ -55,6 +55,7 @@ std::vector<std::vector<float>> whole_params(const Layer& layer, uint64_t seed, 
 struct LayerRun {
   std::vector<float> y, dx;  // dx empty when the layer gives no input gradient
   BoundSlices bound;
+  size_t saved_bytes = 0;  // what forward left in the context for backward (LayerContext)
 };
 LayerRun run_layer(Layer& layer, Backend& be, const std::vector<std::vector<float>>& params,
                    const Tensor& x, const std::vector<float>& dy);

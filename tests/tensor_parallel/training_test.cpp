@@ -8,7 +8,9 @@
 // gradients are T partial sums added; the norm adds the squares of slices), so results are not
 // bit-identical; single rounding differences (~1e-7 relative) grow over 20 steps. The worst
 // measured over the layouts below: losses 1.7e-8 relative, parameters 1.2e-7 absolute (on
-// values of order 0.1); the bounds are ~10x that, and a real error (a slice of the wrong rows,
+// values of order 0.1); with sequence parallelism (whose LayerNorm gradients are summed per
+// chunk, then over the ranks) 1.7e-8 and 1.2e-7 at T' = 8, 5.4e-8 and 1.2e-7 at T' = 4 (the
+// context is 8); the bounds are ~4-10x that, and a real error (a slice of the wrong rows,
 // a sum skipped, replicated parameters diverging, the norm counted T times) moves them by more
 // than 1e-3 in the first steps. Each copy must also hold only its slices (fewer parameters than
 // the model), so a split that did nothing could not pass.
@@ -117,11 +119,13 @@ std::map<std::string, std::vector<float>> whole_params(DataParallelTrainer& trai
 }
 
 Run tensor_parallel(const std::function<Model()>& make, const Tensor& x, const Tensor& y,
-                    const std::string& schedule, int R, int D, int T, int M) {
+                    const std::string& schedule, int R, int D, int T, int M,
+                    bool sequence_parallel = false) {
   CpuDevices devices(R * D * T);
   Model shape_model = make();
   PipelineConfig pc = pipeline_config(shape_model, trainer_config(M), schedule, D, M);
   pc.schedule = sched::add_grad_reduction(pc.schedule);
+  pc.parallel.sequence_parallel = sequence_parallel;
   auto trainer = make_local_data_parallel(make, devices.devices, pc, R, T);
   Run out;
   for (int k = 0; k < kSteps; ++k) out.losses.push_back(trainer->train_step(x, y).loss);
@@ -155,6 +159,7 @@ struct Layout {
   int R, D, T;
   const char* schedule;
   int M;
+  bool sp = false;  // sequence parallelism (tests/tensor_parallel/sequence_parallel_test.cpp)
 };
 
 }  // namespace
@@ -174,14 +179,24 @@ TEST_CASE("MLP: R x S x T in one process equals single-device training (20 steps
 
 TEST_CASE("GPT: heads, MLP and vocabulary split, tied embedding and head, every schedule family") {
   // 2 blocks: tok_emb, pos_emb, block0, block1, ln_f, lm_head (tied to tok_emb across stages).
+  // With sequence parallelism (sp) the blocks and ln_f run on chunks of the sequence and the
+  // stages send chunks; context 8 and, below, sequences of T' = 4 < context.
   const auto make = [] { return gpt(/*vocab=*/64, /*context=*/8, /*d_model=*/32, 2, 4); };
-  const TokenBatch b = token_batch(8, 8, 64);
-  for (const Layout& l :
-       {Layout{1, 1, 2, "gpipe", 1}, Layout{1, 2, 2, "1f1b", 2}, Layout{1, 2, 2, "zb-h1", 2},
-        Layout{1, 2, 4, "gpipe", 2}, Layout{1, 2, 2, "v-half", 4}, Layout{2, 2, 2, "1f1b", 2}}) {
-    INFO("schedule ", l.schedule, " R ", l.R, " S ", l.D, " T ", l.T);
-    compare(tensor_parallel(make, b.x, b.t, l.schedule, l.R, l.D, l.T, l.M),
-            reference(make, b.x, b.t, l.R * l.M));
+  for (const int64_t Tp : {8, 4}) {
+    const TokenBatch b = token_batch(8, Tp, 64);
+    for (const Layout& l :
+         {Layout{1, 1, 2, "gpipe", 1}, Layout{1, 2, 2, "1f1b", 2}, Layout{1, 2, 2, "zb-h1", 2},
+          Layout{1, 2, 4, "gpipe", 2}, Layout{1, 2, 2, "v-half", 4}, Layout{2, 2, 2, "1f1b", 2},
+          Layout{1, 1, 2, "gpipe", 1, true}, Layout{1, 1, 4, "1f1b", 2, true},
+          Layout{1, 2, 2, "1f1b", 2, true}, Layout{1, 2, 2, "zb-h1", 2, true},
+          Layout{1, 2, 4, "gpipe", 2, true}, Layout{1, 2, 2, "v-half", 4, true},
+          Layout{2, 2, 2, "1f1b", 2, true}}) {
+      if (Tp != 8 && !l.sp) continue;  // shorter sequences: the sequence-parallel layouts
+      INFO("schedule ", l.schedule, " R ", l.R, " S ", l.D, " T ", l.T, " sequence parallel ", l.sp,
+           " T' ", Tp);
+      compare(tensor_parallel(make, b.x, b.t, l.schedule, l.R, l.D, l.T, l.M, l.sp),
+              reference(make, b.x, b.t, l.R * l.M));
+    }
   }
 }
 

@@ -160,7 +160,7 @@ void check_embedding(int T) {
   std::vector<EmbeddingRun> runs(static_cast<size_t>(T));
   ranks.run([&](int r) {
     auto& shard = shards[static_cast<size_t>(r)];
-    shard = whole.shard_for(ranks.tp(r), /*input_split=*/false);
+    shard = whole.shard_for(ranks.tp(r), ActivationSplit{});
     if (!shard) return;
     runs[static_cast<size_t>(r)] = run_embedding(*shard, ranks.backend(r), params);
   });
@@ -174,7 +174,7 @@ void check_embedding(int T) {
     CHECK(dynamic_cast<const VocabParallelEmbedding*>(shard) != nullptr);
     CHECK(shard->kind() == "embedding");
     CHECK(shard->name() == "wte");
-    CHECK_FALSE(shard->output_split(false));
+    CHECK(shard->output_split({}).whole());
     const auto specs = shard->param_specs();
     REQUIRE(specs.size() == 1);
     CHECK(specs[0].name == "weight");
@@ -300,7 +300,7 @@ double check_loss(int T, const LossData& d, bool local_only = false) {
     TensorParallel tp = ranks.tp(r);
     LocalOnlyGroup local(r, T);
     if (local_only) tp.group = &local;
-    std::unique_ptr<Loss> shard = whole.shard_for(tp, /*input_split=*/true);
+    std::unique_ptr<Loss> shard = whole.shard_for(tp, ActivationSplit{.features = true});
     if (!shard) return;
     kinds[static_cast<size_t>(r)] = std::string(shard->kind());
     shard->check_input(slice_shape_of(d.in, T));
@@ -399,7 +399,7 @@ TEST_CASE("vocab-parallel: the collectives carry what a rank does not hold") {
     LocalOnlyGroup local(r, 2);
     TensorParallel tp = ranks.tp(r);
     tp.group = &local;
-    shards[static_cast<size_t>(r)] = whole.shard_for(tp, false);
+    shards[static_cast<size_t>(r)] = whole.shard_for(tp, ActivationSplit{});
     runs[static_cast<size_t>(r)] =
         run_embedding(*shards[static_cast<size_t>(r)], ranks.backend(r), params);
   });
@@ -412,7 +412,8 @@ TEST_CASE("vocab-parallel: sizes that do not split, ids never split, one rank st
   Embedding odd(Shape{kSeq}, 10, kDim);
   odd.set_name("wte");
   odd.set_parallel_style(ParallelStyle::vocab);
-  const std::string e = shape_error_of([&] { (void)odd.shard_for(ranks.tp(1), false); });
+  const std::string e =
+      shape_error_of([&] { (void)odd.shard_for(ranks.tp(1), ActivationSplit{}); });
   INFO(e);
   CHECK(e.find("10") != std::string::npos);
   CHECK(e.find("4") != std::string::npos);
@@ -420,7 +421,8 @@ TEST_CASE("vocab-parallel: sizes that do not split, ids never split, one rank st
   CHECK(e.find("pad the vocabulary to a multiple of 4") != std::string::npos);
 
   const std::string l = shape_error_of([&] {
-    (void)SoftmaxCrossEntropy(Shape{3, 10}).shard_for(ranks.tp(1), true);
+    (void)SoftmaxCrossEntropy(Shape{3, 10})
+        .shard_for(ranks.tp(1), ActivationSplit{.features = true});
   });
   INFO(l);
   CHECK(l.find("10") != std::string::npos);
@@ -429,19 +431,20 @@ TEST_CASE("vocab-parallel: sizes that do not split, ids never split, one rank st
 
   Embedding even(Shape{kSeq}, kVocab, kDim);
   even.set_parallel_style(ParallelStyle::vocab);
-  CHECK(shape_error_of([&] { (void)even.shard_for(ranks.tp(0), true); }).find("token ids") !=
-        std::string::npos);
-  CHECK(even.shard_for(TensorParallel{}, false).get() ==
+  CHECK(shape_error_of([&] {
+          (void)even.shard_for(ranks.tp(0), ActivationSplit{.features = true});
+        }).find("token ids") != std::string::npos);
+  CHECK(even.shard_for(TensorParallel{}, ActivationSplit{}).get() ==
         nullptr);  // one rank: the layer as written
   Embedding replicated(Shape{kSeq}, kVocab, kDim);
-  CHECK(replicated.shard_for(ranks.tp(0), false).get() == nullptr);
+  CHECK(replicated.shard_for(ranks.tp(0), ActivationSplit{}).get() == nullptr);
 
   SoftmaxCrossEntropy loss(Shape{16});
-  CHECK(loss.shard_for(ranks.tp(0), false).get() == nullptr);
-  CHECK(loss.shard_for(TensorParallel{}, true).get() == nullptr);
+  CHECK(loss.shard_for(ranks.tp(0), ActivationSplit{}).get() == nullptr);
+  CHECK(loss.shard_for(TensorParallel{}, ActivationSplit{.features = true}).get() == nullptr);
 
   // The loss checks the slice it is given.
-  const auto shard = loss.shard_for(ranks.tp(2), true);
+  const auto shard = loss.shard_for(ranks.tp(2), ActivationSplit{.features = true});
   REQUIRE(shard != nullptr);
   CHECK_NOTHROW(shard->check_input(Shape{4}));
   CHECK_THROWS_AS(shard->check_input(Shape{16}), ShapeError);
@@ -467,13 +470,13 @@ TEST_CASE("vocab-parallel: a bad label or id is refused on every rank") {
         if (which == 0) {
           std::vector<int32_t> labels = d.labels;
           labels[3] = static_cast<int32_t>(d.classes());  // one past the last class
-          const auto shard = whole.shard_for(ranks.tp(r), true);
+          const auto shard = whole.shard_for(ranks.tp(r), ActivationSplit{.features = true});
           (void)shard->forward(device_floats(be, columns(d.logits, 16, r * 8, 8), Shape{7, 8}),
                                device_ints(be, labels, d.labels_shape), d.global_batch, ctx);
         } else {
           std::vector<int32_t> ids = kMicroBatchIds[0];
           ids[5] = -1;
-          const auto shard = table.shard_for(ranks.tp(r), false);
+          const auto shard = table.shard_for(ranks.tp(r), ActivationSplit{});
           const BoundSlices bound = bind_slices(*shard, be, params);
           (void)shard->forward(device_ints(be, ids, kIds), ctx);
         }
