@@ -4,18 +4,37 @@
 
 #include "engine/core/error.h"
 #include "layers/layer_checks.h"
-#include "layers/tensor_parallel/group.h"
-#include "layers/tensor_parallel/vocab_parallel_embedding.h"
+#include "layers/tensor_parallel/mappings.h"
 
 namespace pt {
 
 namespace {
 // Ids of rank >= 1 per sample are a sequence (T, ...): forward also takes T' < T.
 constexpr int kSequenceRank = 1;
+
+// This rank's rows of the table, or a ShapeError naming the vocabulary and T when they differ
+// in size (Megatron pads the vocabulary instead; we leave that to the model's definition).
+VocabRange rows_of(int64_t vocab, const TensorParallel& tp, std::string_view what) {
+  if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size)
+    throw UsageError(
+        fmt::format("{}: tensor-parallel rank {} of {} does not exist", what, tp.rank, tp.size));
+  if (tp.enabled() && tp.group == nullptr)
+    throw UsageError(fmt::format(
+        "{}: built for {} tensor-parallel ranks without a group to sum over", what, tp.size));
+  if (vocab % tp.size != 0)
+    throw ShapeError(fmt::format(
+        "{}: the vocabulary of {} tokens does not split into {} equal tensor-parallel slices "
+        "({} % {} = {}); choose --tp dividing the vocabulary, or pad the vocabulary to a "
+        "multiple of {}",
+        what, vocab, tp.size, vocab, tp.size, vocab % tp.size, tp.size));
+  const int64_t count = vocab / tp.size;
+  return VocabRange{tp.rank * count, count, vocab};
+}
+
 }  // namespace
 
-Embedding::Embedding(Shape in, int64_t vocab, int64_t dim, ParamInit init)
-    : Layer(std::string(kKind), in), vocab_(vocab), dim_(dim), init_(init) {
+Embedding::Embedding(Shape in, int64_t vocab, int64_t dim, ParamInit init, const TensorParallel& tp)
+    : Layer(std::string(kKind), in), vocab_(vocab), dim_(dim), init_(init), tp_(tp) {
   if (in.rank() >= Shape::kMaxRank - 1)
     throw ShapeError(fmt::format("embedding: expects ids of rank below {} (usually (T)) but got {}",
                                  Shape::kMaxRank - 1, in.str()));
@@ -24,10 +43,13 @@ Embedding::Embedding(Shape in, int64_t vocab, int64_t dim, ParamInit init)
   require_positive(kKind, "dim", dim);
   output_shape_ = in;
   output_shape_.push_back(dim);
+  range_ = rows_of(vocab, tp, kKind);
 }
 
 std::vector<ParamSpec> Embedding::param_specs() const {
-  return {{"weight", Shape{vocab_, dim_}, init_, {}}};
+  ParamSpec weight{"weight", Shape{range_.count, dim_}, init_, {}};
+  if (tp_.enabled()) weight.shard = ParamShard{0, tp_.rank, tp_.size, 1, Shape{vocab_, dim_}};
+  return {weight};
 }
 
 LayerCost Embedding::cost() const {
@@ -48,8 +70,12 @@ std::unique_ptr<Layer> Embedding::shard_for(const TensorParallel& tp, Activation
         "column-parallel one for a sequence split) before it",
         layer_label(*this)));
   if (style_ != ParallelStyle::vocab) return Layer::shard_for(tp, input);
-  if (!tp.enabled()) return nullptr;  // one rank holds the whole table: the layer as written
-  return std::make_unique<VocabParallelEmbedding>(name_, input_shape_, vocab_, dim_, init_, tp);
+  if (!tp.enabled()) return nullptr;        // one rank holds the whole table: the layer as written
+  rows_of(vocab_, tp, layer_label(*this));  // the refusal names this layer
+  auto shard = std::make_unique<Embedding>(input_shape_, vocab_, dim_, init_, tp);
+  shard->set_name(name_);
+  shard->set_parallel_style(style_);
+  return shard;
 }
 
 Tensor Embedding::forward(const Tensor& ids, LayerContext& ctx) {
@@ -59,8 +85,15 @@ Tensor Embedding::forward(const Tensor& ids, LayerContext& ctx) {
   Shape ys = is;
   ys.push_back(dim_);
   Tensor y = ctx.alloc(ys);
-  // y (n, dim) = W[ids (n)], n = B * T'
-  ctx.backend().embedding_forward(ids.i32(), params_[0].f32(), y.f32(), ids.numel(), dim_, vocab_);
+  // y (n, dim) = W[ids (n)], n = B * T'; with T ranks: this rank's rows, zeros for the others'
+  // ids, then the sum over the ranks.
+  Backend& be = ctx.backend();
+  if (tp_.enabled()) {
+    be.embedding_forward_slice(ids.i32(), params_[0].f32(), y.f32(), ids.numel(), dim_, range_);
+    all_reduce_output(tp_, be, y, "vocab-parallel embedding: rows of the table");
+  } else {
+    be.embedding_forward(ids.i32(), params_[0].f32(), y.f32(), ids.numel(), dim_, vocab_);
+  }
   if (ctx.info().training) ctx.save(ids);
   return y;
 }
@@ -80,8 +113,13 @@ void Embedding::backward_weight(const Tensor& dy, LayerContext& ctx) {
         fmt::format("{}: the gradient is {} but forward ran on ids {}; backward "
                     "needs the gradient of that same forward",
                     layer_label(*this), dys.str(), ids.shape().str()));
-  // dW[ids[i]] += dy (i), i < n
-  ctx.backend().embedding_backward_weight(ids.i32(), dy.f32(), grads_[0].f32(), ids.numel(), dim_);
+  // dW[ids[i]] += dy (i), i < n; with T ranks only the rank's rows (dW_t[ids[i] - first])
+  if (tp_.enabled())
+    ctx.backend().embedding_backward_weight_slice(ids.i32(), dy.f32(), grads_[0].f32(), ids.numel(),
+                                                  dim_, range_);
+  else
+    ctx.backend().embedding_backward_weight(ids.i32(), dy.f32(), grads_[0].f32(), ids.numel(),
+                                            dim_);
 }
 
 }  // namespace pt

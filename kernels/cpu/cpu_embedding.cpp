@@ -39,7 +39,7 @@ void CpuBackend::embedding_backward_weight(const int32_t* ids, const float* dy, 
   });
 }
 
-// The vocab-parallel forms (layers/tensor_parallel/vocab_parallel_embedding.h): this rank's rows
+// The vocab-parallel forms (layers/embedding.h, built with T ranks): this rank's rows
 // [first, first + count) of the table; ids elsewhere give zero rows and add no gradient.
 
 void CpuBackend::embedding_forward_slice(const int32_t* ids, const float* table, float* y,
