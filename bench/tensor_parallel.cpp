@@ -1,0 +1,620 @@
+// bench/tensor_parallel: tensor parallelism (--tp) on this machine's cores for the GPT, and the
+// bytes its groups move per training step against the formula (issue 34). One process, virtual
+// CPU devices, AdamW, no clipping; by default the shape of bench/gpt and the README's GPT row:
+// gpt(vocab 256, context 128, d_model 256, 4 layers, 4 heads), batch 16, M = 1, S = 1, R = 1.
+//
+// ---- throughput -------------------------------------------------------------------------------
+// Four setups, each built by make_local_data_parallel (R = 1, S = 1) and run the same way:
+//   "TP=1, 1 device x 1 thread"    T = 1 on one 1-thread device
+//   "TP=2, 2 devices x 1 thread"   T = 2, each rank a 1-thread device (rank t: heads, MLP
+//                                  columns/rows and vocabulary rows t of 2)
+//   "TP=2 + sequence parallel, ..." the same with --sequence-parallel (Korthikanti et al. 2022;
+//                                  pipetrain-gpt's default with --tp)
+//   "TP=1, 1 device x 2 threads"   T = 1, the reference: the same two cores as intra-op threads
+// After --warmup steps each, --steps rounds; a round times one step of every setup in turn, so
+// a change in the machine's load hits all of them alike. Prints per setup
+//   {"bench":"tensor_parallel_step", "setup", "tp", "sequence_parallel", "devices",
+//    "threads_per_device", "cores", "step_ms", "tokens_per_s" (each + _min, _max), "reps"}
+// and the ratios measured in this run, each round's ratio of step times (median and spread):
+//   {"bench":"tensor_parallel_ratio", "setup", "baseline", "speedup" (+ _min, _max),
+//    "speedup_of_medians", "reps"}     speedup = baseline's step time / setup's (tokens/s ratio)
+//
+// ---- communication volume ---------------------------------------------------------------------
+// Two more T = 2 runs (without and with sequence parallelism), built here as
+// make_local_data_parallel builds them (R = 1, S = 1) but with two counters: a
+// TensorParallelGroup decorator (what the layers ask for, by the layers' `what`) around the
+// engine's CommunicatorTensorParallelGroup, and the flight recorder's communicator wrapper
+// (engine/comm/recording_communicator.h: every call with its payload) around each in-process
+// communicator, tensor and gradient-norm groups alike. Engine code is unchanged. Each run's
+// first loss must equal its timed twin's bit for bit (the same model, the same construction);
+// then --count-steps steps are counted.
+//
+// Bytes are PAYLOAD PER RANK, not ring traffic: an all-reduce of n floats counts 4 n bytes
+// (the buffer each rank brings, and gets back summed); an all-gather counts the bytes each
+// rank contributes (it receives T times that); a reduce-scatter counts its input (T times
+// what it gets back). With B = batch, s = context, h = d_model, L = layers, M micro-batches
+// (b = B/M sequences each), P = parameter tensors of a rank's model, per rank and step:
+//   all-reduce, forward:  vocab-parallel embedding (tok_emb)         M       x b s h floats
+//                         attention output projection (per block)    L M     x b s h
+//                         MLP row-parallel proj (per block)          L M     x b s h
+//   all-reduce, backward: attention input gradient (per block)       L M     x b s h
+//                         column-parallel input gradient (per block's
+//                         MLP fc, and the LM head)                   (L+1) M x b s h
+//   all-gather, forward:  vocab-parallel cross-entropy: 4 softmax
+//                         partials per token (max, sum exp, label
+//                         logit, argmax index), twice: the loss's
+//                         forward, and count_correct, which the
+//                         executor calls every micro-batch and which
+//                         gathers the same partials again           2 M     x 4 b s floats
+//   => tensor group: (4 L + 2) B s h x 4 bytes all-reduced + 2 x 16 B s bytes gathered, in
+//      (4 L + 4) M calls; independent of M and T.
+// With sequence parallelism (T = 2; a chunk = b s h / T floats) each all-reduce of a block,
+// and the LM head's, becomes a pair: forward all-gather of the chunk before the column layer
+// (attention, MLP fc, LM head: (2 L + 1) M calls) and reduce-scatter of b s h after the row
+// layer (2 L M); backward all-gather of the gradient's chunk before the row layer (2 L M) and
+// reduce-scatter of the column layer's input gradient ((2 L + 1) M); plus the first block's
+// input gradient gathered (M chunks), the embedding's all-reduce (M x b s h) and the loss's
+// all-gathers as above, and each layer norm's (gamma, beta) gradient all-reduced per
+// micro-batch ((2 L + 1) M x 2 h floats).
+//   gradient norm (the norm group, engine/train/training_engine.cpp): 1 all-reduce of P f64
+//      (one square sum per parameter tensor) = 8 P bytes.
+// (Megatron-LM counts the same: 2 all-reduces forward and 2 backward per block, Shoeybi et al.
+// 2019.) As ring traffic each rank would send 2 (T-1)/T of each all-reduce payload, (T-1)/T of
+// each reduce-scatter input and T-1 times its all-gather contribution; the in-process
+// communicator moves none of it over a wire (each rank sums its slice of shared buffers), so
+// the line gives that figure derived, for comparison with the planner's ring model (which
+// also assumes 16-bit values; these are f32). The same line gives the counted run's step time
+// and the time rank 0 spends inside the tensor group's calls (medians over the counted steps;
+// waiting for the other rank included).
+//   {"bench":"tensor_parallel_bytes", "sequence_parallel", "collective", "what",
+//    "calls_per_step", "calls_formula", "bytes_per_step", "bytes_formula"}  one per kind of call
+//   {"bench":"tensor_parallel_bytes_total", ..., "exact"}   exact = 1 when every count matches
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "bench/json_line.h"
+#include "bench/repeated_seconds.h"
+#include "engine/comm/in_process.h"
+#include "engine/comm/recording_communicator.h"
+#include "engine/core/op_params.h"
+#include "engine/core/random.h"
+#include "engine/parallel/tensor_parallel_group.h"
+#include "engine/replicas/data_parallel_trainer.h"
+#include "engine/trace/flight_recorder.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "layers/tensor_parallel/shard_model.h"
+#include "layers/zoo.h"
+#include "schedule/generators.h"
+#include "schedule/lowering.h"
+
+namespace {
+
+using pt::bench::Spread;
+using Clock = std::chrono::steady_clock;
+
+struct Flags {
+  int64_t vocab = 256, context = 128, d_model = 256, batch = 16;
+  int layers = 4, heads = 4, microbatches = 1;
+  int steps = 10, warmup = 2, count_steps = 3;
+};
+
+pt::Model make_model(const Flags& f) {
+  return pt::gpt(f.vocab, f.context, f.d_model, f.layers, f.heads);
+}
+
+pt::PipelineConfig pipeline_config(const Flags& f, bool sequence_parallel = false) {
+  pt::PipelineConfig pc;
+  pc.parallel.sequence_parallel = sequence_parallel;  // read with T > 1 only
+  pc.trainer.microbatches = f.microbatches;
+  pc.trainer.optimizer.kind = "adamw";
+  pc.trainer.optimizer.lr = 3e-4f;
+  pc.trainer.lr = {pt::LrSchedule::Kind::constant, 3e-4f, 0, 0, 0.f};
+  pc.schedule = pt::sched::add_communication(pt::sched::generate("1f1b", 1, f.microbatches));
+  pc.layers_per_stage = {make_model(f).num_layers()};
+  return pc;
+}
+
+// Random token ids and targets, (B, s) each, host memory.
+struct Batch {
+  std::vector<int32_t> xs, ys;
+  pt::Tensor x, y;
+};
+
+Batch make_batch(const Flags& f) {
+  Batch b;
+  pt::CounterRng rng(1);
+  for (int64_t i = 0; i < f.batch * f.context; ++i) {
+    b.xs.push_back(static_cast<int32_t>(rng.next_below(static_cast<uint64_t>(f.vocab))));
+    b.ys.push_back(static_cast<int32_t>(rng.next_below(static_cast<uint64_t>(f.vocab))));
+  }
+  b.x = pt::Tensor::borrow(b.xs.data(), {f.batch, f.context}, pt::DType::i32);
+  b.y = pt::Tensor::borrow(b.ys.data(), {f.batch, f.context}, pt::DType::i32);
+  return b;
+}
+
+// Per token and rank, the vocab-parallel loss's partials (engine/core/op_params.h).
+constexpr int64_t kSoftmaxPartialBytes = pt::kSoftmaxPartialFloats * 4;
+
+// ---- counting ----------------------------------------------------------------------------------
+
+// What the layers of one rank ask of their group, by collective and `what`: calls, payload
+// bytes (as the header says), seconds inside the call.
+struct Tally {
+  int64_t calls = 0, bytes = 0;
+  double seconds = 0;
+};
+using Tallies = std::map<std::pair<std::string, std::string>, Tally>;  // (collective, what)
+
+class CountingGroup final : public pt::TensorParallelGroup {
+ public:
+  explicit CountingGroup(std::unique_ptr<pt::TensorParallelGroup> inner)
+      : inner_(std::move(inner)) {}
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  void all_reduce_sum(pt::Backend& backend, float* data, int64_t n,
+                      std::string_view what) override {
+    timed("all_reduce", what, n, [&] { inner_->all_reduce_sum(backend, data, n, what); });
+  }
+  void all_gather(pt::Backend& backend, const float* in, float* out, int64_t n,
+                  std::string_view what) override {
+    timed("all_gather", what, n, [&] { inner_->all_gather(backend, in, out, n, what); });
+  }
+  void reduce_scatter_sum(pt::Backend& backend, const float* in, float* out, int64_t n,
+                          std::string_view what) override {
+    timed("reduce_scatter", what, n * size(),
+          [&] { inner_->reduce_scatter_sum(backend, in, out, n, what); });
+  }
+
+  // The tallies since the last take (and clears them).
+  Tallies take() {
+    std::lock_guard lock(mutex_);
+    return std::exchange(tallies_, {});
+  }
+
+ private:
+  template <class Call>
+  void timed(const char* op, std::string_view what, int64_t floats, Call&& call) {
+    const auto t0 = Clock::now();
+    call();
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    std::lock_guard lock(mutex_);  // several devices' threads may share a group (S > 1)
+    Tally& t = tallies_[{op, std::string(what)}];
+    ++t.calls;
+    t.bytes += floats * static_cast<int64_t>(sizeof(float));
+    t.seconds += s;
+  }
+
+  std::unique_ptr<pt::TensorParallelGroup> inner_;
+  std::mutex mutex_;
+  Tallies tallies_;
+};
+
+// The seq the recorder's next event gets (events are numbered 0, 1, ... in begin() order).
+uint64_t next_seq(const pt::FlightRecorder& recorder) {
+  uint64_t next = 0;
+  for (const pt::FlightEvent& e : recorder.snapshot()) next = std::max(next, e.seq + 1);
+  return next;
+}
+
+// Payload bytes of the collectives of `group` a recorder saw from event `from` (seq) on.
+struct CommBytes {
+  int64_t all_reduce = 0, all_gather = 0, reduce_scatter = 0, other = 0, calls = 0;
+  bool complete = true;  // false when the ring dropped events of the window
+};
+
+CommBytes comm_bytes(const pt::FlightRecorder& recorder, int group, uint64_t from) {
+  CommBytes out;
+  uint64_t seen = 0, next = from;
+  for (const pt::FlightEvent& e : recorder.snapshot()) {
+    if (e.seq < from) continue;
+    next = std::max(next, e.seq + 1);
+    ++seen;
+    if (e.group != group || e.kind != pt::FlightKind::collective) continue;
+    ++out.calls;
+    const auto op = static_cast<pt::CommOp>(e.op);
+    (op == pt::CommOp::all_reduce       ? out.all_reduce
+     : op == pt::CommOp::all_gather     ? out.all_gather
+     : op == pt::CommOp::reduce_scatter ? out.reduce_scatter
+                                        : out.other) += e.bytes;
+  }
+  out.complete = seen == next - from;
+  return out;
+}
+
+// ---- the counted T = 2 runs -----------------------------------------------------------------
+
+// make_local_data_parallel's construction for R = 1, S = 1, T = 2 (engine/replicas/
+// data_parallel_trainer.cpp), with the counters put in.
+struct CountedRun {
+  std::vector<std::unique_ptr<pt::Backend>> devices;
+  std::vector<std::unique_ptr<pt::FlightRecorder>> recorders;  // one per rank
+  std::vector<int> tensor_group_id, norm_group_id;             // in each rank's recorder
+  std::vector<CountingGroup*> groups;                          // owned by trainer
+  std::unique_ptr<pt::DataParallelTrainer> trainer;
+};
+
+std::unique_ptr<CountedRun> counted_run(const Flags& f, bool sequence_parallel) {
+  constexpr int T = 2;
+  auto run = std::make_unique<CountedRun>();
+  const pt::PipelineConfig config = pipeline_config(f, sequence_parallel);
+  pt::DataParallelTrainer::Parts parts;
+  auto tensor =
+      pt::make_in_process_group(T, config.timeout_s, "tensor-parallel replica 0 device 0");
+  auto norm =
+      pt::make_in_process_group(T, config.timeout_s, "tensor-parallel replica 0 (gradient norm)");
+  for (int t = 0; t < T; ++t) {
+    const auto ts = static_cast<size_t>(t);
+    run->devices.push_back(pt::make_cpu_backend(t, 1));
+    run->recorders.push_back(std::make_unique<pt::FlightRecorder>(4096));
+    pt::FlightRecorder& rec = *run->recorders.back();
+    parts.communicators.push_back(pt::record_calls(std::move(tensor[ts]), "tensor", rec));
+    pt::Communicator& tensor_comm = *parts.communicators.back();
+    parts.communicators.push_back(pt::record_calls(std::move(norm[ts]), "norm", rec));
+    pt::Communicator& norm_comm = *parts.communicators.back();
+    // The numbers record_calls got for them (a group is its name and world ranks).
+    const auto members = [](const pt::Communicator& c) {
+      std::vector<int> ranks;
+      for (int r = 0; r < c.size(); ++r) ranks.push_back(c.world_rank(r));
+      return ranks;
+    };
+    run->tensor_group_id.push_back(rec.group("tensor", members(tensor_comm)));
+    run->norm_group_id.push_back(rec.group("norm", members(norm_comm)));
+
+    auto routed = std::make_unique<pt::CommunicatorTensorParallelGroup>();
+    routed->add_device(*run->devices.back(), tensor_comm);
+    auto counting = std::make_unique<CountingGroup>(std::move(routed));
+    run->groups.push_back(counting.get());
+    const pt::TensorParallel tp{counting.get(), t, T, sequence_parallel};
+    parts.tensor_groups.push_back(std::move(counting));
+
+    pt::PipelineConfig rc = config;
+    rc.parallel.data_parallel_groups.assign(1, nullptr);
+    rc.parallel.tensor_parallel = T;
+    rc.parallel.tensor_rank = t;
+    rc.parallel.tensor_parallel_group = &norm_comm;
+    parts.models.push_back(std::make_unique<pt::Model>(
+        pt::shard_model(make_model(f), tp, t == 0 ? &parts.replicated_layers : nullptr)));
+    parts.replicas.push_back(std::make_unique<pt::PipelineTrainer>(
+        *parts.models.back(), std::vector<pt::Backend*>{run->devices.back().get()}, rc));
+  }
+  parts.whole_model = std::make_unique<pt::Model>(make_model(f));
+  run->trainer = std::make_unique<pt::DataParallelTrainer>(std::move(parts));
+  return run;
+}
+
+struct Term {  // one kind of call in the formula
+  std::string collective, what;
+  int64_t calls = 0, bytes = 0;
+};
+
+// The formula of the header, per rank and step (T = 2).
+std::vector<Term> formula(const Flags& f, bool sequence_parallel) {
+  constexpr int64_t T = 2;
+  const int64_t M = f.microbatches, L = f.layers, b = f.batch / f.microbatches;
+  const int64_t act = b * f.context * f.d_model * 4;  // one micro-batch's (b, s, h) in f32
+  const int64_t chunk = act / T;                      // a rank's part of the sequence
+  // Twice a micro-batch: the loss's forward, and count_correct (the executor counts correct
+  // predictions every micro-batch; it gathers the same partials again).
+  const Term loss{"all_gather", "vocab-parallel cross-entropy: softmax partials", 2 * M,
+                  2 * M * b * f.context * kSoftmaxPartialBytes};
+  if (!sequence_parallel)
+    return {
+        {"all_reduce", "vocab-parallel embedding: rows of the table", M, M * act},
+        {"all_reduce", "attention: output projection", L * M, L * M * act},
+        {"all_reduce", "row-parallel linear: output", L * M, L * M * act},
+        {"all_reduce", "attention: input gradient", L * M, L * M * act},
+        {"all_reduce", "column-parallel linear: input gradient", (L + 1) * M, (L + 1) * M * act},
+        loss,
+    };
+  return {
+      {"all_reduce", "vocab-parallel embedding: rows of the table", M, M * act},
+      {"all_gather", "attention: sequence of the input", L * M, L * M * chunk},
+      {"reduce_scatter", "attention: output projection", L * M, L * M * act},
+      {"all_gather", "column-parallel linear: sequence of the input", (L + 1) * M,
+       (L + 1) * M * chunk},
+      {"reduce_scatter", "row-parallel linear: output", L * M, L * M * act},
+      {"all_gather", "row-parallel linear: sequence of the gradient", L * M, L * M * chunk},
+      {"all_gather", "attention: sequence of the gradient", L * M, L * M * chunk},
+      {"reduce_scatter", "attention: input gradient", L * M, L * M * act},
+      {"reduce_scatter", "column-parallel linear: input gradient", (L + 1) * M, (L + 1) * M * act},
+      {"all_gather", "transformer block: input gradient", M, M * chunk},
+      // Each layer norm (2 per block, ln_f) sums its (gamma, beta) gradients over the ranks'
+      // chunks of the sequence, once per micro-batch in backward.
+      {"all_reduce", "layernorm (sequence parallel): weight and bias gradients", (2 * L + 1) * M,
+       (2 * L + 1) * M * 2 * f.d_model * 4},
+      loss,
+  };
+}
+
+int64_t param_tensors(const pt::Model& m) {
+  int64_t n = 0;
+  for (int l = 0; l < m.num_layers(); ++l)
+    n += static_cast<int64_t>(m.layer(l).param_specs().size());
+  return n;
+}
+
+// Runs the counted steps and prints the byte lines; returns the first step's loss.
+double report_bytes(const Flags& f, const Batch& batch, bool sequence_parallel,
+                    double timed_first_loss) {
+  constexpr int T = 2;
+  const int64_t sp = sequence_parallel ? 1 : 0;
+  auto run = counted_run(f, sequence_parallel);
+  const double first_loss = run->trainer->train_step(batch.x, batch.y).loss;
+  std::vector<uint64_t> mark(T);
+  for (int t = 0; t < T; ++t) {
+    run->groups[static_cast<size_t>(t)]->take();
+    mark[static_cast<size_t>(t)] = next_seq(*run->recorders[static_cast<size_t>(t)]);
+  }
+  std::vector<double> step_s, rank0_comm_s;
+  std::vector<Tallies> per_rank(T);
+  for (int k = 0; k < f.count_steps; ++k) {
+    const auto t0 = Clock::now();
+    run->trainer->train_step(batch.x, batch.y);
+    step_s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    for (int t = 0; t < T; ++t) {
+      double s = 0;
+      for (const auto& [key, tally] : run->groups[static_cast<size_t>(t)]->take()) {
+        Tally& sum = per_rank[static_cast<size_t>(t)][key];
+        sum.calls += tally.calls;
+        sum.bytes += tally.bytes;
+        sum.seconds += tally.seconds;
+        s += tally.seconds;
+      }
+      if (t == 0) rank0_comm_s.push_back(s);
+    }
+  }
+  const int64_t K = f.count_steps;
+  // The layers' calls, rank 0, against the formula term by term; rank 1 must have the same.
+  bool exact = per_rank[0].size() == per_rank[1].size();
+  for (const auto& [key, tally] : per_rank[0]) {
+    const auto other = per_rank[1].find(key);
+    exact = exact && other != per_rank[1].end() && other->second.calls == tally.calls &&
+            other->second.bytes == tally.bytes;
+  }
+  const bool ranks_agree = exact;
+  // Bytes by collective: measured at the group (rank 0) and by the formula.
+  std::map<std::string, int64_t> group_bytes, formula_bytes;
+  int64_t group_calls = 0, formula_calls = 0;
+  std::map<std::pair<std::string, std::string>, bool> in_formula;
+  for (const Term& term : formula(f, sequence_parallel)) {
+    in_formula[{term.collective, term.what}] = true;
+    const auto it = per_rank[0].find({term.collective, term.what});
+    const Tally got = it == per_rank[0].end() ? Tally{} : it->second;
+    exact = exact && got.calls == term.calls * K && got.bytes == term.bytes * K;
+    pt::bench::emit({{"bench", std::string("tensor_parallel_bytes")},
+                     {"sequence_parallel", sp},
+                     {"collective", term.collective},
+                     {"what", term.what},
+                     {"calls_per_step", got.calls / K},
+                     {"calls_formula", term.calls},
+                     {"bytes_per_step", got.bytes / K},
+                     {"bytes_formula", term.bytes}});
+    formula_bytes[term.collective] += term.bytes;
+    formula_calls += term.calls;
+  }
+  for (const auto& [key, tally] : per_rank[0]) {
+    group_bytes[key.first] += tally.bytes / K;
+    group_calls += tally.calls / K;
+    if (in_formula.count(key)) continue;
+    exact = false;  // a call the formula does not have
+    pt::bench::emit({{"bench", std::string("tensor_parallel_bytes")},
+                     {"sequence_parallel", sp},
+                     {"collective", key.first},
+                     {"what", key.second},
+                     {"calls_per_step", tally.calls / K},
+                     {"calls_formula", int64_t{0}},
+                     {"bytes_per_step", tally.bytes / K},
+                     {"bytes_formula", int64_t{0}}});
+  }
+  // The same traffic seen at the communicators (rank 0), and the gradient norm's.
+  const CommBytes tensor = comm_bytes(*run->recorders[0], run->tensor_group_id[0], mark[0]);
+  const CommBytes norm = comm_bytes(*run->recorders[0], run->norm_group_id[0], mark[0]);
+  const int64_t norm_formula = 8 * param_tensors(run->trainer->replica(0).model());
+  int64_t group_total = 0, formula_total = 0;
+  for (const auto& [op, bytes] : group_bytes) group_total += bytes;
+  for (const auto& [op, bytes] : formula_bytes) formula_total += bytes;
+  exact = exact && group_calls == formula_calls && group_total == formula_total &&
+          tensor.complete && tensor.all_reduce / K == formula_bytes["all_reduce"] &&
+          tensor.all_gather / K == formula_bytes["all_gather"] &&
+          tensor.reduce_scatter / K == formula_bytes["reduce_scatter"] && tensor.other == 0 &&
+          tensor.calls / K == formula_calls && norm.complete &&
+          norm.all_reduce / K == norm_formula && norm.all_gather == 0 && norm.reduce_scatter == 0 &&
+          norm.other == 0 && norm.calls == K;
+  // Ring traffic each rank would send: all-reduce 2 (T-1)/T of its payload, reduce-scatter
+  // (T-1)/T of its input, all-gather T-1 times its contribution.
+  const double ring =
+      2.0 * (T - 1) / T * static_cast<double>(group_bytes["all_reduce"]) +
+      static_cast<double>(T - 1) / T * static_cast<double>(group_bytes["reduce_scatter"]) +
+      static_cast<double>((T - 1) * group_bytes["all_gather"]);
+  const Spread step = pt::bench::spread_of(step_s), comm = pt::bench::spread_of(rank0_comm_s);
+  pt::bench::emit(
+      {{"bench", std::string("tensor_parallel_bytes_total")},
+       {"tp", int64_t{T}},
+       {"sequence_parallel", sp},
+       {"count", std::string("payload per rank per step (not ring traffic)")},
+       {"calls_per_step", group_calls},
+       {"calls_formula", formula_calls},
+       {"all_reduce_bytes", group_bytes["all_reduce"]},
+       {"all_reduce_bytes_formula", formula_bytes["all_reduce"]},
+       {"all_gather_bytes", group_bytes["all_gather"]},
+       {"all_gather_bytes_formula", formula_bytes["all_gather"]},
+       {"reduce_scatter_bytes", group_bytes["reduce_scatter"]},
+       {"reduce_scatter_bytes_formula", formula_bytes["reduce_scatter"]},
+       {"of_which_count_correct", f.batch * f.context * kSoftmaxPartialBytes},
+       {"tensor_group_bytes", group_total},
+       {"tensor_group_bytes_formula", formula_total},
+       {"communicator_bytes",
+        (tensor.all_reduce + tensor.all_gather + tensor.reduce_scatter + tensor.other) / K},
+       {"grad_norm_bytes", norm.all_reduce / K},
+       {"grad_norm_bytes_formula", norm_formula},
+       {"ring_bytes_sent_per_rank", ring},
+       {"ranks_agree", int64_t{ranks_agree}},
+       {"exact", int64_t{exact}},
+       {"counted_steps", K},
+       {"step_ms", step.median * 1e3},
+       {"tensor_group_ms", comm.median * 1e3},
+       {"tensor_group_ms_min", comm.min * 1e3},
+       {"tensor_group_ms_max", comm.max * 1e3},
+       {"same_first_loss_as_timed_run", int64_t{first_loss == timed_first_loss}}});
+  return first_loss;
+}
+
+}  // namespace
+
+// ---- the timed setups ------------------------------------------------------------------------
+
+struct Setup {
+  std::string name;
+  int tp = 1, devices = 1, threads = 1;
+  bool sequence_parallel = false;
+  std::vector<std::unique_ptr<pt::Backend>> owned;
+  std::unique_ptr<pt::DataParallelTrainer> trainer;
+  double first_loss = 0;
+  std::vector<double> step_s;  // one per round
+};
+
+void report_step(const Flags& f, const Setup& s) {
+  const Spread step = pt::bench::spread_of(s.step_s);
+  pt::bench::Fields out{{"bench", std::string("tensor_parallel_step")},
+                        {"setup", s.name},
+                        {"tp", int64_t{s.tp}},
+                        {"sequence_parallel", int64_t{s.sequence_parallel}},
+                        {"devices", int64_t{s.devices}},
+                        {"threads_per_device", int64_t{s.threads}},
+                        {"cores", int64_t{s.devices * s.threads}}};
+  pt::bench::add_spread(out, "step_ms", step, 1e3);
+  pt::bench::add_spread(out, "tokens_per_s",
+                        pt::bench::rate_of(step, static_cast<double>(f.batch * f.context)));
+  out.emplace_back("reps", int64_t{step.reps});
+  pt::bench::emit(out);
+}
+
+// Each round's baseline step time over the setup's (the speedup in tokens/s), median and spread.
+void report_ratio(const Setup& s, const Setup& baseline) {
+  std::vector<double> r;
+  for (size_t i = 0; i < s.step_s.size(); ++i) r.push_back(baseline.step_s[i] / s.step_s[i]);
+  const Spread ratio = pt::bench::spread_of(r);
+  pt::bench::Fields out{{"bench", std::string("tensor_parallel_ratio")},
+                        {"setup", s.name},
+                        {"baseline", baseline.name}};
+  pt::bench::add_spread(out, "speedup", ratio);
+  out.emplace_back("speedup_of_medians", pt::bench::spread_of(baseline.step_s).median /
+                                             pt::bench::spread_of(s.step_s).median);
+  out.emplace_back("reps", int64_t{ratio.reps});
+  pt::bench::emit(out);
+}
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "bench/tensor_parallel: GPT tokens/s at --tp 2 vs 1 on CPU devices, and the "
+      "tensor-parallel bytes per step vs the formula (JSON lines)"};
+  Flags f;
+  app.add_option("--vocab", f.vocab)->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--context", f.context)->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--d-model", f.d_model)->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--layers", f.layers)->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--heads", f.heads, "divisible by 2 (--tp 2)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--batch", f.batch, "sequences per step")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--microbatches", f.microbatches, "M, dividing --batch")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--steps", f.steps, "timed rounds (one step of each setup per round)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--warmup", f.warmup, "untimed steps of each setup first (at least 1)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--count-steps", f.count_steps, "steps whose bytes are counted")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (f.batch % f.microbatches != 0) {
+    fmt::print(stderr, "--microbatches {} must divide --batch {}\n", f.microbatches, f.batch);
+    return 2;
+  }
+
+  const Batch batch = make_batch(f);
+  const pt::Model whole = make_model(f);
+  pt::bench::emit(
+      {{"bench", std::string("tensor_parallel_config")},
+       {"model", fmt::format("gpt(vocab {}, context {}, d_model {}, {} layers, {} heads)", f.vocab,
+                             f.context, f.d_model, f.layers, f.heads)},
+       {"params", whole.param_count()},
+       {"batch", f.batch},
+       {"microbatches", int64_t{f.microbatches}},
+       {"tokens_per_step", f.batch * f.context},
+       {"optimizer", std::string("adamw")},
+       {"schedule", std::string("1f1b, 1 stage, 1 replica")}});
+
+  std::vector<std::unique_ptr<Setup>> setups;
+  const auto add = [&](std::string name, int tp, int devices, int threads, bool sp) {
+    auto s = std::make_unique<Setup>();
+    s->name = std::move(name);
+    s->tp = tp;
+    s->devices = devices;
+    s->threads = threads;
+    std::vector<pt::Backend*> list;
+    for (int d = 0; d < devices; ++d) {
+      s->owned.push_back(pt::make_cpu_backend(d, threads));
+      list.push_back(s->owned.back().get());
+    }
+    s->sequence_parallel = sp;
+    s->trainer = pt::make_local_data_parallel([&] { return make_model(f); }, list,
+                                              pipeline_config(f, sp), 1, tp);
+    setups.push_back(std::move(s));
+  };
+  add("TP=1, 1 device x 1 thread", 1, 1, 1, false);
+  add("TP=2, 2 devices x 1 thread", 2, 2, 1, false);
+  add("TP=2 + sequence parallel, 2 devices x 1 thread", 2, 2, 1, true);
+  add("TP=1, 1 device x 2 threads", 1, 1, 2, false);
+  Setup &tp1 = *setups[0], &tp2 = *setups[1], &tp2_sp = *setups[2], &threads2 = *setups[3];
+
+  // Verify first: the first step's loss of each setup (the same model and batch), and the
+  // counted runs'.
+  for (auto& s : setups) s->first_loss = s->trainer->train_step(batch.x, batch.y).loss;
+  const double counted = report_bytes(f, batch, false, tp2.first_loss);
+  const double counted_sp = report_bytes(f, batch, true, tp2_sp.first_loss);
+  const auto relative = [&](double loss) {
+    return std::abs(loss - tp1.first_loss) / std::abs(tp1.first_loss);
+  };
+  pt::bench::emit({{"bench", std::string("tensor_parallel_check")},
+                   {"loss_tp1", tp1.first_loss},
+                   {"loss_tp1_2_threads", threads2.first_loss},
+                   {"loss_tp2", tp2.first_loss},
+                   {"loss_tp2_counted", counted},
+                   {"loss_tp2_sp", tp2_sp.first_loss},
+                   {"loss_tp2_sp_counted", counted_sp},
+                   {"tp2_vs_tp1_relative", relative(tp2.first_loss)},
+                   {"tp2_sp_vs_tp1_relative", relative(tp2_sp.first_loss)}});
+
+  for (int k = 1; k < f.warmup; ++k)
+    for (auto& s : setups) s->trainer->train_step(batch.x, batch.y);
+  for (int r = 0; r < f.steps; ++r)
+    for (auto& s : setups) {
+      const auto t0 = Clock::now();
+      s->trainer->train_step(batch.x, batch.y);
+      s->step_s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+  for (const auto& s : setups) report_step(f, *s);
+  report_ratio(tp2, tp1);
+  report_ratio(tp2, threads2);
+  report_ratio(tp2_sp, tp1);
+  report_ratio(tp2_sp, tp2);
+  report_ratio(threads2, tp1);
+  return 0;
+}
