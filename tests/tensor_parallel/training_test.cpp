@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -120,12 +121,13 @@ std::map<std::string, std::vector<float>> whole_params(DataParallelTrainer& trai
 
 Run tensor_parallel(const std::function<Model()>& make, const Tensor& x, const Tensor& y,
                     const std::string& schedule, int R, int D, int T, int M,
-                    bool sequence_parallel = false) {
+                    bool sequence_parallel = false, RecomputePolicy recompute = {}) {
   CpuDevices devices(R * D * T);
   Model shape_model = make();
   PipelineConfig pc = pipeline_config(shape_model, trainer_config(M), schedule, D, M);
   pc.schedule = sched::add_grad_reduction(pc.schedule);
   pc.parallel.sequence_parallel = sequence_parallel;
+  pc.recompute = recompute;
   auto trainer = make_local_data_parallel(make, devices.devices, pc, R, T);
   Run out;
   for (int k = 0; k < kSteps; ++k) out.losses.push_back(trainer->train_step(x, y).loss);
@@ -269,4 +271,55 @@ TEST_CASE("checkpoints hold whole tensors: saved at T = 2, resumed at T = 2, 1 a
     tail.losses.erase(tail.losses.begin(), tail.losses.begin() + 10);
     compare(other, tail);
   }
+}
+
+TEST_CASE("the rest of the menu: recomputation, uneven micro-batches, more schedules") {
+  const RecomputePolicy always{RecomputePolicy::Kind::always, 0};
+  // The MLP: 23 samples in 3 micro-batches (8, 8, 7), recomputing every forward.
+  const auto mlp = [] { return deep_mlp(4, 32, Shape{2, 4, 4}); };
+  const SyntheticBatch uneven(23, Shape{2, 4, 4});
+  compare(tensor_parallel(mlp, uneven.x, uneven.y, "1f1b", 1, 2, 2, 3, false, always),
+          reference(mlp, uneven.x, uneven.y, 3));
+  const SyntheticBatch data(24, Shape{2, 4, 4});
+  for (const char* schedule : {"zb-h2", "dualpipev", "v-min"}) {
+    INFO("schedule ", schedule);
+    compare(tensor_parallel(mlp, data.x, data.y, schedule, 1, 2, 2, 4),
+            reference(mlp, data.x, data.y, 4));
+  }
+  // The GPT with sequence parallelism, recomputing every forward under zero-bubble's split
+  // backward (the recomputed forward repeats its collectives on every rank alike).
+  const auto gpt_model = [] { return gpt(64, 8, 32, 2, 4); };
+  const TokenBatch b = token_batch(8, 8, 64);
+  compare(tensor_parallel(gpt_model, b.x, b.t, "zb-h1", 1, 2, 2, 2, true, always),
+          reference(gpt_model, b.x, b.t, 2));
+}
+
+TEST_CASE("a non-finite gradient skips the step on every tensor rank, as on one device") {
+  const auto make = [] { return deep_mlp(2, 16, Shape{2, 4, 4}); };
+  SyntheticBatch bad(8, Shape{2, 4, 4});
+  bad.set.inputs[5] = std::numeric_limits<float>::quiet_NaN();
+  const SyntheticBatch good(8, Shape{2, 4, 4});
+  CpuDevices devices(2);
+  Model shape_model = make();
+  PipelineConfig pc = pipeline_config(shape_model, trainer_config(1), "gpipe", 1, 1);
+  auto trainer = make_local_data_parallel(make, devices.devices, pc, 1, 2);
+  trainer->train_step(good.x, good.y);
+  const auto before = whole_params(*trainer, 2, shape_model.param_count());
+  const StepStats s = trainer->train_step(bad.x, bad.y);
+  CHECK(s.skipped);
+  CHECK(whole_params(*trainer, 2, shape_model.param_count()) == before);
+  // Training goes on from there, as one device's does.
+  auto backend = make_cpu_backend(0, 1);
+  Model m = make();
+  Trainer one(m, *backend, trainer_config(1));
+  one.train_step(good.x, good.y);
+  CHECK(one.train_step(bad.x, bad.y).skipped);
+  Run got, want;
+  for (int k = 0; k < 3; ++k) {
+    got.losses.push_back(trainer->train_step(good.x, good.y).loss);
+    want.losses.push_back(one.train_step(good.x, good.y).loss);
+  }
+  got.params = whole_params(*trainer, 2, shape_model.param_count());
+  want.params = params_by_name(one.stage_states());
+  compare(got, want);
 }
