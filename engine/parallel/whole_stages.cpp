@@ -84,56 +84,55 @@ std::vector<StageState> WholeStages::states() {
   return out;
 }
 
+void WholeStages::fill_whole(size_t k, int kind, const StageState& mine, const Model& model,
+                             const std::vector<std::span<const float>>& flats) {
+  const StageState whole{params_[k].get(), optimizers_[k].get()};
+  const SizeTable& table = mine.params->layout();
+  for (size_t e = 0; e < whole.params->entries().size(); ++e) {
+    const ParameterEntry& entry = mine.params->entries()[e];
+    const SizeTableEntry& at = table.entries()[entry.table_index];
+    std::vector<std::span<const float>> slices;
+    for (const auto& flat : flats)
+      slices.push_back(
+          flat.subspan(at.offset / sizeof(float), static_cast<size_t>(at.shape.numel())));
+    const Tensor target = tensor_of(whole, kind, e);
+    std::vector<float> out(static_cast<size_t>(target.numel()));
+    assemble(shard_of(model, entry), slices, out);
+    if (target.bytes())
+      whole.params->backend().copy_from_host(target.data(), out.data(), target.bytes());
+  }
+  if (kind == 0 && whole.optimizer) whole.optimizer->set_steps_taken(mine.optimizer->steps_taken());
+}
+
 void WholeStages::gather(const std::vector<std::vector<StageState>>& ranks,
                          const std::vector<const Model*>& models) {
-  const std::vector<StageState> whole = states();
-  for (size_t k = 0; k < whole.size(); ++k) {
+  for (size_t k = 0; k < params_.size(); ++k) {
     for (const auto& r : ranks) check_alike(r, *params_[k], k);
-    const StageParameters& w = *whole[k].params;
-    for (int kind = 0; kind < kinds(whole[k]); ++kind)
-      for (size_t e = 0; e < w.entries().size(); ++e) {
-        std::vector<std::vector<float>> host;
-        std::vector<std::span<const float>> slices;
-        for (const auto& r : ranks) host.push_back(to_host(*r[k].params, tensor_of(r[k], kind, e)));
-        for (const auto& h : host) slices.emplace_back(h);
-        const Tensor target = tensor_of(whole[k], kind, e);
-        std::vector<float> out(static_cast<size_t>(target.numel()));
-        assemble(shard_of(*models[0], ranks[0][k].params->entries()[e]), slices, out);
-        if (target.bytes()) w.backend().copy_from_host(target.data(), out.data(), target.bytes());
-      }
-    if (whole[k].optimizer)
-      whole[k].optimizer->set_steps_taken(ranks[0][k].optimizer->steps_taken());
+    for (int kind = 0; kind < kinds(ranks[0][k]); ++kind) {
+      // Each rank's arena of this kind to the host once (equal layouts: equal slices).
+      std::vector<std::vector<float>> host;
+      for (const auto& r : ranks) host.push_back(to_host(*r[k].params, flat_of(r[k], kind)));
+      fill_whole(k, kind, ranks[0][k], *models[0],
+                 std::vector<std::span<const float>>(host.begin(), host.end()));
+    }
   }
 }
 
 void WholeStages::gather(const std::vector<StageState>& mine, const Model& model,
                          Communicator& tensor_group) {
-  const std::vector<StageState> whole = states();
   const auto T = static_cast<size_t>(tensor_group.size());
-  for (size_t k = 0; k < whole.size(); ++k) {
+  for (size_t k = 0; k < params_.size(); ++k) {
     check_alike(mine, *params_[k], k);
-    const StageParameters& w = *whole[k].params;
-    for (int kind = 0; kind < kinds(whole[k]); ++kind) {
+    for (int kind = 0; kind < kinds(mine[k]); ++kind) {
       // Every rank's arena has the same layout (equal slices): one all-gather of the flat bytes.
       const std::vector<float> flat = to_host(*mine[k].params, flat_of(mine[k], kind));
       std::vector<float> all(flat.size() * T);
       tensor_group.all_gather(flat.data(), all.data(), flat.size() * sizeof(float),
                               "gathering tensor-parallel slices for a checkpoint");
-      const SizeTable& table = mine[k].params->layout();
-      for (size_t e = 0; e < w.entries().size(); ++e) {
-        const ParameterEntry& entry = mine[k].params->entries()[e];
-        const SizeTableEntry& at = table.entries()[entry.table_index];
-        const auto n = static_cast<size_t>(at.shape.numel());
-        std::vector<std::span<const float>> slices;
-        for (size_t t = 0; t < T; ++t)
-          slices.emplace_back(all.data() + t * flat.size() + at.offset / sizeof(float), n);
-        const Tensor target = tensor_of(whole[k], kind, e);
-        std::vector<float> out(static_cast<size_t>(target.numel()));
-        assemble(shard_of(model, entry), slices, out);
-        if (target.bytes()) w.backend().copy_from_host(target.data(), out.data(), target.bytes());
-      }
+      std::vector<std::span<const float>> flats;
+      for (size_t t = 0; t < T; ++t) flats.emplace_back(all.data() + t * flat.size(), flat.size());
+      fill_whole(k, kind, mine[k], model, flats);
     }
-    if (whole[k].optimizer) whole[k].optimizer->set_steps_taken(mine[k].optimizer->steps_taken());
   }
 }
 
@@ -141,12 +140,13 @@ void WholeStages::scatter(const std::vector<std::vector<StageState>>& ranks,
                           const std::vector<const Model*>& models) const {
   for (size_t k = 0; k < params_.size(); ++k) {
     const StageState whole{params_[k].get(), optimizers_[k].get()};
-    for (size_t t = 0; t < ranks.size(); ++t) {
-      const StageState& r = ranks[t][k];
-      check_alike(ranks[t], *params_[k], k);
-      for (int kind = 0; kind < kinds(r); ++kind)
-        for (size_t e = 0; e < r.params->entries().size(); ++e) {
-          const std::vector<float> w = to_host(*whole.params, tensor_of(whole, kind, e));
+    for (const auto& r : ranks) check_alike(r, *params_[k], k);
+    for (int kind = 0; kind < kinds(ranks[0][k]); ++kind)
+      for (size_t e = 0; e < whole.params->entries().size(); ++e) {
+        // The whole tensor to the host once, then every rank's slice of it.
+        const std::vector<float> w = to_host(*whole.params, tensor_of(whole, kind, e));
+        for (size_t t = 0; t < ranks.size(); ++t) {
+          const StageState& r = ranks[t][k];
           const Tensor target = tensor_of(r, kind, e);
           const ParamShard shard = shard_of(*models[t], r.params->entries()[e]);
           std::vector<float> slice(static_cast<size_t>(target.numel()));
@@ -157,9 +157,10 @@ void WholeStages::scatter(const std::vector<std::vector<StageState>>& ranks,
           if (target.bytes())
             r.params->backend().copy_from_host(target.data(), slice.data(), target.bytes());
         }
-      if (r.optimizer && whole.optimizer)
-        r.optimizer->set_steps_taken(whole.optimizer->steps_taken());
-    }
+      }
+    for (const auto& r : ranks)
+      if (r[k].optimizer && whole.optimizer)
+        r[k].optimizer->set_steps_taken(whole.optimizer->steps_taken());
   }
 }
 

@@ -10,6 +10,7 @@
 // process's under mpirun): one extra copy of a stage's parameters and optimizer state there,
 // allocated on the first save or load.
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "engine/comm/communicator.h"
@@ -37,6 +38,12 @@ class WholeStages {
   void gather(const std::vector<StageState>& mine, const Model& model, Communicator& tensor_group);
 
  private:
+  // Stage k's whole tensors of `kind` (0 parameters, k >= 1 optimizer slot k - 1) from every
+  // rank's flat arena of that kind, flats[t] rank t's (all with mine's layout), the slices as
+  // `model` (one rank's) declares them; and the optimizer's step count from `mine`.
+  void fill_whole(size_t k, int kind, const StageState& mine, const Model& model,
+                  const std::vector<std::span<const float>>& flats);
+
   std::unique_ptr<Model> whole_;
   std::vector<std::unique_ptr<StageParameters>> params_;
   std::vector<std::unique_ptr<Optimizer>> optimizers_;
