@@ -42,6 +42,8 @@ class CountingGroup final : public TensorParallelGroup {
 
 struct TensorParallelCosts::Parts {
   std::function<Model()> make_model;
+  Backend* device = nullptr;
+  bool counted = false;  // the pass below runs on the first costs(): a run's plan needs none
   std::unique_ptr<CountingGroup> group;
   std::unique_ptr<Model> model;
   // Per layer, for one sample: all-reduce bytes of F and of I, and their calls.
@@ -54,9 +56,17 @@ TensorParallelCosts::TensorParallelCosts(const std::function<Model()>& make_mode
     : parts_(std::make_unique<Parts>()) {
   Parts& p = *parts_;
   p.make_model = make_model;
+  p.device = &device;
   p.group = std::make_unique<CountingGroup>(T);
   p.model = std::make_unique<Model>(make_shard());
+}
+
+void TensorParallelCosts::count_collectives() {
+  Parts& p = *parts_;
+  if (p.counted) return;
+  p.counted = true;
   const Model& m = *p.model;
+  Backend& device = *p.device;
   const auto L = static_cast<size_t>(m.num_layers());
   p.forward_bytes.assign(L, 0);
   p.backward_bytes.assign(L, 0);
@@ -102,7 +112,8 @@ Model TensorParallelCosts::make_shard() const {
   return shard_model(parts_->make_model(), TensorParallel{parts_->group.get(), 0, ranks()});
 }
 
-ShardedCosts TensorParallelCosts::costs(int64_t microbatch) const {
+ShardedCosts TensorParallelCosts::costs(int64_t microbatch) {
+  count_collectives();
   const Parts& p = *parts_;
   ShardedCosts out = unsharded(estimate_costs(*p.model, microbatch));
   for (size_t l = 0; l < out.layers.size(); ++l) {

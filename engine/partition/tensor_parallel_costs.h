@@ -18,7 +18,8 @@ namespace pt {
 class TensorParallelCosts {
  public:
   // make_model(): the model as written; T > 1 tensor ranks. Throws ShapeError (from
-  // shard_model) when the model does not split T ways. `device` runs the counting pass.
+  // shard_model) when the model does not split T ways. `device` runs the counting pass, on
+  // the first costs() (a run planned on the shard's model() needs none).
   TensorParallelCosts(const std::function<Model()>& make_model, int T, Backend& device);
   ~TensorParallelCosts();
 
@@ -29,9 +30,11 @@ class TensorParallelCosts {
   Model make_shard() const;
   // Rank 0's costs for micro-batches of `microbatch` samples (estimated from FLOPs and bytes,
   // as estimate_costs), with the all-reduce bytes per call and the calls of F and of I.
-  ShardedCosts costs(int64_t microbatch) const;
+  ShardedCosts costs(int64_t microbatch);
 
  private:
+  void count_collectives();
+
   struct Parts;
   std::unique_ptr<Parts> parts_;
 };
