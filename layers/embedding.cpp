@@ -12,25 +12,6 @@ namespace {
 // Ids of rank >= 1 per sample are a sequence (T, ...): forward also takes T' < T.
 constexpr int kSequenceRank = 1;
 
-// This rank's rows of the table, or a ShapeError naming the vocabulary and T when they differ
-// in size (Megatron pads the vocabulary instead; we leave that to the model's definition).
-VocabRange rows_of(int64_t vocab, const TensorParallel& tp, std::string_view what) {
-  if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size)
-    throw UsageError(
-        fmt::format("{}: tensor-parallel rank {} of {} does not exist", what, tp.rank, tp.size));
-  if (tp.enabled() && tp.group == nullptr)
-    throw UsageError(fmt::format(
-        "{}: built for {} tensor-parallel ranks without a group to sum over", what, tp.size));
-  if (vocab % tp.size != 0)
-    throw ShapeError(fmt::format(
-        "{}: the vocabulary of {} tokens does not split into {} equal tensor-parallel slices "
-        "({} % {} = {}); choose --tp dividing the vocabulary, or pad the vocabulary to a "
-        "multiple of {}",
-        what, vocab, tp.size, vocab, tp.size, vocab % tp.size, tp.size));
-  const int64_t count = vocab / tp.size;
-  return VocabRange{tp.rank * count, count, vocab};
-}
-
 }  // namespace
 
 Embedding::Embedding(Shape in, int64_t vocab, int64_t dim, ParamInit init, const TensorParallel& tp)
@@ -43,7 +24,7 @@ Embedding::Embedding(Shape in, int64_t vocab, int64_t dim, ParamInit init, const
   require_positive(kKind, "dim", dim);
   output_shape_ = in;
   output_shape_.push_back(dim);
-  range_ = rows_of(vocab, tp, kKind);
+  range_ = vocab_range(vocab, tp, kKind);
 }
 
 std::vector<ParamSpec> Embedding::param_specs() const {
@@ -70,8 +51,8 @@ std::unique_ptr<Layer> Embedding::shard_for(const TensorParallel& tp, Activation
         "column-parallel one for a sequence split) before it",
         layer_label(*this)));
   if (style_ != ParallelStyle::vocab) return Layer::shard_for(tp, input);
-  if (!tp.enabled()) return nullptr;        // one rank holds the whole table: the layer as written
-  rows_of(vocab_, tp, layer_label(*this));  // the refusal names this layer
+  if (!tp.enabled()) return nullptr;  // one rank holds the whole table: the layer as written
+  vocab_range(vocab_, tp, layer_label(*this));  // the refusal names this layer
   auto shard = std::make_unique<Embedding>(input_shape_, vocab_, dim_, init_, tp);
   shard->set_name(name_);
   shard->set_parallel_style(style_);

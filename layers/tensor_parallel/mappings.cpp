@@ -20,6 +20,23 @@ int64_t split_size(const TensorParallel& tp, int64_t whole, std::string_view lay
   return whole / tp.size;
 }
 
+VocabRange vocab_range(int64_t vocab, const TensorParallel& tp, std::string_view what) {
+  if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size)
+    throw UsageError(
+        fmt::format("{}: tensor-parallel rank {} of {} does not exist", what, tp.rank, tp.size));
+  if (tp.enabled() && tp.group == nullptr)
+    throw UsageError(
+        fmt::format("{}: built for {} tensor-parallel ranks without a group", what, tp.size));
+  if (vocab % tp.size != 0)
+    throw ShapeError(fmt::format(
+        "{}: the vocabulary of {} tokens does not split into {} equal tensor-parallel slices "
+        "({} % {} = {}); choose --tp dividing the vocabulary, or pad the vocabulary to a "
+        "multiple of {}",
+        what, vocab, tp.size, vocab, tp.size, vocab % tp.size, tp.size));
+  const int64_t count = vocab / tp.size;
+  return VocabRange{tp.rank * count, count, vocab};
+}
+
 // ---- sequence parallelism -------------------------------------------------------------------
 namespace {
 

@@ -24,6 +24,7 @@
 // all-reduce, element by element in rank order, so every element has plain TP's bits.
 #include <string_view>
 
+#include "engine/core/op_params.h"
 #include "engine/core/tensor.h"
 #include "layers/tensor_parallel/group.h"
 
@@ -59,6 +60,11 @@ Tensor reduce_scatter_sequence(const TensorParallel& tp, Backend& backend, const
 // x (B, T', ...), whole on every rank -> (B, T'/T, ...): this rank's chunk (no collective).
 Tensor scatter_sequence(const TensorParallel& tp, Backend& backend, const Tensor& x,
                         std::string_view layer);
+
+// Rank tp.rank's classes of a vocabulary split T ways (the embedding's table rows, the
+// vocab-parallel loss's logits): UsageError for a rank that does not exist or T > 1 without a
+// group, ShapeError naming the vocabulary and T (and padding as the fix) when they do not divide.
+VocabRange vocab_range(int64_t vocab, const TensorParallel& tp, std::string_view what);
 
 // The part of `whole` rank tp.rank holds, with a clear error when it does not divide.
 int64_t split_size(const TensorParallel& tp, int64_t whole, std::string_view layer,

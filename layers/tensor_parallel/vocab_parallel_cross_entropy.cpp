@@ -5,6 +5,7 @@
 #include "engine/core/error.h"
 #include "layers/layer_checks.h"
 #include "layers/losses.h"
+#include "layers/tensor_parallel/mappings.h"
 
 namespace pt {
 
@@ -12,30 +13,12 @@ namespace {
 
 constexpr std::string_view kWhat = "vocab-parallel softmax_cross_entropy";
 
-// This rank's classes, or a ShapeError naming the classes and T when they do not divide.
-VocabRange columns_of(int64_t classes, const TensorParallel& tp) {
-  if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size)
-    throw UsageError(
-        fmt::format("{}: tensor-parallel rank {} of {} does not exist", kWhat, tp.rank, tp.size));
-  if (tp.enabled() && tp.group == nullptr)
-    throw UsageError(
-        fmt::format("{}: built for {} tensor-parallel ranks without a group", kWhat, tp.size));
-  if (classes % tp.size != 0)
-    throw ShapeError(fmt::format(
-        "{}: the {} classes (the vocabulary) do not split into {} equal tensor-parallel slices "
-        "({} % {} = {}); choose --tp dividing the vocabulary, or pad the vocabulary to a "
-        "multiple of {}",
-        kWhat, classes, tp.size, classes, tp.size, classes % tp.size, tp.size));
-  const int64_t count = classes / tp.size;
-  return VocabRange{tp.rank * count, count, classes};
-}
-
 }  // namespace
 
 VocabParallelCrossEntropy::VocabParallelCrossEntropy(Shape in, const TensorParallel& tp)
     : in_(in), tp_(tp) {
   (void)SoftmaxCrossEntropy(in);  // the whole loss's checks of `in`
-  range_ = columns_of(in.back(), tp);
+  range_ = vocab_range(in.back(), tp, kWhat);
   slice_ = in;
   slice_[slice_.rank() - 1] = range_.count;
 }
