@@ -56,7 +56,7 @@ class CausalSelfAttention final : public Layer {
   int64_t local_width() const { return d_ / tp_.size; }
   int64_t context() const { return context_; }
   // Whether x and y are chunks of the sequence (sequence parallelism).
-  bool sequence() const { return tp_.sequence_parallel && tp_.enabled(); }
+  bool sequence() const { return tp_.splits_sequence(); }
 
   std::vector<ParamSpec> param_specs() const override;
   LayerCost cost() const override;

@@ -32,7 +32,7 @@ class LayerNorm final : public Layer {
   std::string_view kind() const override { return kKind; }
   float eps() const { return eps_; }
   // Whether it runs on a chunk of the sequence and completes its gradients over the group.
-  bool sequence() const { return tp_.sequence_parallel && tp_.enabled(); }
+  bool sequence() const { return tp_.splits_sequence(); }
   // Per token: on a chunk of the sequence, rebuilt for the chunk (sequence parallelism); it
   // cannot take a slice of its features.
   std::unique_ptr<Layer> shard_for(const TensorParallel& tp, ActivationSplit input) const override;

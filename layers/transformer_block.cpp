@@ -24,8 +24,6 @@ int64_t mlp_width(int64_t d_model, int64_t mlp_ratio) {
   return mlp_ratio * d_model;
 }
 
-bool sequence_parallel(const TensorParallel& tp) { return tp.sequence_parallel && tp.enabled(); }
-
 // The sequence-parallel chunk of the context (T must divide it).
 int64_t block_chunk(const TensorParallel& tp, int64_t context) {
   require_positive(TransformerBlock::kKind, "context", context);
@@ -35,10 +33,10 @@ int64_t block_chunk(const TensorParallel& tp, int64_t context) {
 // The per-sample inputs of the MLP's linears: per token (d) / (r d / T), or with sequence
 // parallelism sequences: fc takes the chunk (context / T, d), proj the gathered sequence.
 Shape fc_input(const TensorParallel& tp, int64_t d, int64_t context) {
-  return sequence_parallel(tp) ? Shape{block_chunk(tp, context), d} : Shape{d};
+  return tp.splits_sequence() ? Shape{block_chunk(tp, context), d} : Shape{d};
 }
 Shape proj_input(const TensorParallel& tp, int64_t hidden, int64_t context) {
-  return sequence_parallel(tp) ? Shape{context, hidden / tp.size} : Shape{hidden / tp.size};
+  return tp.splits_sequence() ? Shape{context, hidden / tp.size} : Shape{hidden / tp.size};
 }
 
 }  // namespace
@@ -52,7 +50,7 @@ TransformerBlock::TransformerBlock(int64_t d_model, int64_t n_heads, int64_t con
       mlp_ratio_(mlp_ratio),
       residual_proj_std_(residual_proj_std),
       tp_(tp),
-      scatter_input_(sequence_parallel(tp) && !input_chunk),
+      scatter_input_(tp.splits_sequence() && !input_chunk),
       ln1_(Shape{d_model}, 1e-5f, tp),
       attn_(d_model, n_heads, context, residual_proj_std, tp),
       ln2_(Shape{d_model}, 1e-5f, tp),
@@ -75,7 +73,7 @@ std::unique_ptr<Layer> TransformerBlock::shard_for(const TensorParallel& tp,
         "{}: follows a column-parallel layer, but a transformer block takes the whole residual "
         "stream; close the pair with a row-parallel layer before it",
         layer_label(*this)));
-  if (input.sequence && !sequence_parallel(tp))
+  if (input.sequence && !tp.splits_sequence())
     throw ShapeError(fmt::format(
         "{}: its input is split along the sequence but the tensor-parallel group does not say "
         "sequence parallelism",

@@ -76,7 +76,7 @@ class TransformerBlock final : public Layer {
   std::unique_ptr<Layer> shard_for(const TensorParallel& tp, ActivationSplit input) const override;
   ActivationSplit output_split(ActivationSplit) const override { return {false, sequence()}; }
   // Whether the block runs on a chunk of the sequence.
-  bool sequence() const { return tp_.sequence_parallel && tp_.enabled(); }
+  bool sequence() const { return tp_.splits_sequence(); }
 
   std::vector<ParamSpec> param_specs() const override;
   LayerCost cost() const override;

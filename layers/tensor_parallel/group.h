@@ -41,6 +41,8 @@ struct TensorParallel {
   bool sequence_parallel = false;
 
   bool enabled() const { return size > 1; }
+  // Whether a layer built with this splits its activations along the sequence.
+  bool splits_sequence() const { return sequence_parallel && enabled(); }
 };
 
 }  // namespace pt

@@ -28,8 +28,6 @@ ParamShard shard_of(const TensorParallel& tp, int dim, Shape whole) {
   return ParamShard{dim, tp.rank, tp.size, 1, whole};
 }
 
-bool sequence_parallel(const TensorParallel& tp) { return tp.sequence_parallel && tp.enabled(); }
-
 // The per-sample shape `in` of a sequence-parallel layer is a sequence (T, ..., C).
 void require_sequence_shape(const Shape& in, std::string_view what) {
   if (in.rank() < 2)
@@ -41,7 +39,7 @@ void require_sequence_shape(const Shape& in, std::string_view what) {
 // A column-parallel layer's input as its GEMM sees it: with sequence parallelism the chunk
 // (T / T, ...) gathered to (T, ...).
 Shape gathered_input(Shape in, const TensorParallel& tp) {
-  if (!sequence_parallel(tp)) return in;
+  if (!tp.splits_sequence()) return in;
   require_sequence_shape(in, "column-parallel linear");
   in[0] *= tp.size;
   return in;
@@ -49,7 +47,7 @@ Shape gathered_input(Shape in, const TensorParallel& tp) {
 
 // A row-parallel layer's output shape: with sequence parallelism its chunk of the sequence.
 Shape scattered_output(Shape out, const TensorParallel& tp) {
-  if (!sequence_parallel(tp)) return out;
+  if (!tp.splits_sequence()) return out;
   out[0] = context_chunk(tp, out[0], "row-parallel linear");
   return out;
 }

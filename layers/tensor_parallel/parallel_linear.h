@@ -52,7 +52,7 @@ class ColumnParallelLinear final : public Layer {
   bool writes_unwritten_gradients() const override { return true; }
 
  private:
-  bool sequence() const { return tp_.sequence_parallel && tp_.enabled(); }
+  bool sequence() const { return tp_.splits_sequence(); }
 
   TensorParallel tp_;
   int64_t out_whole_;
@@ -84,7 +84,7 @@ class RowParallelLinear final : public Layer {
   // With T > 1 the bias is added once, after the all-reduce (each rank's slice GEMM has none);
   // with T = 1 the slice is the whole Linear, bias included.
   bool separate_bias() const { return bias_ && tp_.enabled(); }
-  bool sequence() const { return tp_.sequence_parallel && tp_.enabled(); }
+  bool sequence() const { return tp_.splits_sequence(); }
 
   TensorParallel tp_;
   int64_t in_whole_;
