@@ -22,12 +22,13 @@ struct Executor::State {
 };
 
 Executor::Executor(const ExecutorSetup& setup, ScheduleRun& run, int device, Backend& backend,
-                   GradientReducer* reducer)
+                   GradientReducer* reducer, ParameterResidency* residency)
     : setup_(setup),
       run_(run),
       device_(device),
       backend_(backend),
       reducer_(reducer),
+      residency_(residency),
       training_(run.info.training) {}
 
 Executor::~Executor() = default;
@@ -61,6 +62,7 @@ void Executor::run(const std::vector<Action>& actions, std::vector<ExecutedActio
     if (trace) marks.push_back(backend_.record_timing_event());
   }
   position = static_cast<int>(actions.size());
+  if (residency_) residency_->finish_run();
   setup_.transport->flush(
       device_, fmt::format("the completion of device {}'s sends to other processes", device_));
   if (trace) {
@@ -195,11 +197,19 @@ void Executor::forward(const Action& a) {
   const auto segments =
       stage_segments(setup_.recompute, sg.first_layer, sg.last_layer, setup_.layout->is_last(s));
   st.segment_inputs.assign(segments.size(), Tensor());
+  AfterLayer after;
+  BeforeLayer before;
+  if (residency_) {
+    before = [&](int l) { residency_->before_compute(s, l, false); };
+    after = [&](int l, const Tensor&, const Tensor&, LayerContext&) {
+      residency_->after_forward(s, l);
+    };
+  }
   for (size_t k = 0; k < segments.size(); ++k) {
     const Segment& seg = segments[k];
     const bool recompute = seg.recompute && training_;
     if (recompute) st.segment_inputs[k] = x;
-    x = forward_layers(model, seg.first_layer, seg.last_layer, x, *st.ctx);
+    x = forward_layers(model, seg.first_layer, seg.last_layer, x, *st.ctx, after, before);
     if (recompute)
       for (int l = seg.first_layer; l < seg.last_layer; ++l) st.ctx->layer(l).clear();
   }
@@ -243,15 +253,19 @@ void Executor::backward(const Action& a, bool with_weights) {
   const bool final_wgrad = with_weights && is_final_weight_gradient(s);
   const auto segments =
       stage_segments(setup_.recompute, sg.first_layer, sg.last_layer, setup_.layout->is_last(s));
+  BeforeLayer recompute_before;
+  if (residency_) recompute_before = [&](int l) { residency_->before_compute(s, l, false); };
   for (size_t k = segments.size(); k-- > 0;) {
     const Segment& seg = segments[k];
     if (seg.recompute) {
-      forward_layers(model, seg.first_layer, seg.last_layer, st.segment_inputs[k], *st.ctx);
+      forward_layers(model, seg.first_layer, seg.last_layer, st.segment_inputs[k], *st.ctx, {},
+                     recompute_before);
       st.segment_inputs[k] = Tensor();
     }
     for (int l = seg.last_layer - 1; l >= seg.first_layer; --l) {
       LayerContext& c = st.ctx->layer(l);
       Layer& layer = model.layer(l);
+      if (residency_) residency_->before_compute(s, l, with_weights);
       // Nobody needs dL/d(input) of a layer with no parameters before it, unless a stage before
       // this one waits for the gradient.
       Tensor dx = s > 0 || model.needs_input_gradient(l) ? layer.backward_input(dy, c) : Tensor();
@@ -262,6 +276,7 @@ void Executor::backward(const Action& a, bool with_weights) {
       } else {
         st.dy[static_cast<size_t>(l - sg.first_layer)] = std::move(dy);
       }
+      if (residency_) residency_->after_backward(s, l, with_weights, final_wgrad);
       dy = std::move(dx);
     }
   }
@@ -286,9 +301,11 @@ void Executor::weights(const Action& a) {
   for (int l = sg.last_layer - 1; l >= sg.first_layer; --l) {
     LayerContext& c = st.ctx->layer(l);
     Tensor& dy = st.dy[static_cast<size_t>(l - sg.first_layer)];
+    if (residency_) residency_->before_compute(s, l, true);
     run_backward_weight(setup_.model->layer(l), dy, c, parameters(s).take_unwritten(l));
     c.clear();
     if (final_wgrad && reducer_) reducer_->layer_done(s, l);
+    if (residency_) residency_->after_backward(s, l, true, final_wgrad);
     dy = Tensor();
   }
   st.weights_pending = false;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/parallel/gradient_reducer.h"
+#include "engine/parallel/parameter_residency.h"
 #include "engine/pipeline/layout.h"
 #include "engine/pipeline/recompute.h"
 #include "engine/pipeline/skip_routing.h"
@@ -79,8 +80,9 @@ struct ExecutorSetup {
 class Executor {
  public:
   // `reducer`: the device's data-parallel gradient reduction (null without, and in evaluation).
+  // `residency`: where the device's parameters are gathered and dropped (null: always whole).
   Executor(const ExecutorSetup& setup, ScheduleRun& run, int device, Backend& backend,
-           GradientReducer* reducer);
+           GradientReducer* reducer, ParameterResidency* residency = nullptr);
   ~Executor();
 
   // Runs `actions` in order; appends each action's times to `trace` when given: the device's
@@ -118,6 +120,7 @@ class Executor {
   int device_;
   Backend& backend_;
   GradientReducer* reducer_;
+  ParameterResidency* residency_;
   bool training_;
   std::map<std::pair<int, int>, std::unique_ptr<State>> states_;
   std::map<int, int> weight_gradient_actions_;  // per stage: B/W actions run so far

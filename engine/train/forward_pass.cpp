@@ -14,8 +14,10 @@ MicrobatchContexts::MicrobatchContexts(Backend& backend, const StepInfo& info, i
 }
 
 Tensor forward_layers(const Model& model, int first, int last, Tensor x,
-                      MicrobatchContexts& contexts, const AfterLayer& after_layer) {
+                      MicrobatchContexts& contexts, const AfterLayer& after_layer,
+                      const BeforeLayer& before_layer) {
   for (int l = first; l < last; ++l) {
+    if (before_layer) before_layer(l);
     LayerContext& ctx = contexts.layer(l);
     Tensor y = model.layer(l).forward(x, ctx);
     if (after_layer) after_layer(l, x, y, ctx);

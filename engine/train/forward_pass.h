@@ -37,8 +37,12 @@ class MicrobatchContexts {
 // here; the pass goes on with `y`).
 using AfterLayer = std::function<void(int l, const Tensor& x, const Tensor& y, LayerContext& ctx)>;
 
+// Called before layer l's forward (full sharding gathers the layer's parameters here).
+using BeforeLayer = std::function<void(int l)>;
+
 // y = layers [first, last) of `model` applied to x in order, each with its context in `contexts`.
 Tensor forward_layers(const Model& model, int first, int last, Tensor x,
-                      MicrobatchContexts& contexts, const AfterLayer& after_layer = {});
+                      MicrobatchContexts& contexts, const AfterLayer& after_layer = {},
+                      const BeforeLayer& before_layer = {});
 
 }  // namespace pt

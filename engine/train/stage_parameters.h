@@ -34,12 +34,44 @@ class StageParameters {
   Backend& backend() const { return *backend_; }
 
   const std::vector<ParameterEntry>& entries() const { return entries_; }
-  const SizeTable& layout() const { return params_.table(); }
-  Tensor param(size_t i) const { return params_.view(entries_[i].table_index); }
-  Tensor grad(size_t i) const { return grads_.view(entries_[i].table_index); }
-  Tensor params_flat() const { return params_.flat(); }
-  Tensor grads_flat() const { return grads_.flat(); }
+  const SizeTable& layout() const { return table_; }
+  // Entry i's parameter and gradient (after split_into_units: only while its unit's are
+  // resident; a logic_error otherwise).
+  Tensor param(size_t i) const;
+  Tensor grad(size_t i) const;
+  // The arenas as flat tensors (after split_into_units there are none: a logic_error).
+  Tensor params_flat() const;
+  Tensor grads_flat() const;
   int64_t param_count() const;
+
+  // ---- full sharding (--shard full, engine/parallel/full_shard/) ----------------------------
+  // The arenas cut into units of whole layers, each its own allocation that exists only while
+  // the unit is resident: unit u holds layers [first_layers[u], first_layers[u + 1]) (the last
+  // up to the stage's end) and the byte window [offset, offset + bytes) of layout(), so a unit's
+  // flat view and the same window of an unsplit arena hold the same values at the same places.
+  struct UnitWindow {
+    int first_layer = 0, last_layer = 0;
+    size_t first_entry = 0, end_entry = 0;
+    size_t offset = 0, bytes = 0;  // in layout(); bytes 0: a unit without parameters
+  };
+  // Keeps the values: every unit starts resident (parameters and gradients). first_layers[0]
+  // must be the stage's first layer.
+  void split_into_units(const std::vector<int>& first_layers);
+  bool split() const { return !units_.empty(); }
+  size_t num_units() const { return units_.size(); }
+  const UnitWindow& unit(size_t u) const { return units_.at(u).window; }
+  size_t unit_of_layer(int layer) const;
+  bool unit_params_resident(size_t u) const;
+  bool unit_grads_resident(size_t u) const;
+  Tensor unit_params_flat(size_t u) const;
+  Tensor unit_grads_flat(size_t u) const;
+  // Allocates the unit's parameters (values unspecified: the caller fills them) or gradients
+  // (zeros) and binds its layers to them; release_* drops them (the layers are bound to
+  // placeholders without memory in their place).
+  void materialize_unit_params(size_t u);
+  void release_unit_params(size_t u);
+  void materialize_unit_grads(size_t u);
+  void release_unit_grads(size_t u);
 
   void zero_grads();
   // A new accumulation of gradients that writes nothing now: each layer's first weight gradient
@@ -75,6 +107,17 @@ class StageParameters {
   Arena stash_;
   bool has_stash_ = false;
   std::vector<bool> unwritten_;  // per layer of the stage: no gradient written since the start
+
+  struct Unit {
+    UnitWindow window;
+    SizeTable table;  // the window's entries, offsets from the window's start
+    Arena params, grads;
+    bool params_resident = true, grads_resident = true;
+  };
+  void bind_unit(size_t u);
+  SizeTable table_;
+  std::vector<Unit> units_;         // empty: not split
+  std::vector<size_t> entry_unit_;  // per entry, after split_into_units
 };
 
 // Fills `out` (host memory, `n` floats) with the initial values of parameter `param_index` of
