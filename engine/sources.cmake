@@ -13,6 +13,7 @@ set(engine_folders
   partition   # layer costs and the partitioner
   trace       # execution traces, bubbles, the flight recorder
   parallel    # the data-parallel axis: gradient buckets and reduction, parameter server, shards
+  parallel/full_shard  # full sharding (ZeRO-3 / FSDP): units gathered around their compute
   checkpoint  # saving and loading checkpoints in any layout
   update      # update strategies: what happens at a step's boundary and to a stage's gradients
   pipeline    # the pipeline runtime: executor, transport, skip routing, the pipeline trainer

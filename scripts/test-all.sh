@@ -60,7 +60,8 @@ bash scripts/fuzz-short.sh
 stage "TSan build of the unit tests"
 cmake -S . -B build-tsan -G Ninja "${sanitizer_flags[@]}" -DPIPETRAIN_WERROR=ON \
   -DPIPETRAIN_SANITIZE=thread -DPIPETRAIN_CUDA=OFF -DPIPETRAIN_BUILD_BENCH=OFF -DPIPETRAIN_BUILD_EXAMPLES=OFF
-units=(test_core test_layers test_engine test_trace test_partition test_schedule test_comm test_tensor_parallel)
+units=(test_core test_layers test_engine test_trace test_partition test_schedule test_comm test_tensor_parallel
+  test_full_shard)
 cmake --build build-tsan -j "$jobs" --target "${units[@]}" test_kernels test_pipeline
 stage "TSan unit tests"
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1

@@ -222,16 +222,14 @@ void StageShard::take_state(const Optimizer& full) {
   optimizer_.set_steps_taken(full.steps_taken());
 }
 
-double sharded_grad_norm(const std::vector<StageShard*>& shards, const Model& model,
-                         Communicator* pipeline_group) {
+double norm_of_squares(const Model& model, Communicator* pipeline_group, const FillSquares& fill) {
   // Index of each layer's first parameter tensor in the model's global order.
   std::vector<size_t> first_tensor(static_cast<size_t>(model.num_layers()) + 1, 0);
   for (int l = 0; l < model.num_layers(); ++l)
     first_tensor[static_cast<size_t>(l) + 1] =
         first_tensor[static_cast<size_t>(l)] + model.layer(l).param_specs().size();
   std::vector<double> squares(first_tensor.back(), 0.0);  // zeros for tensors held elsewhere
-  for (StageShard* s : shards)
-    s->add_squares(squares, first_tensor[static_cast<size_t>(s->params().first_layer())]);
+  fill(squares, first_tensor);
   // As global_grad_norm: each slot is non-zero on one process only, so the sum is exact.
   if (pipeline_group)
     pipeline_group->all_reduce(squares.data(), static_cast<int64_t>(squares.size()), ElemType::f64,
@@ -239,6 +237,15 @@ double sharded_grad_norm(const std::vector<StageShard*>& shards, const Model& mo
   double sum = 0;
   for (double v : squares) sum += v;
   return std::sqrt(sum);
+}
+
+double sharded_grad_norm(const std::vector<StageShard*>& shards, const Model& model,
+                         Communicator* pipeline_group) {
+  return norm_of_squares(
+      model, pipeline_group, [&](std::vector<double>& squares, const std::vector<size_t>& first) {
+        for (StageShard* s : shards)
+          s->add_squares(squares, first[static_cast<size_t>(s->params().first_layer())]);
+      });
 }
 
 }  // namespace pt

@@ -31,6 +31,7 @@
 // Buffers are host memory: a GPU stage's arenas go through the host (no NCCL), and the
 // reduce-scatter's host buffer is R x the largest range (about the stage's gradient bytes).
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -96,9 +97,16 @@ class StageShard {
   std::vector<float> send_, recv_, stage_buf_;  // host buffers of the collectives
 };
 
-// sqrt of the sum over every tensor of the model, in global order, of the sums of squares of
-// the held stages' shards (and, with `pipeline_group`, of the other processes' stages): the same
-// bits as global_grad_norm of the unsharded run.
+// sqrt of the sum over every tensor of the model, in global order, of the sums of squares
+// `fill(squares, first_tensor)` writes for the held stages (layer l's tensors from slot
+// first_tensor[l]; zeros stay for tensors held elsewhere) and, with `pipeline_group`, the other
+// processes write for theirs: global_grad_norm's order, for the sharded modes.
+using FillSquares =
+    std::function<void(std::vector<double>& squares, const std::vector<size_t>& first_tensor)>;
+double norm_of_squares(const Model& model, Communicator* pipeline_group, const FillSquares& fill);
+
+// norm_of_squares of the held stages' shards: the same bits as global_grad_norm of the
+// unsharded run.
 double sharded_grad_norm(const std::vector<StageShard*>& shards, const Model& model,
                          Communicator* pipeline_group);
 

@@ -35,6 +35,14 @@ struct ParallelContext {
   // tensors (engine/parallel/optimizer_shards.h); gradients are reduce-scattered after backward
   // instead of all-reduced in buckets during it.
   bool shard_optimizer = false;
+  // --shard full (R >= 2): parameters, gradients and optimizer state of every stage split
+  // between the replicas, units of layers gathered around their compute
+  // (engine/parallel/full_shard/unit_shards.h): --shard-unit layers per unit, and whether a
+  // unit is dropped after its forward (--reshard-after-forward) or kept until the step's end.
+  bool shard_full = false;
+  int shard_unit_layers = 1;
+  bool reshard_after_forward = true;
+  bool shards_state() const { return shard_optimizer || shard_full; }
   // --tp T (tensor parallelism): this pipeline copy is tensor rank `tensor_rank` of T; its
   // model holds that rank's slices (layers/tensor_parallel/shard_model.h) and its layers call
   // their own groups. tensor_parallel_group: one communicator over the T copies of this

@@ -71,6 +71,12 @@ std::vector<ReductionStats> PipelineTrainer::last_reduction_stats() const {
   return out;
 }
 
+HeldBytes PipelineTrainer::held_bytes() const {
+  std::vector<StageParameters*> stages;
+  for (const auto& p : params_) stages.push_back(p.get());
+  return update_->held_bytes(stages);
+}
+
 size_t PipelineTrainer::unsharded_optimizer_state_bytes() const {
   size_t bytes = 0;
   for (const auto& p : params_)
@@ -107,7 +113,7 @@ void PipelineTrainer::run_schedule(const sched::Schedule& schedule, ScheduleRun&
       [&](int i) {
         const int d = local_devices_[at(i)];
         GradientReducer* reducer = training ? update_->reducer(d) : nullptr;
-        Executor(setup, run, d, *devices_[at(d)], reducer)
+        Executor(setup, run, d, *devices_[at(d)], reducer, update_->residency(d))
             .run(schedule.actions[at(d)], trace ? &(*trace)[at(d)] : nullptr);
         if (reducer) reducer->finish();
         devices_[at(d)]->synchronize();

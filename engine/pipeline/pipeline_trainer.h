@@ -93,6 +93,9 @@ class PipelineTrainer final : public TrainingEngine {
   // Bytes of optimizer state this replica's devices hold (sharded: their shards), and what they
   // would hold unsharded.
   size_t optimizer_state_bytes() const { return update_->optimizer_state_bytes(); }
+  // What this replica holds between steps (parameters, gradients, optimizer state) and the
+  // most gathered at once in the last step (full sharding).
+  HeldBytes held_bytes() const;
   size_t unsharded_optimizer_state_bytes() const;
   // --shard-optimizer, --ps and checkpoints, which hold the unsharded state: stage_states()
   // reports no optimizer (a shard's or a parameter-server worker's stage) unless one of these
@@ -105,6 +108,7 @@ class PipelineTrainer final : public TrainingEngine {
   void gather_full_optimizers() { update_->gather_full_optimizers(); }
   void make_full_optimizers() { update_->make_full_optimizers(); }
   void take_full_optimizers() { update_->take_full_optimizers(); }
+  void gather_whole_parameters() { update_->gather_whole_parameters(); }
   // The evaluation of rows [first, first + count), the loss divided by `divisor` (so shards
   // evaluated by several replicas add up); correct = -1 when the loss does not classify.
   struct EvalShare {

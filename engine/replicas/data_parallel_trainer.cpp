@@ -73,6 +73,9 @@ void DataParallelTrainer::stage_copies_loaded() {
 
 std::vector<StageState> DataParallelTrainer::stage_states() {
   if (tensor_parallel() > 1) return whole_replica_zero();
+  // Fully sharded: every replica gathers its units (collective), replica 0's are handed out.
+  if (replica(0).config().parallel.shard_full)
+    on_all_replicas([&](int i) { replica(i).gather_whole_parameters(); });
   return replica(0).stage_states();
 }
 
@@ -98,7 +101,7 @@ std::vector<StageState> DataParallelTrainer::stages_to_save() {
   if (tensor_parallel() > 1) return whole_replica_zero();
   // Sharded: the checkpoint holds the unsharded state, gathered from the replicas' shards (a
   // collective: every replica of every process takes part, though replica 0 alone writes).
-  if (replica(0).config().parallel.shard_optimizer)
+  if (replica(0).config().parallel.shards_state())
     on_all_replicas([&](int i) { replica(i).gather_full_optimizers(); });
   if (replica(0).config().parallel.replica != 0) return {};
   return replica(0).stage_states();
@@ -326,9 +329,9 @@ std::unique_ptr<DataParallelTrainer> make_process_data_parallel(
   // device has a GPU of its own (NCCL refuses two ranks on one GPU); otherwise through the host
   // over MPI. The MPI group stays: it carried NCCL's unique id and stays its bootstrap.
   std::unique_ptr<Communicator> nccl;
-  // --shard-optimizer exchanges through host buffers: it keeps the MPI group.
-  if (replicas > 1 && !config.parallel.shard_optimizer &&
-      device.device().kind == DeviceKind::cuda && nccl_usable(*data_parallel, device))
+  // --shard-optimizer and --shard full exchange through host buffers: they keep the MPI group.
+  if (replicas > 1 && !config.parallel.shards_state() && device.device().kind == DeviceKind::cuda &&
+      nccl_usable(*data_parallel, device))
     nccl = make_nccl_communicator(*data_parallel, device,
                                   fmt::format("nccl data-parallel device {}", d));
   PipelineConfig rc = config;

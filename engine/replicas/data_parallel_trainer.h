@@ -60,7 +60,8 @@ class DataParallelTrainer final : public TrainingEngine {
   void set_step(int64_t step) override;
   // Replica 0's stages (the replicas hold the same values).
   // With --tp T > 1: the whole stages put together from replica 0's tensor ranks (under
-  // mpirun a collective among them, held by rank 0 only), as stages_to_save.
+  // mpirun a collective among them, held by rank 0 only), as stages_to_save. With --shard full:
+  // every replica gathers its units first (a collective), dropped again by the next step.
   std::vector<StageState> stage_states() override;
   std::vector<StageState> all_stage_copies() override;
   void stage_copies_loaded() override;

@@ -2,6 +2,7 @@
 // measured bubble beside the one simulated from its own action times, the trace and timeline
 // files, the whole step beside --plan auto's prediction.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "engine/pipeline/step_trace.h"
 #include "engine/setup/training_run.h"
@@ -37,6 +38,30 @@ void report_whole_step(const TrainingRun& s, double span_s) {
 
 }  // namespace
 
+namespace {
+
+// What replica 0 holds between steps, and its devices' peaks in the last step: the numbers that
+// tell the sharding modes apart (full sharding also says the most it gathered at once).
+void report_memory(const TrainingRun& s, Communicator* world) {
+  const HeldBytes held = s.pipeline->held_bytes();
+  const auto mib = [](size_t b) { return static_cast<double>(b) / (1 << 20); };
+  std::vector<std::string> peaks;
+  const std::vector<size_t> peak = s.pipeline->last_peak_bytes();
+  for (size_t d = 0; d < peak.size(); ++d)
+    if (peak[d]) peaks.push_back(fmt::format("{:.2f}", mib(peak[d])));
+  fmt::print(
+      "memory held between steps ({}): parameters {:.2f} MiB, gradients {:.2f} MiB, optimizer "
+      "state {:.2f} MiB{}; device peak in the last step: {} MiB\n",
+      world ? "this process" : "replica 0", mib(held.parameters), mib(held.gradients),
+      mib(held.optimizer),
+      held.gathered_peak
+          ? fmt::format("; gathered during the step: at most {:.2f} MiB", mib(held.gathered_peak))
+          : "",
+      fmt::join(peaks, " "));
+}
+
+}  // namespace
+
 void report_pipeline(const TrainingOptions& opt, const TrainingRun& s, Communicator* world) {
   if (!s.pipeline) {
     if (!world) report_whole_step(s, 0);  // one device
@@ -55,6 +80,7 @@ void report_pipeline(const TrainingOptions& opt, const TrainingRun& s, Communica
         "gradient all-reduce in the last step: {} bucket(s), {:.2f} ms, {:.0f}% hidden behind "
         "backward\n",
         rs.buckets, rs.reduce_s * 1e3, 100 * rs.hidden_fraction());
+  report_memory(s, world);
   if (world) return;  // the other devices' traces are in other processes
   // The last full-size step (an epoch's smaller remainder batch is not compared with the
   // prediction for a full batch).

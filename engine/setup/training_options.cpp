@@ -28,6 +28,31 @@ void TrainingOptions::check(int64_t batch) const {
     if (shard_optimizer)
       throw not_with_tp("--shard-optimizer",
                         "the optimizer shards are not yet cut from tensor-parallel slices");
+    if (shard_full)
+      throw not_with_tp("--shard full",
+                        "the full shards are not yet cut from tensor-parallel slices");
+  }
+  if (shard_full) {
+    if (shard_optimizer)
+      throw UsageError(
+          "--shard full with --shard-optimizer: full sharding already splits the optimizer state "
+          "(and the parameters and gradients); drop --shard-optimizer");
+    if (dp < 2)
+      throw UsageError(fmt::format(
+          "--shard full needs --dp R >= 2: it splits parameters, gradients and optimizer state "
+          "between data-parallel replicas and this run has --dp {}; add --dp 2 (or more) or drop "
+          "--shard full",
+          dp));
+    if (ps > 0)
+      throw UsageError(
+          "--shard full with --ps: the parameter servers hold the parameters and optimizer state; "
+          "drop one of them");
+    if (async_update)
+      throw UsageError(
+          "--shard full with --update async: each stage steps its whole optimizer at its own "
+          "UPDATE, which full sharding's reduce-scatter and per-replica parts do not do; drop "
+          "--shard full or use --update sync");
+    check_integer("--shard-unit", shard_unit, 1, 1 << 20, "layers with parameters per unit");
   }
   if (shard_optimizer && dp < 2)
     throw UsageError(fmt::format(
@@ -47,10 +72,10 @@ void TrainingOptions::check(int64_t batch) const {
     if (microbatches != 1) throw chosen_by_planner("--microbatches");
     if (schedule != ScheduleChoice{}) throw chosen_by_planner("--schedule");
     if (recompute.kind != RecomputePolicy::Kind::never) throw chosen_by_planner("--recompute");
-    if (async_update || ps > 0)
+    if (async_update || ps > 0 || shard_full)
       throw UsageError(
-          "--plan auto plans synchronous all-reduce training: drop --update async and --ps, or "
-          "drop --plan auto");
+          "--plan auto plans synchronous all-reduce training: drop --update async, --ps and "
+          "--shard full, or drop --plan auto");
     check_integer("--plan-top", plan_top_k, 1, 1000);
   }
   if (!write_costs.empty() && !plan_auto)

@@ -49,6 +49,12 @@ struct TrainingOptions {
   // --shard-optimizer: each replica keeps the optimizer state of 1/R of the tensors (ZeRO-1,
   // engine/parallel/optimizer_shards.h); needs dp >= 2.
   bool shard_optimizer = false;
+  // --shard full: parameters, gradients and optimizer state split between the replicas (ZeRO-3,
+  // engine/parallel/full_shard/); --shard-unit layers per gathered unit;
+  // --reshard-after-forward false keeps a gathered unit until the step's end (ZeRO-2-like).
+  bool shard_full = false;
+  int shard_unit = 1;
+  bool reshard_after_forward = true;
   // Use the pipeline runtime even for one stage on one device (e.g. to compare it with Trainer).
   bool force_pipeline = false;
   // --ps K: K parameter servers hold the parameters and optimizer state (0: none; the R

@@ -22,6 +22,17 @@ double UpdateStrategy::update(int /*stage*/, int64_t /*step*/) {
   throw std::logic_error("update: a synchronous update has no UPDATE action");
 }
 
+HeldBytes UpdateStrategy::held_bytes(const std::vector<StageParameters*>& stages) const {
+  HeldBytes held;
+  for (const StageParameters* p : stages)
+    if (p) {
+      held.parameters += p->layout().total_bytes() + p->stash_bytes();
+      held.gradients += p->layout().total_bytes();
+    }
+  held.optimizer = optimizer_state_bytes();
+  return held;
+}
+
 void make_missing_optimizers(const UpdateContext& context,
                              std::vector<std::unique_ptr<Optimizer>>& optimizers) {
   optimizers.resize(context.stages.size());

@@ -17,6 +17,7 @@
 #include "engine/optim/optimizer.h"
 #include "engine/parallel/gradient_reducer.h"
 #include "engine/parallel/parallel_context.h"
+#include "engine/parallel/parameter_residency.h"
 #include "engine/train/stage_parameters.h"
 #include "engine/train/stage_state.h"
 #include "engine/train/step_epilogue.h"
@@ -39,6 +40,12 @@ struct UpdateContext {
   int stage_of_layer(int layer) const;
 };
 
+// What a replica holds for its stages between steps (the run summary's memory line), and the
+// most gathered at once during the last step (full sharding; 0 in the other modes).
+struct HeldBytes {
+  size_t parameters = 0, gradients = 0, optimizer = 0, gathered_peak = 0;
+};
+
 class UpdateStrategy {
  public:
   virtual ~UpdateStrategy() = default;
@@ -49,6 +56,9 @@ class UpdateStrategy {
   // The reducer that device d's executor hands finished gradients to while backward runs
   // (nullptr: none; the gradients are reduced at end_step, if at all).
   virtual GradientReducer* reducer(int /*device*/) { return nullptr; }
+  // What device d's executor calls around each layer's compute (nullptr: parameters are always
+  // whole), in training and evaluation alike.
+  virtual ParameterResidency* residency(int /*device*/) { return nullptr; }
   // Once every held stage's gradients of the step are complete: reduce, take the norm, clip or
   // skip, update. `epilogue` says how to reach the stages (devices' threads, other processes).
   virtual EpilogueResult end_step(int64_t step, const EpilogueConfig& epilogue) = 0;
@@ -77,8 +87,14 @@ class UpdateStrategy {
   virtual void make_full_optimizers() {}
   virtual void gather_full_optimizers() {}
   virtual void take_full_optimizers() {}
+  // Full sharding: every parameter whole until the next step (collective over the data-parallel
+  // groups, every replica at once), for whoever reads the stages between steps (sampling, a
+  // parity check); a no-op where parameters are always whole.
+  virtual void gather_whole_parameters() {}
   // Bytes of optimizer state this replica holds (sharded: its shards).
   virtual size_t optimizer_state_bytes() const = 0;
+  // `stages`: the held stages' parameters (nullptr elsewhere). The default: whole arenas.
+  virtual HeldBytes held_bytes(const std::vector<StageParameters*>& stages) const;
   // Asynchronous: the second weight version's bytes, and how old stage s's weights are.
   virtual size_t weight_stash_bytes() const { return 0; }
   virtual int stage_delay(int /*stage*/) const { return 0; }

@@ -76,6 +76,19 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
   app.add_flag("--shard-optimizer", f.shard_optimizer,
                "with --dp R >= 2: each replica keeps 1/R of the optimizer state (ZeRO-1); "
                "gradients are reduce-scattered, parameters all-gathered");
+  app.add_option("--shard", f.shard,
+                 "with --dp R >= 2, what each replica keeps 1/R of: none | optimizer (the same "
+                 "as --shard-optimizer) | full (parameters, gradients and optimizer state: "
+                 "ZeRO-3 / FSDP; units of layers gathered for forward and backward)")
+      ->capture_default_str();
+  app.add_option("--shard-unit", f.shard_unit,
+                 "--shard full: layers with parameters per gathered unit")
+      ->capture_default_str()
+      ->check(integer_text<int>("between 1 and 1048576"));
+  app.add_option("--reshard-after-forward", f.reshard_after_forward,
+                 "--shard full: true drops a unit after its forward and gathers it again for "
+                 "backward (FSDP's default); false keeps it whole until the step ends")
+      ->capture_default_str();
   app.add_flag("--plan-only", f.plan_only,
                "print partition, schedule and predicted step time, then exit");
   app.add_option("--plan", f.plan,
@@ -168,6 +181,25 @@ TrainingOptions training_options(const ParallelFlags& f) {
   o.timeout_s = f.timeout;
   o.bucket_mib = f.bucket_mb;
   o.shard_optimizer = f.shard_optimizer;
+  if (f.shard == "optimizer") {
+    o.shard_optimizer = true;
+  } else if (f.shard == "full") {
+    o.shard_full = true;
+  } else if (f.shard != "none") {
+    throw UsageError(fmt::format(
+        "--shard {} is not a choice: use none, optimizer (1/R of the optimizer state per "
+        "replica) or full (1/R of parameters, gradients and optimizer state)",
+        f.shard));
+  }
+  o.shard_unit = f.shard_unit;
+  if (f.reshard_after_forward != "true" && f.reshard_after_forward != "false")
+    throw UsageError(fmt::format("--reshard-after-forward {} is not a choice: use true or false",
+                                 f.reshard_after_forward));
+  o.reshard_after_forward = f.reshard_after_forward == "true";
+  if ((f.shard_unit != 1 || !o.reshard_after_forward) && !o.shard_full)
+    throw UsageError(
+        "--shard-unit and --reshard-after-forward shape full sharding: add --shard full --dp R, "
+        "or drop them");
   o.plan_only = f.plan_only;
   if (!f.plan.empty()) {
     if (f.plan != "auto")

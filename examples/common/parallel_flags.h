@@ -29,6 +29,9 @@ struct ParallelFlags {
   // values (--stages 1 beside --plan auto is refused too: the planner would ignore it).
   std::vector<std::string> given;
   bool shard_optimizer = false;
+  std::string shard = "none";  // none | optimizer | full
+  int shard_unit = 1;
+  std::string reshard_after_forward = "true";
   std::string trace, timeline;
   std::string flight_recorder;  // folder for the flight records (pt::run_main)
   // --ps K, --staleness T (kNotGiven: left out), --slow-worker R:F ("": none).
