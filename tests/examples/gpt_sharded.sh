@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# pipetrain-gpt --shard-optimizer: GPT's tied embeddings (tok_emb and lm_head in different stages)
-# with the optimizer state split between 2 replicas. The sharded run's checkpoint (weights and
-# AdamW state) is bit-identical to the unsharded run's; saved at step 2 and resumed sharded, it
-# ends bit-identical to the uninterrupted run. In one process (4 virtual CPU devices), and with
-# --mpi (a build with MPI) under mpirun -np 4 too.
+# pipetrain-gpt --shard-optimizer and --shard full: GPT's tied embeddings (tok_emb and lm_head in
+# different stages) with the optimizer state (ZeRO-1), or parameters, gradients and optimizer
+# state (full sharding; the tied units stay whole) split between 2 replicas. The sharded run's
+# checkpoint (weights and AdamW state) is bit-identical to the unsharded run's; saved at step 2
+# and resumed sharded, it ends bit-identical to the uninterrupted run; a fully sharded run samples
+# text from its gathered weights. In one process (4 virtual CPU devices), and with --mpi (a build
+# with MPI) under mpirun -np 4 too.
 #
 #   gpt_sharded.sh <pipetrain-gpt> [--mpi]
 set -uo pipefail
@@ -18,33 +20,60 @@ fails=0
 fail() { echo "FAIL: $*"; fails=$((fails+1)); }
 for i in $(seq 1 200); do echo "Line $i: In the beginning God created the heaven and the earth, $((i * 7919 % 1000))."; done > "$work/text.txt"
 base=(--context 32 --d-model 32 --layers 2 --heads 2 --batch 4 --eval-windows 8 --eval-every 0
-      --sample-bytes 0 --data "$work/text.txt" --stages 2 --dp 2 --timeout 60)
-check() {  # check LAUNCH...: the four runs with this launcher (empty: one process)
-  local tag=$1; shift
+      --data "$work/text.txt" --stages 2 --dp 2 --timeout 60)
+check() {  # check TAG SHARD-FLAGS: the four runs with ${launch[@]} (env: one process)
+  local tag=$1 flags=$2
   local ok=1
-  for run in "plain --steps 4" "shard --steps 4 --shard-optimizer" "half --steps 2 --shard-optimizer" \
-             "resumed --steps 4 --shard-optimizer --resume $work/$tag-half"; do
+  for run in "plain --steps 4" "shard --steps 4 $flags" "half --steps 2 $flags" \
+             "resumed --steps 4 $flags --resume $work/$tag-half"; do
     local name=${run%% *} args=${run#* }
     # shellcheck disable=SC2086
-    if ! timeout 300 "${launch[@]}" "$exe" "${base[@]}" "${extra[@]}" $args --save "$work/$tag-$name" \
+    if ! timeout 300 "${launch[@]}" "$exe" "${base[@]}" "${extra[@]}" --sample-bytes 0 $args \
+         --save "$work/$tag-$name" \
          > "$work/$tag-$name.txt" 2>&1; then
       fail "$tag: $name exited with an error:"; tail -20 "$work/$tag-$name.txt"; ok=0; break
     fi
   done
   [ $ok = 1 ] || return
-  grep -q "optimizer state: .* (1/2 of" "$work/$tag-shard.txt" || fail "$tag: no optimizer state line"
+  if [ "$flags" = --shard-optimizer ]; then
+    grep -q "optimizer state: .* (1/2 of" "$work/$tag-shard.txt" || fail "$tag: no optimizer state line"
+  else
+    grep -q "gathered during the step: at most" "$work/$tag-shard.txt" \
+      || fail "$tag: no memory line with the gathered bytes"
+  fi
   $compare "$work/$tag-plain" "$work/$tag-shard" && echo "ok: $tag: sharded == unsharded" \
     || fail "$tag: sharded != unsharded"
   $compare "$work/$tag-plain" "$work/$tag-resumed" && echo "ok: $tag: resumed == uninterrupted" \
     || fail "$tag: resumed != uninterrupted"
 }
+sample() {  # sample TAG: a fully sharded run samples from its gathered weights, as a plain one
+  local tag=$1
+  for name in plain full; do
+    local flags=(); [ $name = full ] && flags=(--shard full)
+    if ! timeout 300 "${launch[@]}" "$exe" "${base[@]}" "${extra[@]}" --steps 2 --sample-bytes 24 \
+         --prompt "In the" "${flags[@]}" > "$work/$tag-sample-$name.txt" 2>&1; then
+      fail "$tag: sampling ($name) exited with an error:"; tail -20 "$work/$tag-sample-$name.txt"; return
+    fi
+  done
+  if diff <(grep -a -A3 "^sample" "$work/$tag-sample-plain.txt") \
+          <(grep -a -A3 "^sample" "$work/$tag-sample-full.txt") >/dev/null \
+     && grep -aq "^sample" "$work/$tag-sample-full.txt"; then
+    echo "ok: $tag: --shard full samples the same text as the plain run"
+  else
+    fail "$tag: --shard full sampled other text than the plain run"
+  fi
+}
 launch=(env); extra=(--devices cpu:0..3)
-check local
+check local --shard-optimizer
+check local-full "--shard full"
+sample local
 if [ "$with_mpi" = --mpi ] && command -v mpirun >/dev/null; then
   launch=(mpirun -np 4 --oversubscribe); extra=(--threads 1)
-  check mpi
+  check mpi --shard-optimizer
+  check mpi-full "--shard full"
+  sample mpi
 else
   echo "no --mpi or no mpirun: the multi-process part is skipped"
 fi
-[ $fails -eq 0 ] && echo "all GPT sharded-optimizer checks passed" || echo "$fails check(s) failed"
+[ $fails -eq 0 ] && echo "all GPT sharding checks passed" || echo "$fails check(s) failed"
 exit $((fails > 0))
