@@ -42,7 +42,15 @@ struct ParallelContext {
   bool shard_full = false;
   int shard_unit_layers = 1;
   bool reshard_after_forward = true;
+  // --shard-group G (hybrid sharding, HSDP): the replicas shard within groups of G consecutive
+  // replicas and replicate across the R / G groups. 0 (or R): one group of all R. Per schedule
+  // device held here, when 0 < G < R: the shard group (replicas g G .. g G + G - 1, rank =
+  // replica % G) and the replicate group (the replicas with the same replica % G, rank =
+  // replica / G).
+  int shard_group_size = 0;
+  std::vector<Communicator*> shard_groups, replicate_groups;
   bool shards_state() const { return shard_optimizer || shard_full; }
+  bool hybrid_sharding() const { return shard_group_size > 0 && shard_group_size < replicas; }
   // --tp T (tensor parallelism): this pipeline copy is tensor rank `tensor_rank` of T; its
   // model holds that rank's slices (layers/tensor_parallel/shard_model.h) and its layers call
   // their own groups. tensor_parallel_group: one communicator over the T copies of this
@@ -62,6 +70,17 @@ struct ParallelContext {
   Communicator* data_parallel_group(int device) const {
     const auto d = static_cast<size_t>(device);
     return d < data_parallel_groups.size() ? data_parallel_groups[d] : nullptr;
+  }
+  // Full sharding's groups of device d: the one parameters are cut across, and the one the
+  // parts are all-reduced across (nullptr: none, G = R).
+  Communicator* shard_group(int device) const {
+    const auto d = static_cast<size_t>(device);
+    return hybrid_sharding() ? (d < shard_groups.size() ? shard_groups[d] : nullptr)
+                             : data_parallel_group(device);
+  }
+  Communicator* replicate_group(int device) const {
+    const auto d = static_cast<size_t>(device);
+    return hybrid_sharding() && d < replicate_groups.size() ? replicate_groups[d] : nullptr;
   }
 };
 

@@ -226,6 +226,31 @@ EvalStats DataParallelTrainer::evaluate(const Tensor& inputs, const Tensor& targ
   return out;
 }
 
+namespace {
+
+// --shard-group G of a fully sharded run over R replicas: G when it splits them (0 < G < R),
+// else 0 (one shard group of all R: the data-parallel group serves). Refuses a G that does
+// not divide R.
+int hybrid_shard_group(const ParallelContext& parallel, int replicas) {
+  const int G = parallel.shard_group_size;
+  if (!parallel.shard_full || G <= 0 || G >= replicas) {
+    if (G > replicas)
+      throw UsageError(fmt::format(
+          "--shard-group {} is larger than --dp {}: a shard group is G of the R replicas; use a "
+          "G that divides {}",
+          G, replicas, replicas));
+    return 0;
+  }
+  if (replicas % G != 0)
+    throw UsageError(fmt::format(
+        "--shard-group {} does not divide --dp {}: the replicas shard within groups of G and "
+        "replicate across R / G of them; use a divisor of {}",
+        G, replicas, replicas));
+  return G;
+}
+
+}  // namespace
+
 std::unique_ptr<DataParallelTrainer> make_local_data_parallel(
     const std::function<Model()>& make_model, const std::vector<Backend*>& devices,
     const PipelineConfig& config, int replicas, int tensor_parallel) {
@@ -259,6 +284,20 @@ std::unique_ptr<DataParallelTrainer> make_local_data_parallel(
                                                                     "tensor rank {}",
                                                                     d, t)
                                                       : fmt::format("data-parallel device {}", d)));
+  // --shard-group G < R: shard[(d T + t) (R / G) + g][r % G], replicate[(d T + t) G + k][r / G].
+  const int G = hybrid_shard_group(config.parallel, replicas);
+  std::vector<std::vector<Communicator*>> shard, replicate;
+  if (G > 0)
+    for (int d = 0; d < D; ++d)
+      for (int t = 0; t < T; ++t) {
+        for (int g = 0; g < replicas / G; ++g)
+          shard.push_back(group(G, fmt::format("shard group {} of device {}{}", g, d,
+                                               T > 1 ? fmt::format(" tensor rank {}", t) : "")));
+        for (int k = 0; k < G; ++k)
+          replicate.push_back(
+              group(replicas / G, fmt::format("replicate group {} of device {}{}", k, d,
+                                              T > 1 ? fmt::format(" tensor rank {}", t) : "")));
+      }
   if (T > 1)
     for (int r = 0; r < replicas; ++r) {
       for (int d = 0; d < D; ++d)
@@ -276,6 +315,13 @@ std::unique_ptr<DataParallelTrainer> make_local_data_parallel(
         for (int d = 0; d < D; ++d)
           rc.parallel.data_parallel_groups[static_cast<size_t>(d)] =
               data_parallel[static_cast<size_t>(d * T + t)][static_cast<size_t>(r)];
+      if (G > 0)
+        for (int d = 0; d < D; ++d) {
+          const auto at = [](int i) { return static_cast<size_t>(i); };
+          rc.parallel.shard_groups.push_back(
+              shard[at((d * T + t) * (replicas / G) + r / G)][at(r % G)]);
+          rc.parallel.replicate_groups.push_back(replicate[at((d * T + t) * G + r % G)][at(r / G)]);
+        }
       std::vector<Backend*> mine;
       for (int d = 0; d < D; ++d) mine.push_back(device(r, d, t));
       TensorParallel tp;
@@ -325,6 +371,13 @@ std::unique_ptr<DataParallelTrainer> make_process_data_parallel(
   std::unique_ptr<Communicator> tensor;
   if (T > 1)
     tensor = world.split(r * D + d, t, fmt::format("tensor-parallel replica {} device {}", r, d));
+  std::unique_ptr<Communicator> shard, replicate;
+  if (const int G = hybrid_shard_group(config.parallel, replicas); G > 0) {
+    shard = world.split((d * T + t) * (replicas / G) + r / G, r % G,
+                        fmt::format("shard group {} of device {}", r / G, d));
+    replicate = world.split((d * T + t) * G + r % G, r / G,
+                            fmt::format("replicate group {} of device {}", r % G, d));
+  }
   // GPUs all-reduce their gradients with NCCL, in device memory, when every replica of this
   // device has a GPU of its own (NCCL refuses two ranks on one GPU); otherwise through the host
   // over MPI. The MPI group stays: it carried NCCL's unique id and stays its bootstrap.
@@ -342,6 +395,14 @@ std::unique_ptr<DataParallelTrainer> make_process_data_parallel(
   if (replicas > 1)
     rc.parallel.data_parallel_groups[static_cast<size_t>(d)] =
         nccl ? nccl.get() : data_parallel.get();
+  if (shard) {
+    rc.parallel.shard_groups.assign(static_cast<size_t>(D), nullptr);
+    rc.parallel.replicate_groups.assign(static_cast<size_t>(D), nullptr);
+    rc.parallel.shard_groups[static_cast<size_t>(d)] = shard.get();
+    rc.parallel.replicate_groups[static_cast<size_t>(d)] = replicate.get();
+    parts.communicators.push_back(std::move(shard));
+    parts.communicators.push_back(std::move(replicate));
+  }
   std::vector<Backend*> devices(static_cast<size_t>(D), nullptr);
   devices[static_cast<size_t>(d)] = &device;
   TensorParallel tp;

@@ -53,6 +53,13 @@ void TrainingOptions::check(int64_t batch) const {
           "UPDATE, which full sharding's reduce-scatter and per-replica parts do not do; drop "
           "--shard full or use --update sync");
     check_integer("--shard-unit", shard_unit, 1, 1 << 20, "layers with parameters per unit");
+    check_integer("--shard-group", shard_group, 0, dp,
+                  fmt::format("replicas per shard group, dividing --dp {}; 0: all of them", dp));
+    if (shard_group > 0 && dp % shard_group != 0)
+      throw UsageError(fmt::format(
+          "--shard-group {} does not divide --dp {}: the replicas shard within groups of G and "
+          "replicate across R / G of them; use a divisor of {}",
+          shard_group, dp, dp));
   }
   if (shard_optimizer && dp < 2)
     throw UsageError(fmt::format(

@@ -55,6 +55,7 @@ struct TrainingOptions {
   bool shard_full = false;
   int shard_unit = 1;
   bool reshard_after_forward = true;
+  int shard_group = 0;  // --shard-group G: shard within groups of G replicas (0: all R)
   // Use the pipeline runtime even for one stage on one device (e.g. to compare it with Trainer).
   bool force_pipeline = false;
   // --ps K: K parameter servers hold the parameters and optimizer state (0: none; the R

@@ -25,9 +25,9 @@ FullShardUpdate::FullShardUpdate(const UpdateContext& context, const FullShardCo
   for (size_t s = 0; s < context_.stages.size(); ++s)
     if (StageParameters* p = context_.stages[s]) {
       const int d = context_.stage_device[s];
-      shards_[s] =
-          std::make_unique<UnitShards>(*p, *context_.model, *par.data_parallel_group(d),
-                                       context_.trainer.optimizer, static_cast<int>(s), shard);
+      shards_[s] = std::make_unique<UnitShards>(*p, *context_.model, *par.shard_group(d),
+                                                par.replicate_group(d), context_.trainer.optimizer,
+                                                static_cast<int>(s), shard);
       by_device.at(static_cast<size_t>(d))[static_cast<int>(s)] = shards_[s].get();
     }
   for (auto& stages : by_device)

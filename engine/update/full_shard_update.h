@@ -7,6 +7,7 @@
 // gradients summed, the global norm from the parts' sums of squares, clip or skip, each replica
 // steps its parts. Outside a step every sharded unit is dropped; a checkpoint gathers them
 // (gather_full_optimizers) or fills them (make_full_optimizers, then take_full_optimizers).
+// With --shard-group G the parts are cut across G replicas and replicated across R / G.
 #include <memory>
 #include <vector>
 

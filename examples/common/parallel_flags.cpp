@@ -85,6 +85,11 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
                  "--shard full: layers with parameters per gathered unit")
       ->capture_default_str()
       ->check(integer_text<int>("between 1 and 1048576"));
+  app.add_option("--shard-group", f.shard_group,
+                 "--shard full: shard within groups of G replicas and replicate across the R / G "
+                 "groups (hybrid sharding, HSDP); 0: one group of all R")
+      ->capture_default_str()
+      ->check(integer_text<int>("between 0 and --dp"));
   app.add_option("--reshard-after-forward", f.reshard_after_forward,
                  "--shard full: true drops a unit after its forward and gathers it again for "
                  "backward (FSDP's default); false keeps it whole until the step ends")
@@ -192,14 +197,15 @@ TrainingOptions training_options(const ParallelFlags& f) {
         f.shard));
   }
   o.shard_unit = f.shard_unit;
+  o.shard_group = f.shard_group;
   if (f.reshard_after_forward != "true" && f.reshard_after_forward != "false")
     throw UsageError(fmt::format("--reshard-after-forward {} is not a choice: use true or false",
                                  f.reshard_after_forward));
   o.reshard_after_forward = f.reshard_after_forward == "true";
-  if ((f.shard_unit != 1 || !o.reshard_after_forward) && !o.shard_full)
+  if ((f.shard_unit != 1 || f.shard_group != 0 || !o.reshard_after_forward) && !o.shard_full)
     throw UsageError(
-        "--shard-unit and --reshard-after-forward shape full sharding: add --shard full --dp R, "
-        "or drop them");
+        "--shard-unit, --shard-group and --reshard-after-forward shape full sharding: add --shard "
+        "full --dp R, or drop them");
   o.plan_only = f.plan_only;
   if (!f.plan.empty()) {
     if (f.plan != "auto")

@@ -7,8 +7,10 @@
 # all-reduce (~1 ulp a step), so there within 1e-6 with SGD (AdamW's first steps, ~lr * sign(g),
 # turn ulps of tiny gradients into 1e-5: --shard-optimizer differs from plain just as much); a run saved at step 2 and resumed (sharded,
 # or plain in another layout) ends as the uninterrupted one; the run summary's memory line shows
-# half the parameters, gradients and optimizer state held and a lower device peak; and
-# --shard full without --dp >= 2 is refused before anything runs.
+# half the parameters, gradients and optimizer state held and a lower device peak; a rank killed
+# with -9 leaves no survivor waiting (it gives up within --timeout naming the rank); and
+# --shard full without --dp >= 2 is refused before anything runs. --shard-group 2 with 4 replicas
+# (hybrid sharding) matches plain data parallelism within 1e-6 too.
 #
 #   fashion_mpi_full_shard.sh <pipetrain-fashion> [data dir]
 # Needs the Fashion-MNIST files (Debian's dataset-fashion-mnist); exits 77 (skip) without them.
@@ -21,13 +23,15 @@ compare="python3 $here/compare_checkpoints.py"
 command -v mpirun >/dev/null || { echo "mpirun not found"; exit 77; }
 command -v python3 >/dev/null || { echo "python3 not found"; exit 77; }
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+trap 'pkill -9 -f "$work" 2>/dev/null; rm -rf "$work"' EXIT
+source "$here/mpi_runs.sh"  # mpi_bg, rank_pid, wait_for, all_gone, metrics_at_step
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails+1)); }
-common=(--data "$data" --batch 32 --seed 7 --threads 1 --timeout 30)
+common=(--data "$data" --batch 32 --seed 7 --threads 1)
 mpi() {  # mpi NAME NP args...: output in $work/NAME.txt
   local name=$1 np=$2; shift 2
-  if ! timeout 300 mpirun -np "$np" --oversubscribe "$exe" "${common[@]}" "$@" > "$work/$name.txt" 2>&1; then
+  if ! timeout 300 mpirun -np "$np" --oversubscribe "$exe" "${common[@]}" --timeout 30 "$@" \
+       > "$work/$name.txt" 2>&1; then
     fail "mpirun -np $np $* exited with $?:"; tail -20 "$work/$name.txt"; return 1
   fi
   echo "ok: mpirun -np $np $*"
@@ -73,6 +77,11 @@ same plain_s2 full_s2_kept
 mpi plain_d4 4 --dp 4 --steps 4 --save "$work/plain_d4"
 mpi full_d4 4 --dp 4 --steps 4 --save "$work/full_d4" --shard full
 same plain_d4 full_d4 1e-6
+# Hybrid: parts cut across groups of 2 replicas, all-reduced across the 2 groups.
+mpi hybrid_d4 4 --dp 4 --steps 4 --save "$work/hybrid_d4" --shard full --shard-group 2
+same plain_d4 hybrid_d4 1e-6
+grep -q "fully sharded in groups of 2, replicated across 2" "$work/hybrid_d4.txt" \
+  && echo "ok: the start-up line names the groups" || fail "no hybrid sharding in the start-up line"
 
 # 4. Saved at step 2 and resumed: sharded == uninterrupted; plain in another layout close to it.
 mpi half 4 --stages 2 --dp 2 --microbatches 2 --steps 2 --optim adamw --save "$work/half" --shard full
@@ -83,7 +92,27 @@ mpi resumed_plain 2 --dp 2 --microbatches 2 --steps 4 --optim adamw --resume "$w
   --save "$work/resumed_plain"
 same full_s2 resumed_plain 1e-6
 
-# 5. Refused before anything runs.
+# 5. kill -9 of one rank in the middle of the gathers, mpirun's own abort off: the survivor gives
+# up within --timeout, naming the lost rank, instead of waiting in an all-gather forever.
+mpi_bg "$work/kill.txt" 2 --mca orte_abort_on_non_zero_status 0 "$exe" "${common[@]}" --steps 100000 \
+  --dp 2 --shard full --timeout 5 --log-every 1 --metrics "$work/m.jsonl"
+if wait_for 60 metrics_at_step "$work/m.jsonl" 2; then
+  t0=$(date +%s.%N)
+  kill -9 "$(rank_pid $mpirun_pid 1)"
+  others=$(pgrep -P $mpirun_pid | tr '\n' ' ')
+  wait $mpirun_pid
+  wait_for 30 all_gone $others || fail "processes $others still run 30 s after the kill"
+  t1=$(date +%s.%N)
+  secs=$(python3 -c "print(f'{$t1 - $t0:.2f}')")
+  line=$(grep -oE "error: rank 0: .*world ranks? ([0-9]+, )*1([^0-9].*|$)" "$work/kill.txt" | head -1)
+  [ -n "$line" ] || { fail "the survivor did not name world rank 1"; tail -20 "$work/kill.txt"; }
+  python3 -c "import sys; sys.exit(0 if $t1 - $t0 <= 5 + 5 else 1)" || fail "the survivor took $secs s (--timeout 5)"
+  echo "measured: kill -9 of rank 1 -> the survivor gave up after $secs s (--timeout 5): ${line:0:160}..."
+else
+  fail "the run to be killed never reached step 2"; tail -20 "$work/kill.txt"; kill -9 $mpirun_pid
+fi
+
+# 6. Refused before anything runs.
 out=$("$exe" "${common[@]}" --steps 1 --shard full 2>&1); rc=$?
 if [ $rc -ne 0 ] && grep -qF -- "--shard full needs --dp R >= 2" <<<"$out"; then
   echo "ok: refused: $(grep -F -- "--shard full" <<<"$out" | head -1)"

@@ -9,7 +9,8 @@
 // here. A layer that ran with stale or partial weights would break the bit-identity at once:
 // AdamW moves every weight every step, so a unit kept from the step before, or missing a part,
 // changes the loss. Between steps the sharded units hold no memory (the layers see
-// placeholders), held memory is 1/R, and a step's device peak shrinks accordingly.
+// placeholders), held memory is 1/R, and a step's device peak shrinks accordingly. Hybrid
+// sharding (--shard-group G) holds 1/G and trains as --dp within a stated tolerance.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -63,6 +64,7 @@ struct Mode {
   bool full = false;
   int unit_layers = 1;
   bool reshard_after_forward = true;
+  int shard_group = 0;  // --shard-group
 };
 
 struct Run {
@@ -77,6 +79,7 @@ struct Run {
     pc.parallel.shard_full = mode.full;
     pc.parallel.shard_unit_layers = mode.unit_layers;
     pc.parallel.reshard_after_forward = mode.reshard_after_forward;
+    pc.parallel.shard_group_size = mode.shard_group;
     pc.recompute = recompute;
     trainer = make_local_data_parallel(make, devices.devices, pc, R);
   }
@@ -244,6 +247,51 @@ TEST_CASE("full shard: memory held is 1/R of the sharded parts; the step's peak 
   }
 }
 
+// Hybrid sharding adds the replicas within each shard group first, then across the groups: a
+// few ulps from --dp's order, so a tolerance (SGD: AdamW's first steps, ~lr * sign(g), would turn
+// ulps of tiny gradients into lr-sized moves); G = R is plain full sharding, bit for bit.
+TEST_CASE("full shard: hybrid sharding (--shard-group) holds 1/G, trains as data parallelism") {
+  const Data data(32, Shape{1, 4, 4});
+  const TrainerConfig tc = trainer_config("sgd", 2, 0.05f);
+  for (int D : {1, 2}) {
+    CAPTURE(D);
+    Run plain(tied_mlp, tc, D, 4, 2, {});
+    Run hybrid(tied_mlp, tc, D, 4, 2, {.full = true, .shard_group = 2});
+    Run whole_group(tied_mlp, tc, D, 4, 2, {.full = true, .shard_group = 4});
+    for (int k = 0; k < kSteps; ++k) {
+      const StepStats a = plain.trainer->train_step(data.x, data.y);
+      const StepStats b = hybrid.trainer->train_step(data.x, data.y);
+      const StepStats c = whole_group.trainer->train_step(data.x, data.y);
+      CHECK(std::abs(a.loss - b.loss) <= 1e-6 * std::abs(a.loss));
+      CHECK(a.loss == c.loss);
+      CHECK(std::isfinite(b.loss));
+    }
+    const auto want = plain.params()[0];
+    const auto got = hybrid.params();
+    double worst = 0;
+    for (const auto& replica : got)
+      for (const auto& [name, v] : replica)
+        for (size_t i = 0; i < v.size(); ++i)
+          worst = std::max(worst, static_cast<double>(std::abs(v[i] - want.at(name)[i])));
+    CAPTURE(worst);
+    CHECK(worst <= 1e-6);
+    // The replicas of the two groups hold the same bits (the parts were all-reduced across them).
+    for (const auto& replica : got) CHECK(same_bits(replica, got[0]));
+    for (const auto& replica : whole_group.params()) CHECK(same_bits(replica, want));
+    // Held: 1/G of the sharded parts (the tied units stay whole): between 1/4 and 1/2 + ties.
+    const HeldBytes p = plain.trainer->replica(0).held_bytes();
+    const HeldBytes h = hybrid.trainer->replica(0).held_bytes();
+    const HeldBytes w = whole_group.trainer->replica(0).held_bytes();
+    const size_t all = p.parameters + p.gradients + p.optimizer;
+    CHECK(w.parameters + w.gradients + w.optimizer < h.parameters + h.gradients + h.optimizer);
+    CHECK(h.parameters + h.gradients + h.optimizer < all);
+    CHECK(h.parameters >= p.parameters / 2);
+  }
+  // A G that does not divide R is refused by name.
+  CHECK_THROWS_WITH_AS(Run(plain_mlp, tc, 1, 4, 1, {.full = true, .shard_group = 3}),
+                       doctest::Contains("--shard-group 3 does not divide --dp 4"), UsageError);
+}
+
 TEST_CASE("full shard: checkpoints are the unsharded format; resume is bit-identical") {
   const Data data(8, Shape{1, 4, 4});
   const TrainerConfig tc = trainer_config("adamw", 1, 0.05f);
@@ -332,6 +380,10 @@ TEST_CASE("full shard: what it cannot be combined with is refused by name") {
   TrainingOptions unit = o;
   unit.shard_unit = 0;
   refused(unit, "--shard-unit");
+  TrainingOptions group = o;
+  group.dp = 6;
+  group.shard_group = 4;
+  refused(group, "--shard-group 4 does not divide --dp 6");
   // The runtime refuses it too, before anything runs, for a caller that skips the options.
   const TrainerConfig tc = trainer_config("sgd", 1, 0.f);
   CHECK_THROWS_WITH_AS(Run(plain_mlp, tc, 1, 1, 1, {true}), doctest::Contains("--dp R >= 2"),

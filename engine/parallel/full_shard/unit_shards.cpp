@@ -64,9 +64,15 @@ std::vector<int> full_shard_units(const Model& model, int first, int last, int u
 }
 
 UnitShards::UnitShards(StageParameters& params, const Model& model, Communicator& group,
-                       const OptimizerConfig& config, int stage, const FullShardConfig& shard)
-    : params_(&params), model_(&model), group_(&group), stage_(stage), config_(shard) {
-  if (group.device_memory())
+                       Communicator* replicate, const OptimizerConfig& config, int stage,
+                       const FullShardConfig& shard)
+    : params_(&params),
+      model_(&model),
+      group_(&group),
+      replicate_(replicate),
+      stage_(stage),
+      config_(shard) {
+  if (group.device_memory() || (replicate && replicate->device_memory()))
     throw UsageError(
         "--shard full exchanges parameters and gradients through host memory; its data-parallel "
         "group is a device-memory (NCCL) communicator");
@@ -183,6 +189,9 @@ void UnitShards::reduce(size_t u) {
   if (unit.kind == Kind::whole) {
     group_->all_reduce(grads, unit.floats, ElemType::f32, ReduceOp::sum,
                        what("gradient all-reduce", u));
+    if (replicate_)
+      replicate_->all_reduce(grads, unit.floats, ElemType::f32, ReduceOp::sum,
+                             what("gradient all-reduce across shard groups", u));
     host_done(flat, stage_buf_);
   } else {
     const int R = group_->size();
@@ -191,6 +200,9 @@ void UnitShards::reduce(size_t u) {
     recv_.resize(at(unit.part));
     group_->reduce_scatter(send_.data(), recv_.data(), unit.part, ReduceOp::sum,
                            what("gradient reduce-scatter", u));
+    if (replicate_)
+      replicate_->all_reduce(recv_.data(), unit.part, ElemType::f32, ReduceOp::sum,
+                             what("gradient all-reduce of the part across shard groups", u));
     const Tensor part = part_grads_.view(unit.slot);
     if (params_->backend().host_accessible()) {
       std::copy(recv_.begin(), recv_.end(), part.f32());

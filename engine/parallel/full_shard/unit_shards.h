@@ -27,6 +27,11 @@
 // (another order than one pass over the tensor: equal to within ~1e-16 relative, so clipping
 // factors and the NaN test agree with --dp; the norm printed may differ in its last digits).
 //
+// Hybrid sharding (--shard-group G, HSDP): the parts are cut across a shard group of G replicas
+// and, after the reduce-scatter, all-reduced across the R / G replicas holding the same part
+// (the replicate group); whole units are all-reduced over both. Sums are then added in another
+// order than --dp's (within groups first): equal to within a few ulps, not bit for bit.
+//
 // Buffers of the collectives are host memory (a GPU stage goes through the host; no NCCL yet).
 #include <cstdint>
 #include <memory>
@@ -52,9 +57,12 @@ std::vector<int> full_shard_units(const Model& model, int first, int last, int u
 class UnitShards {
  public:
   // Splits `params` into units and keeps only this replica's parts of the sharded ones.
-  // `group`: the stage's device's data-parallel group (rank = replica).
+  // `group`: the stage's device's shard group (the data-parallel group, or with --shard-group
+  // the G replicas the parts are cut across); `replicate`: nullptr, or the group of replicas
+  // holding the same part (hybrid sharding).
   UnitShards(StageParameters& params, const Model& model, Communicator& group,
-             const OptimizerConfig& config, int stage, const FullShardConfig& shard);
+             Communicator* replicate, const OptimizerConfig& config, int stage,
+             const FullShardConfig& shard);
   UnitShards(const UnitShards&) = delete;
   UnitShards& operator=(const UnitShards&) = delete;
 
@@ -121,6 +129,7 @@ class UnitShards {
   StageParameters* params_;
   const Model* model_;
   Communicator* group_;
+  Communicator* replicate_;
   int stage_;
   FullShardConfig config_;
   std::vector<Unit> units_;
