@@ -11,10 +11,14 @@ namespace pt {
 
 class ParameterResidency {
  public:
+  // Which computation is about to run: a forward, the recomputation of one inside a backward
+  // action, or a backward (input gradient, weight gradient or both).
+  enum class Pass { forward, recompute, backward };
+
   virtual ~ParameterResidency() = default;
-  // Before layer `layer` of stage `stage` computes a forward (or recomputes one) or a backward;
-  // `weight_gradient`: the computation writes the layer's parameter gradients.
-  virtual void before_compute(int stage, int layer, bool weight_gradient) = 0;
+  // Before layer `layer` of stage `stage` computes; `weight_gradient`: the computation writes
+  // the layer's parameter gradients.
+  virtual void before_compute(int stage, int layer, Pass pass, bool weight_gradient) = 0;
   // After the layer's forward (not after a recomputation: its backward follows).
   virtual void after_forward(int stage, int layer) = 0;
   // After the layer's part of a backward action: its input gradient, its weight gradient or

@@ -200,7 +200,9 @@ void Executor::forward(const Action& a) {
   AfterLayer after;
   BeforeLayer before;
   if (residency_) {
-    before = [&](int l) { residency_->before_compute(s, l, false); };
+    before = [&](int l) {
+      residency_->before_compute(s, l, ParameterResidency::Pass::forward, false);
+    };
     after = [&](int l, const Tensor&, const Tensor&, LayerContext&) {
       residency_->after_forward(s, l);
     };
@@ -254,7 +256,10 @@ void Executor::backward(const Action& a, bool with_weights) {
   const auto segments =
       stage_segments(setup_.recompute, sg.first_layer, sg.last_layer, setup_.layout->is_last(s));
   BeforeLayer recompute_before;
-  if (residency_) recompute_before = [&](int l) { residency_->before_compute(s, l, false); };
+  if (residency_)
+    recompute_before = [&](int l) {
+      residency_->before_compute(s, l, ParameterResidency::Pass::recompute, false);
+    };
   for (size_t k = segments.size(); k-- > 0;) {
     const Segment& seg = segments[k];
     if (seg.recompute) {
@@ -265,7 +270,8 @@ void Executor::backward(const Action& a, bool with_weights) {
     for (int l = seg.last_layer - 1; l >= seg.first_layer; --l) {
       LayerContext& c = st.ctx->layer(l);
       Layer& layer = model.layer(l);
-      if (residency_) residency_->before_compute(s, l, with_weights);
+      if (residency_)
+        residency_->before_compute(s, l, ParameterResidency::Pass::backward, with_weights);
       // Nobody needs dL/d(input) of a layer with no parameters before it, unless a stage before
       // this one waits for the gradient.
       Tensor dx = s > 0 || model.needs_input_gradient(l) ? layer.backward_input(dy, c) : Tensor();
@@ -301,7 +307,7 @@ void Executor::weights(const Action& a) {
   for (int l = sg.last_layer - 1; l >= sg.first_layer; --l) {
     LayerContext& c = st.ctx->layer(l);
     Tensor& dy = st.dy[static_cast<size_t>(l - sg.first_layer)];
-    if (residency_) residency_->before_compute(s, l, true);
+    if (residency_) residency_->before_compute(s, l, ParameterResidency::Pass::backward, true);
     run_backward_weight(setup_.model->layer(l), dy, c, parameters(s).take_unwritten(l));
     c.clear();
     if (final_wgrad && reducer_) reducer_->layer_done(s, l);

@@ -96,6 +96,7 @@ class PipelineTrainer final : public TrainingEngine {
   // What this replica holds between steps (parameters, gradients, optimizer state) and the
   // most gathered at once in the last step (full sharding).
   HeldBytes held_bytes() const;
+  std::vector<ReductionStats> last_shard_stats() const { return update_->last_shard_stats(); }
   size_t unsharded_optimizer_state_bytes() const;
   // --shard-optimizer, --ps and checkpoints, which hold the unsharded state: stage_states()
   // reports no optimizer (a shard's or a parameter-server worker's stage) unless one of these

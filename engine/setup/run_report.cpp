@@ -80,6 +80,11 @@ void report_pipeline(const TrainingOptions& opt, const TrainingRun& s, Communica
         "gradient all-reduce in the last step: {} bucket(s), {:.2f} ms, {:.0f}% hidden behind "
         "backward\n",
         rs.buckets, rs.reduce_s * 1e3, 100 * rs.hidden_fraction());
+  for (const ReductionStats& rs : s.pipeline->last_shard_stats())
+    fmt::print(
+        "full sharding's gathers and reduce-scatters in the last step: {}, {:.2f} ms, {:.0f}% "
+        "hidden behind compute\n",
+        rs.buckets, rs.reduce_s * 1e3, 100 * rs.hidden_fraction());
   report_memory(s, world);
   if (world) return;  // the other devices' traces are in other processes
   // The last full-size step (an epoch's smaller remainder batch is not compared with the

@@ -31,8 +31,8 @@ FullShardUpdate::FullShardUpdate(const UpdateContext& context, const FullShardCo
       by_device.at(static_cast<size_t>(d))[static_cast<int>(s)] = shards_[s].get();
     }
   for (auto& stages : by_device)
-    residency_.push_back(stages.empty() ? nullptr
-                                        : std::make_unique<FullShardResidency>(std::move(stages)));
+    residency_.push_back(
+        stages.empty() ? nullptr : std::make_unique<FullShardResidency>(std::move(stages), shard));
 }
 
 void FullShardUpdate::begin_step(int64_t /*step*/) {
@@ -111,6 +111,13 @@ void FullShardUpdate::take_full_optimizers() {
       shards_[s]->take_params();
       full_[s].reset();
     }
+}
+
+std::vector<ReductionStats> FullShardUpdate::last_shard_stats() const {
+  std::vector<ReductionStats> out;
+  for (const auto& r : residency_)
+    if (r) out.push_back(r->last_stats());
+  return out;
 }
 
 size_t FullShardUpdate::optimizer_state_bytes() const {

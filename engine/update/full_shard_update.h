@@ -32,6 +32,7 @@ class FullShardUpdate final : public UpdateStrategy {
   void gather_whole_parameters() override;
   size_t optimizer_state_bytes() const override;
   HeldBytes held_bytes(const std::vector<StageParameters*>& stages) const override;
+  std::vector<ReductionStats> last_shard_stats() const override;
 
  private:
   UpdateContext context_;

@@ -95,6 +95,9 @@ class UpdateStrategy {
   virtual size_t optimizer_state_bytes() const = 0;
   // `stages`: the held stages' parameters (nullptr elsewhere). The default: whole arenas.
   virtual HeldBytes held_bytes(const std::vector<StageParameters*>& stages) const;
+  // Full sharding: per device, the last run's gathers and reduce-scatters (count, seconds, and
+  // the seconds the worker waited for them); empty in the other modes.
+  virtual std::vector<ReductionStats> last_shard_stats() const { return {}; }
   // Asynchronous: the second weight version's bytes, and how old stage s's weights are.
   virtual size_t weight_stash_bytes() const { return 0; }
   virtual int stage_delay(int /*stage*/) const { return 0; }

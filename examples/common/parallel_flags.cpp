@@ -90,6 +90,10 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
                  "groups (hybrid sharding, HSDP); 0: one group of all R")
       ->capture_default_str()
       ->check(integer_text<int>("between 0 and --dp"));
+  app.add_option("--shard-prefetch", f.shard_prefetch,
+                 "--shard full: true gathers the next unit while this one computes (on a thread "
+                 "of its own, as FSDP prefetches); false gathers each unit when it is needed")
+      ->capture_default_str();
   app.add_option("--reshard-after-forward", f.reshard_after_forward,
                  "--shard full: true drops a unit after its forward and gathers it again for "
                  "backward (FSDP's default); false keeps it whole until the step ends")
@@ -198,14 +202,19 @@ TrainingOptions training_options(const ParallelFlags& f) {
   }
   o.shard_unit = f.shard_unit;
   o.shard_group = f.shard_group;
+  if (f.shard_prefetch != "true" && f.shard_prefetch != "false")
+    throw UsageError(
+        fmt::format("--shard-prefetch {} is not a choice: use true or false", f.shard_prefetch));
+  o.shard_prefetch = f.shard_prefetch == "true";
   if (f.reshard_after_forward != "true" && f.reshard_after_forward != "false")
     throw UsageError(fmt::format("--reshard-after-forward {} is not a choice: use true or false",
                                  f.reshard_after_forward));
   o.reshard_after_forward = f.reshard_after_forward == "true";
-  if ((f.shard_unit != 1 || f.shard_group != 0 || !o.reshard_after_forward) && !o.shard_full)
+  if ((f.shard_unit != 1 || f.shard_group != 0 || !o.reshard_after_forward || !o.shard_prefetch) &&
+      !o.shard_full)
     throw UsageError(
-        "--shard-unit, --shard-group and --reshard-after-forward shape full sharding: add --shard "
-        "full --dp R, or drop them");
+        "--shard-unit, --shard-group, --shard-prefetch and --reshard-after-forward shape full "
+        "sharding: add --shard full --dp R, or drop them");
   o.plan_only = f.plan_only;
   if (!f.plan.empty()) {
     if (f.plan != "auto")

@@ -146,21 +146,29 @@ void UnitShards::count_gathered() {
 
 void UnitShards::gather(size_t u) {
   if (params_->unit_params_resident(u)) return;
-  const Unit& unit = units_.at(u);
+  fill(u, materialize(u));
+}
+
+Tensor UnitShards::materialize(size_t u) {
+  if (params_->unit_params_resident(u)) return {};
   params_->materialize_unit_params(u);
   count_gathered();
+  params_->backend().synchronize();  // the parts are written by the last step's update
+  return params_->unit_params_flat(u);
+}
+
+void UnitShards::fill(size_t u, const Tensor& whole) {
+  const Unit& unit = units_.at(u);
+  if (unit.kind != Kind::sharded || !whole.defined()) return;
   const int R = group_->size();
-  const Tensor part = part_params_.view(unit.slot);
-  params_->backend().synchronize();
-  const float* mine = host_view(part, stage_buf_);
-  recv_.resize(at(R * unit.part));
-  group_->all_gather(mine, recv_.data(), at(unit.part) * sizeof(float),
+  const float* mine = host_view(part_params_.view(unit.slot), gather_stage_);
+  gather_recv_.resize(at(R * unit.part));
+  group_->all_gather(mine, gather_recv_.data(), at(unit.part) * sizeof(float),
                      what("parameter all-gather", u));
-  const Tensor whole = params_->unit_params_flat(u);
   if (params_->backend().host_accessible()) {
-    std::copy_n(recv_.begin(), unit.floats, whole.f32());
+    std::copy_n(gather_recv_.begin(), unit.floats, whole.f32());
   } else {
-    params_->backend().copy_from_host(whole.data(), recv_.data(), whole.bytes());
+    params_->backend().copy_from_host(whole.data(), gather_recv_.data(), whole.bytes());
   }
 }
 
@@ -179,12 +187,22 @@ void UnitShards::release_all() {
 }
 
 void UnitShards::reduce(size_t u) {
-  Unit& unit = units_.at(u);
-  if (unit.kind == Kind::empty) return;
+  if (units_.at(u).kind == Kind::empty) return;
+  reduce_parts(u, reduce_source(u));
+  finish_reduce(u);
+}
+
+Tensor UnitShards::reduce_source(size_t u) const {
+  if (units_.at(u).kind == Kind::empty) return {};
   if (!params_->unit_grads_resident(u))
     throw std::logic_error(what("reduction (no gradients were computed)", u));
-  const Tensor flat = params_->unit_grads_flat(u);
-  params_->backend().synchronize();
+  params_->backend().synchronize();  // the weight gradients are written
+  return params_->unit_grads_flat(u);
+}
+
+void UnitShards::reduce_parts(size_t u, const Tensor& flat) {
+  const Unit& unit = units_.at(u);
+  if (unit.kind == Kind::empty) return;
   float* grads = host_view(flat, stage_buf_);
   if (unit.kind == Kind::whole) {
     group_->all_reduce(grads, unit.floats, ElemType::f32, ReduceOp::sum,
@@ -193,24 +211,28 @@ void UnitShards::reduce(size_t u) {
       replicate_->all_reduce(grads, unit.floats, ElemType::f32, ReduceOp::sum,
                              what("gradient all-reduce across shard groups", u));
     host_done(flat, stage_buf_);
-  } else {
-    const int R = group_->size();
-    send_.assign(at(R * unit.part), 0.f);
-    std::copy_n(grads, unit.floats, send_.begin());
-    recv_.resize(at(unit.part));
-    group_->reduce_scatter(send_.data(), recv_.data(), unit.part, ReduceOp::sum,
-                           what("gradient reduce-scatter", u));
-    if (replicate_)
-      replicate_->all_reduce(recv_.data(), unit.part, ElemType::f32, ReduceOp::sum,
-                             what("gradient all-reduce of the part across shard groups", u));
-    const Tensor part = part_grads_.view(unit.slot);
-    if (params_->backend().host_accessible()) {
-      std::copy(recv_.begin(), recv_.end(), part.f32());
-    } else {
-      params_->backend().copy_from_host(part.data(), recv_.data(), part.bytes());
-    }
-    params_->release_unit_grads(u);
+    return;
   }
+  const int R = group_->size();
+  send_.assign(at(R * unit.part), 0.f);
+  std::copy_n(grads, unit.floats, send_.begin());
+  recv_.resize(at(unit.part));
+  group_->reduce_scatter(send_.data(), recv_.data(), unit.part, ReduceOp::sum,
+                         what("gradient reduce-scatter", u));
+  if (replicate_)
+    replicate_->all_reduce(recv_.data(), unit.part, ElemType::f32, ReduceOp::sum,
+                           what("gradient all-reduce of the part across shard groups", u));
+  const Tensor part = part_grads_.view(unit.slot);
+  if (params_->backend().host_accessible()) {
+    std::copy(recv_.begin(), recv_.end(), part.f32());
+  } else {
+    params_->backend().copy_from_host(part.data(), recv_.data(), part.bytes());
+  }
+}
+
+void UnitShards::finish_reduce(size_t u) {
+  Unit& unit = units_.at(u);
+  if (unit.kind == Kind::sharded) params_->release_unit_grads(u);
   unit.reduced = true;
 }
 

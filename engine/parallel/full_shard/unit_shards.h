@@ -47,6 +47,7 @@ namespace pt {
 struct FullShardConfig {
   int unit_layers = 1;                // --shard-unit: layers with parameters per unit
   bool reshard_after_forward = true;  // false: a gathered unit stays whole until the step ends
+  bool prefetch = true;  // --shard-prefetch: the next unit's gather overlaps this one's compute
 };
 
 // Where the units of the stage [first, last) begin: a unit is `unit_layers` consecutive layers
@@ -71,11 +72,21 @@ class UnitShards {
   bool sharded(size_t u) const { return units_.at(u).kind == Kind::sharded; }
 
   // ---- during the schedule (collective over the group: every replica in the same order) ----
+  // gather = fill(u, materialize(u)) when the unit is not whole. materialize (local) allocates
+  // the unit and returns its flat view; fill (the collective) writes the parts into it and
+  // touches nothing else of the stage, so it may run on another thread (CollectiveQueue).
   void gather(size_t u);
+  Tensor materialize(size_t u);
+  void fill(size_t u, const Tensor& whole);
   // The unit's whole gradients allocated (zeros) for a weight gradient to write; local.
   void make_gradients(size_t u);
   void release(size_t u);
+  // reduce = finish_reduce(u) after reduce_parts(u, reduce_source(u)); reduce_parts is the
+  // collective (another thread may run it), the others are local.
   void reduce(size_t u);
+  Tensor reduce_source(size_t u) const;
+  void reduce_parts(size_t u, const Tensor& grads);
+  void finish_reduce(size_t u);
   // ---- the step's epilogue ----
   // Zeroes the parts' gradients (a unit without a weight gradient this step adds nothing).
   void start_step();
@@ -137,7 +148,8 @@ class UnitShards {
   Arena part_params_, part_grads_;
   std::unique_ptr<Optimizer> optimizer_;  // over parts_table_
   size_t peak_gathered_ = 0, last_peak_gathered_ = 0;
-  std::vector<float> send_, recv_, stage_buf_;
+  std::vector<float> send_, recv_, stage_buf_;     // reductions and checkpoints
+  std::vector<float> gather_recv_, gather_stage_;  // gathers (fill)
 };
 
 }  // namespace pt
