@@ -222,7 +222,8 @@ void StageShard::take_state(const Optimizer& full) {
   optimizer_.set_steps_taken(full.steps_taken());
 }
 
-double norm_of_squares(const Model& model, Communicator* pipeline_group, const FillSquares& fill) {
+double norm_of_squares(const Model& model, Communicator* pipeline_group, const FillSquares& fill,
+                       Communicator* tensor_group) {
   // Index of each layer's first parameter tensor in the model's global order.
   std::vector<size_t> first_tensor(static_cast<size_t>(model.num_layers()) + 1, 0);
   for (int l = 0; l < model.num_layers(); ++l)
@@ -234,6 +235,9 @@ double norm_of_squares(const Model& model, Communicator* pipeline_group, const F
   if (pipeline_group)
     pipeline_group->all_reduce(squares.data(), static_cast<int64_t>(squares.size()), ElemType::f64,
                                ReduceOp::sum, "the gradient-norm exchange between pipeline stages");
+  if (tensor_group)
+    tensor_group->all_reduce(squares.data(), static_cast<int64_t>(squares.size()), ElemType::f64,
+                             ReduceOp::sum, "the gradient-norm exchange between tensor ranks");
   double sum = 0;
   for (double v : squares) sum += v;
   return std::sqrt(sum);

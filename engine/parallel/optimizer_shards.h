@@ -103,7 +103,10 @@ class StageShard {
 // processes write for theirs: global_grad_norm's order, for the sharded modes.
 using FillSquares =
     std::function<void(std::vector<double>& squares, const std::vector<size_t>& first_tensor)>;
-double norm_of_squares(const Model& model, Communicator* pipeline_group, const FillSquares& fill);
+// With `tensor_group` (T > 1) the slots are summed over the tensor ranks too: `fill` writes a
+// split tensor's slice's sum on every rank and a replicated tensor's on rank 0 only.
+double norm_of_squares(const Model& model, Communicator* pipeline_group, const FillSquares& fill,
+                       Communicator* tensor_group = nullptr);
 
 // norm_of_squares of the held stages' shards: the same bits as global_grad_norm of the
 // unsharded run.

@@ -33,6 +33,19 @@ std::vector<float> to_host(const StageParameters& p, const Tensor& t) {
   return host;
 }
 
+// A stage's arena of `kind` as host floats in its layout: a stage split into units (full
+// sharding, every unit whole) has no one arena, so each unit goes to its window.
+std::vector<float> arena_to_host(const StageState& s, int kind) {
+  const StageParameters& p = *s.params;
+  if (kind != 0 || !p.split()) return to_host(p, flat_of(s, kind));
+  std::vector<float> host(p.layout().total_bytes() / sizeof(float), 0.f);
+  for (size_t u = 0; u < p.num_units(); ++u)
+    if (const StageParameters::UnitWindow& w = p.unit(u); w.bytes)
+      p.backend().copy_to_host(host.data() + w.offset / sizeof(float), p.unit_params_flat(u).data(),
+                               w.bytes);
+  return host;
+}
+
 ParamShard shard_of(const Model& model, const ParameterEntry& e) {
   return model.layer(e.layer).param_specs()[e.param_index].shard;
 }
@@ -60,15 +73,17 @@ void check_alike(const std::vector<StageState>& a, const StageParameters& whole,
 }  // namespace
 
 WholeStages::WholeStages(std::unique_ptr<Model> whole, const std::vector<StageState>& like,
-                         uint64_t seed)
+                         uint64_t seed, const OptimizerConfig* optimizer)
     : whole_(std::move(whole)) {
   for (const StageState& s : like) {
     params_.push_back(std::make_unique<StageParameters>(
         *whole_, s.params->first_layer(), s.params->last_layer(), s.params->backend(), seed));
-    optimizers_.push_back(s.optimizer ? std::make_unique<Optimizer>(s.optimizer->config(),
-                                                                    s.params->backend(),
-                                                                    params_.back()->layout())
-                                      : nullptr);
+    const OptimizerConfig* config = optimizer     ? optimizer
+                                    : s.optimizer ? &s.optimizer->config()
+                                                  : nullptr;
+    optimizers_.push_back(
+        config ? std::make_unique<Optimizer>(*config, s.params->backend(), params_.back()->layout())
+               : nullptr);
   }
 }
 
@@ -101,7 +116,8 @@ void WholeStages::fill_whole(size_t k, int kind, const StageState& mine, const M
     if (target.bytes())
       whole.params->backend().copy_from_host(target.data(), out.data(), target.bytes());
   }
-  if (kind == 0 && whole.optimizer) whole.optimizer->set_steps_taken(mine.optimizer->steps_taken());
+  if (kind == 0 && whole.optimizer && mine.optimizer)
+    whole.optimizer->set_steps_taken(mine.optimizer->steps_taken());
 }
 
 void WholeStages::gather(const std::vector<std::vector<StageState>>& ranks,
@@ -111,7 +127,7 @@ void WholeStages::gather(const std::vector<std::vector<StageState>>& ranks,
     for (int kind = 0; kind < kinds(ranks[0][k]); ++kind) {
       // Each rank's arena of this kind to the host once (equal layouts: equal slices).
       std::vector<std::vector<float>> host;
-      for (const auto& r : ranks) host.push_back(to_host(*r[k].params, flat_of(r[k], kind)));
+      for (const auto& r : ranks) host.push_back(arena_to_host(r[k], kind));
       fill_whole(k, kind, ranks[0][k], *models[0],
                  std::vector<std::span<const float>>(host.begin(), host.end()));
     }
@@ -125,7 +141,7 @@ void WholeStages::gather(const std::vector<StageState>& mine, const Model& model
     check_alike(mine, *params_[k], k);
     for (int kind = 0; kind < kinds(mine[k]); ++kind) {
       // Every rank's arena has the same layout (equal slices): one all-gather of the flat bytes.
-      const std::vector<float> flat = to_host(*mine[k].params, flat_of(mine[k], kind));
+      const std::vector<float> flat = arena_to_host(mine[k], kind);
       std::vector<float> all(flat.size() * T);
       tensor_group.all_gather(flat.data(), all.data(), flat.size() * sizeof(float),
                               "gathering tensor-parallel slices for a checkpoint");

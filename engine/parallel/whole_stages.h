@@ -23,7 +23,10 @@ class WholeStages {
  public:
   // `whole`: the model as written (make_model(), unsharded); `like`: the stages of one copy
   // (their layer ranges, devices and optimizer kinds are taken); `seed` as the run's.
-  WholeStages(std::unique_ptr<Model> whole, const std::vector<StageState>& like, uint64_t seed);
+  // `optimizer`: the optimizer every whole stage holds, for copies that hold none between
+  // checkpoints (full sharding); nullptr: those `like` holds.
+  WholeStages(std::unique_ptr<Model> whole, const std::vector<StageState>& like, uint64_t seed,
+              const OptimizerConfig* optimizer = nullptr);
   ~WholeStages();
 
   std::vector<StageState> states();  // whole stages, with optimizers where `like` had them

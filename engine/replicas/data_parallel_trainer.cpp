@@ -43,8 +43,11 @@ WholeStages& DataParallelTrainer::whole_stages() {
   if (!whole_stages_) {
     if (!parts_.whole_model)
       throw std::logic_error("a tensor-parallel run was built without its whole model");
-    whole_stages_ = std::make_unique<WholeStages>(std::move(parts_.whole_model),
-                                                  replica(0).stage_states(), replica(0).seed());
+    // Fully sharded copies hold no whole optimizer between checkpoints: the run's kind is given.
+    const PipelineConfig& config = replica(0).config();
+    whole_stages_ = std::make_unique<WholeStages>(
+        std::move(parts_.whole_model), replica(0).stage_states(), replica(0).seed(),
+        config.parallel.shards_state() ? &config.trainer.optimizer : nullptr);
   }
   return *whole_stages_;
 }
@@ -62,20 +65,27 @@ std::vector<StageState> DataParallelTrainer::all_stage_copies() {
 
 void DataParallelTrainer::stage_copies_loaded() {
   if (tensor_parallel() > 1) {
+    // Fully sharded tensor ranks: whole units and optimizers to cut the slices into, then
+    // handed to the parts.
+    const bool sharded = replica(0).config().parallel.shards_state();
+    if (sharded)
+      for (auto& r : parts_.replicas) r->make_full_optimizers();
     const int T = parts_.world ? 1 : tensor_parallel();
     std::vector<const Model*> models;
     for (int r = 0; r < local_replicas() / T; ++r)
       whole_stages().scatter(tensor_ranks(r, models), models);
+    if (sharded)
+      for (auto& r : parts_.replicas) r->take_full_optimizers();
     return;
   }
   for (auto& r : parts_.replicas) r->take_full_optimizers();
 }
 
 std::vector<StageState> DataParallelTrainer::stage_states() {
-  if (tensor_parallel() > 1) return whole_replica_zero();
   // Fully sharded: every replica gathers its units (collective), replica 0's are handed out.
   if (replica(0).config().parallel.shard_full)
     on_all_replicas([&](int i) { replica(i).gather_whole_parameters(); });
+  if (tensor_parallel() > 1) return whole_replica_zero();
   return replica(0).stage_states();
 }
 
@@ -98,11 +108,11 @@ std::vector<StageState> DataParallelTrainer::whole_replica_zero() {
 }
 
 std::vector<StageState> DataParallelTrainer::stages_to_save() {
-  if (tensor_parallel() > 1) return whole_replica_zero();
   // Sharded: the checkpoint holds the unsharded state, gathered from the replicas' shards (a
   // collective: every replica of every process takes part, though replica 0 alone writes).
   if (replica(0).config().parallel.shards_state())
     on_all_replicas([&](int i) { replica(i).gather_full_optimizers(); });
+  if (tensor_parallel() > 1) return whole_replica_zero();
   if (replica(0).config().parallel.replica != 0) return {};
   return replica(0).stage_states();
 }

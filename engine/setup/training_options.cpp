@@ -28,9 +28,6 @@ void TrainingOptions::check(int64_t batch) const {
     if (shard_optimizer)
       throw not_with_tp("--shard-optimizer",
                         "the optimizer shards are not yet cut from tensor-parallel slices");
-    if (shard_full)
-      throw not_with_tp("--shard full",
-                        "the full shards are not yet cut from tensor-parallel slices");
   }
   if (shard_full) {
     if (shard_optimizer)

@@ -56,6 +56,8 @@ ParameterResidency* FullShardUpdate::residency(int device) {
 // The step epilogue of engine/train/step_epilogue.cpp on the parts (the reduce-scatters ran
 // during backward).
 EpilogueResult FullShardUpdate::end_step(int64_t /*step*/, const EpilogueConfig& epilogue) {
+  for (auto& r : residency_)
+    if (r) r->publish();
   std::vector<UnitShards*> shards;
   std::vector<StageParameters*> held;
   for (size_t s = 0; s < shards_.size(); ++s)
@@ -67,12 +69,18 @@ EpilogueResult FullShardUpdate::end_step(int64_t /*step*/, const EpilogueConfig&
   // Tied units are whole on every replica (all-reduced like --dp's): their copies add up here.
   sum_tied_gradients(*context_.model, held, epilogue.pipeline_group, epilogue.device_of_layer);
   EpilogueResult out;
+  // Tensor parallelism: a split tensor's slices are summed over the tensor ranks, a replicated
+  // one counted by rank 0 (global_grad_norm's rule).
+  Communicator* tensor = epilogue.tensor_parallel_group;
+  const bool counts_replicas = !tensor || tensor->rank() == 0;
   out.grad_norm = norm_of_squares(
       *context_.model, epilogue.pipeline_group,
       [&](std::vector<double>& squares, const std::vector<size_t>& first) {
         for (UnitShards* s : shards)
-          s->add_squares(squares, first[static_cast<size_t>(s->params().first_layer())]);
-      });
+          s->add_squares(squares, first[static_cast<size_t>(s->params().first_layer())],
+                         counts_replicas);
+      },
+      tensor);
   // Every stage, replica and process sees the same norm, so all skip together.
   out.skipped = !std::isfinite(out.grad_norm);
   if (out.skipped) {
@@ -116,7 +124,7 @@ void FullShardUpdate::take_full_optimizers() {
 std::vector<ReductionStats> FullShardUpdate::last_shard_stats() const {
   std::vector<ReductionStats> out;
   for (const auto& r : residency_)
-    if (r) out.push_back(r->last_stats());
+    if (r) out.push_back(r->last_step_stats());
   return out;
 }
 

@@ -5,7 +5,8 @@
 # checkpoint (weights and AdamW state) is bit-identical to the unsharded run's; saved at step 2
 # and resumed sharded, it ends bit-identical to the uninterrupted run; a fully sharded run samples
 # text from its gathered weights. In one process (4 virtual CPU devices), and with --mpi (a build
-# with MPI) under mpirun -np 4 too.
+# with MPI) under mpirun -np 4 too; and with --tp 2 under mpirun -np 8 (fully sharded tensor
+# ranks == --tp alone; resumed at --tp 1).
 #
 #   gpt_sharded.sh <pipetrain-gpt> [--mpi]
 set -uo pipefail
@@ -72,6 +73,30 @@ if [ "$with_mpi" = --mpi ] && command -v mpirun >/dev/null; then
   check mpi --shard-optimizer
   check mpi-full "--shard full"
   sample mpi
+  # With tensor parallelism (8 processes: 2 stages x 2 replicas x 2 tensor ranks): fully sharded
+  # == --tp alone, bit for bit; its checkpoint (whole tensors) resumed at --tp 1 fully sharded in
+  # one process ends within 1e-5 of the --tp 2 run resumed under mpirun (slices add up in
+  # another order).
+  tp=(--steps 4 --tp 2 --sample-bytes 0)
+  if timeout 300 mpirun -np 8 --oversubscribe "$exe" "${base[@]}" "${extra[@]}" "${tp[@]}" \
+       --save "$work/tp" > "$work/tp.txt" 2>&1 \
+     && timeout 300 mpirun -np 8 --oversubscribe "$exe" "${base[@]}" "${extra[@]}" "${tp[@]}" \
+       --shard full --save "$work/tp-full" > "$work/tp-full.txt" 2>&1; then
+    $compare "$work/tp" "$work/tp-full" && echo "ok: mpi: --tp 2 --shard full == --tp 2" \
+      || fail "mpi: --tp 2 --shard full != --tp 2"
+  else
+    fail "mpi: the --tp 2 runs exited with an error"; tail -20 "$work/tp-full.txt"
+  fi
+  if timeout 300 mpirun -np 8 --oversubscribe "$exe" "${base[@]}" "${extra[@]}" --tp 2 --steps 6 \
+       --sample-bytes 0 --resume "$work/tp-full" --save "$work/tp-6" > "$work/tp-6.txt" 2>&1 \
+     && timeout 300 "$exe" "${base[@]}" --devices cpu:0..3 --threads 1 --steps 6 --sample-bytes 0 \
+       --shard full --resume "$work/tp-full" --save "$work/t1-6" > "$work/t1-6.txt" 2>&1; then
+    $compare --tolerance 1e-5 "$work/tp-6" "$work/t1-6" >/dev/null \
+      && echo "ok: a --tp 2 --shard full checkpoint resumes at --tp 1 --shard full" \
+      || fail "the --tp 2 --shard full checkpoint resumed at --tp 1 differs"
+  else
+    fail "resuming the --tp 2 --shard full checkpoint"; tail -20 "$work/t1-6.txt"
+  fi
 else
   echo "no --mpi or no mpirun: the multi-process part is skipped"
 fi

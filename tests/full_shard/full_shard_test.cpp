@@ -72,8 +72,9 @@ struct Run {
   test::CpuDevices devices;
   std::unique_ptr<DataParallelTrainer> trainer;
   Run(const std::function<Model()>& make, const TrainerConfig& tc, int D, int R, int M, Mode mode,
-      const std::string& schedule = "1f1b", RecomputePolicy recompute = {})
-      : devices(R * D) {
+      const std::string& schedule = "1f1b", RecomputePolicy recompute = {}, int T = 1,
+      bool sequence_parallel = false)
+      : devices(R * D * T) {
     PipelineConfig pc = test::pipeline_config(make(), tc, schedule, D, M);
     pc.schedule = sched::add_grad_reduction(pc.schedule);
     pc.parallel.bucket_bytes = size_t{1} << 10;
@@ -83,7 +84,8 @@ struct Run {
     pc.parallel.shard_group_size = mode.shard_group;
     pc.parallel.shard_prefetch = mode.prefetch;
     pc.recompute = recompute;
-    trainer = make_local_data_parallel(make, devices.devices, pc, R);
+    pc.parallel.sequence_parallel = sequence_parallel;
+    trainer = make_local_data_parallel(make, devices.devices, pc, R, T);
   }
   // Every replica's parameters by name (gathered: a collective over the replicas).
   std::vector<std::map<std::string, std::vector<float>>> params() const {
@@ -217,6 +219,77 @@ TEST_CASE("full shard: tiny GPT with tied embeddings, bit-identical to plain dat
     Run sharded(make, tc, D, 2, 2, {true});
     check_same_training(plain, sharded, hx, hy, 0.f);
   }
+}
+
+// With tensor parallelism (torchtitan's FSDP + TP): each tensor rank's slices are fully sharded
+// over the replicas of that rank. Compared with --tp alone, whole tensors (put together from the
+// ranks) after 4 steps: the same bits, with sequence parallelism too; the norm within 1e-12
+// (clipping active). Checkpoints hold whole tensors: saved fully sharded at T = 2, resumed by
+// --tp 2 alone and by T = 1 fully sharded.
+TEST_CASE("full shard: with tensor parallelism, bit-identical to --tp alone; checkpoints") {
+  constexpr int64_t kVocab = 32, kContext = 8, B = 8;
+  const auto make = [] { return gpt(kVocab, kContext, 16, 2, 2); };
+  std::vector<int32_t> x(static_cast<size_t>(B * kContext)), y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = static_cast<int32_t>((i * 11 + 3) % kVocab);
+    y[i] = static_cast<int32_t>((x[i] * 5 + 1) % kVocab);
+  }
+  const Tensor hx = Tensor::borrow(x.data(), Shape{B, kContext}, DType::i32);
+  const Tensor hy = Tensor::borrow(y.data(), Shape{B, kContext}, DType::i32);
+  const TrainerConfig tc = trainer_config("adamw", 2, 1.f);
+  for (const auto& [D, sp] : {std::pair{1, false}, {2, false}, {2, true}}) {
+    CAPTURE(D);
+    CAPTURE(sp);
+    Run tp(make, tc, D, 2, 2, {}, "1f1b", {}, 2, sp);
+    Run both(make, tc, D, 2, 2, {true}, "1f1b", {}, 2, sp);
+    for (int k = 0; k < kSteps; ++k) {
+      const StepStats a = tp.trainer->train_step(hx, hy);
+      const StepStats b = both.trainer->train_step(hx, hy);
+      CHECK(a.loss == b.loss);
+      CHECK(std::isfinite(b.loss));
+      CHECK(std::abs(a.grad_norm - b.grad_norm) <= 1e-12 * a.grad_norm);
+    }
+    const auto want = test::params_by_name(tp.trainer->stage_states());
+    CHECK(same_bits(test::params_by_name(both.trainer->stage_states()), want));
+  }
+  // Saved at step 2 by T = 2 x R = 2 fully sharded over 2 stages, resumed two ways.
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("pt_full_shard_tp_ckpt_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const auto path = dir / "step2";
+  Run straight(make, tc, 2, 2, 2, {}, "1f1b", {}, 2);
+  for (int k = 0; k < kSteps; ++k) straight.trainer->train_step(hx, hy);
+  const auto want = test::params_by_name(straight.trainer->stage_states());
+  {
+    Run first(make, tc, 2, 2, 2, {true}, "1f1b", {}, 2);
+    for (int k = 0; k < 2; ++k) first.trainer->train_step(hx, hy);
+    TrainingState st;
+    st.step = 2;
+    st.seed = tc.seed;
+    save_checkpoint(path, first.trainer->model(), first.trainer->stages_to_save(), st);
+  }
+  const auto resume = [&](Mode mode, int T) {
+    Run again(make, tc, 2, 2, 2, mode, "1f1b", {}, T);
+    const auto copies = again.trainer->all_stage_copies();
+    for (const StageState& s : copies) REQUIRE(s.optimizer != nullptr);
+    const TrainingState st = load_checkpoint(path, again.trainer->model(), copies);
+    again.trainer->stage_copies_loaded();
+    again.trainer->set_step(st.step);
+    for (int k = 2; k < kSteps; ++k) again.trainer->train_step(hx, hy);
+    return test::params_by_name(again.trainer->stage_states());
+  };
+  CHECK(same_bits(resume({}, 2), want));  // --tp 2 alone: the same arithmetic, the same bits
+  // T = 1 adds each tensor whole instead of in slices: within a few ulps of the T = 2 run.
+  const auto t1 = resume({true}, 1);
+  REQUIRE(t1.size() == want.size());
+  double worst = 0;
+  for (const auto& [name, v] : t1)
+    for (size_t i = 0; i < v.size(); ++i)
+      worst = std::max(worst, static_cast<double>(std::abs(v[i] - want.at(name)[i])));
+  CAPTURE(worst);
+  CHECK(worst <= 1e-5);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("full shard: memory held is 1/R of the sharded parts; the step's peak shrinks") {
@@ -374,9 +447,6 @@ TEST_CASE("full shard: what it cannot be combined with is refused by name") {
   refused(o, "--shard full needs --dp R >= 2");
   o.dp = 2;
   CHECK_NOTHROW(o.check(64));
-  TrainingOptions tp = o;
-  tp.tp = 2;
-  refused(tp, "--tp 2 with --shard full");
   TrainingOptions zero1 = o;
   zero1.shard_optimizer = true;
   refused(zero1, "--shard full with --shard-optimizer");

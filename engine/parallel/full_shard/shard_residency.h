@@ -35,7 +35,10 @@ class FullShardResidency final : public ParameterResidency {
   void finish_run() override;
 
   // The last run's collectives: how many, their time, and the part of it the worker waited for.
-  ReductionStats last_stats() const { return stats_; }
+  // publish() keeps them as the last step's (called by a training step's end: evaluation runs
+  // in between do not replace them).
+  void publish() { step_stats_ = stats_; }
+  ReductionStats last_step_stats() const { return step_stats_; }
 
  private:
   UnitShards& shards(int stage) const;
@@ -59,7 +62,7 @@ class FullShardResidency final : public ParameterResidency {
   std::vector<PendingReduce> reduces_;
   int collectives_ = 0;
   double exposed_s_ = 0;  // without prefetch: the collectives' time this run
-  ReductionStats stats_;
+  ReductionStats stats_, step_stats_;
 };
 
 }  // namespace pt

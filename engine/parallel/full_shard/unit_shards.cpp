@@ -246,11 +246,15 @@ void UnitShards::start_step() {
   count_gathered();
 }
 
-void UnitShards::add_squares(std::vector<double>& squares, size_t first_slot) {
+void UnitShards::add_squares(std::vector<double>& squares, size_t first_slot,
+                             bool counts_replicas) {
   const std::vector<ParameterEntry>& entries = params_->entries();
   std::vector<double> partial(entries.size(), 0.0);
   for (size_t i = 0; i < entries.size(); ++i) {
     if (entries[i].tied_copy) continue;
+    const ParameterEntry& e = entries[i];
+    if (!counts_replicas && !model_->layer(e.layer).param_specs()[e.param_index].shard.split())
+      continue;
     const size_t u = params_->unit_of_layer(entries[i].layer);
     const Unit& unit = units_[u];
     if (unit.kind == Kind::whole) {

@@ -91,8 +91,9 @@ class UnitShards {
   // Zeroes the parts' gradients (a unit without a weight gradient this step adds nothing).
   void start_step();
   // The stage's tensors' sums of squares (tied copies excluded, as global_grad_norm does) into
-  // squares[first_slot + i] for entry i; collective.
-  void add_squares(std::vector<double>& squares, size_t first_slot);
+  // squares[first_slot + i] for entry i; collective. `counts_replicas` false (tensor ranks
+  // other than 0): tensors every tensor rank holds whole are left at 0 (counted by rank 0).
+  void add_squares(std::vector<double>& squares, size_t first_slot, bool counts_replicas = true);
   // Scales the gradients by `factor` (clipping) and steps this replica's parts and the whole
   // units; then drops every gathered unit (its values are stale).
   void step(float factor, float lr);
