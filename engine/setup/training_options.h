@@ -55,7 +55,7 @@ struct TrainingOptions {
   bool shard_full = false;
   int shard_unit = 1;
   bool reshard_after_forward = true;
-  int shard_group = 0;  // --shard-group G: shard within groups of G replicas (0: all R)
+  int shard_group = 0;         // --shard-group G: shard within groups of G replicas (0: all R)
   bool shard_prefetch = true;  // --shard-prefetch: the next unit's gather overlaps compute
   // Use the pipeline runtime even for one stage on one device (e.g. to compare it with Trainer).
   bool force_pipeline = false;
