@@ -30,7 +30,7 @@ PipelineConfig pipeline_config(const TrainingRun& run, const TrainerConfig& trai
   pc.parallel.shard_optimizer = opt.shard_optimizer;
   pc.parallel.shard_full = opt.shard_full;
   pc.parallel.shard_unit_layers = opt.shard_unit;
-  pc.parallel.reshard_after_forward = opt.reshard_after_forward;
+  pc.parallel.reshard_after_forward = opt.resolved_reshard_after_forward();
   pc.parallel.shard_group_size = opt.shard_group;
   pc.parallel.shard_prefetch = opt.shard_prefetch;
   pc.parallel.sequence_parallel = opt.tp > 1 && opt.sequence_parallel;

@@ -5,6 +5,7 @@
 // make_training (training_run.h) builds the engine from them. Error messages name the options by
 // the examples' command-line flags (microbatches: --microbatches, bucket_mib: --bucket-mb, ...).
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "engine/devices/cuda_plugin.h"
@@ -54,9 +55,14 @@ struct TrainingOptions {
   // --reshard-after-forward false keeps a gathered unit until the step's end (ZeRO-2-like).
   bool shard_full = false;
   int shard_unit = 1;
-  bool reshard_after_forward = true;
+  // nullopt (auto): false with --stages > 1, as torchtitan does under a pipeline (each of M
+  // micro-batches would otherwise gather every unit twice), true without.
+  std::optional<bool> reshard_after_forward;
+  bool resolved_reshard_after_forward() const {
+    return reshard_after_forward.value_or(stages == 1);
+  }
   int shard_group = 0;         // --shard-group G: shard within groups of G replicas (0: all R)
-  bool shard_prefetch = true;  // --shard-prefetch: the next unit's gather overlaps compute
+  bool shard_prefetch = false;  // --shard-prefetch: the next unit's gather overlaps compute
   // Use the pipeline runtime even for one stage on one device (e.g. to compare it with Trainer).
   bool force_pipeline = false;
   // --ps K: K parameter servers hold the parameters and optimizer state (0: none; the R

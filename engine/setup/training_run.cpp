@@ -96,7 +96,7 @@ void describe(TrainingRun& s, Communicator* world) {
                                           opt.dp / opt.shard_group)
                             : "",
                         opt.shard_unit, opt.shard_unit == 1 ? "" : "s",
-                        opt.reshard_after_forward ? "" : ", kept whole through the step")
+                        opt.resolved_reshard_after_forward() ? "" : ", kept whole through the step")
       : opt.dp > 1 && opt.shard_optimizer
           ? fmt::format(", {} data-parallel replicas (sharded optimizer: gradients "
                         "reduce-scattered, parameters all-gathered)",

@@ -92,11 +92,14 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
       ->check(integer_text<int>("between 0 and --dp"));
   app.add_option("--shard-prefetch", f.shard_prefetch,
                  "--shard full: true gathers the next unit while this one computes (on a thread "
-                 "of its own, as FSDP prefetches); false gathers each unit when it is needed")
+                 "of its own, as FSDP prefetches); false gathers each unit when it is needed "
+                 "(measured faster on 2 cores, where that thread competes for them)")
       ->capture_default_str();
   app.add_option("--reshard-after-forward", f.reshard_after_forward,
                  "--shard full: true drops a unit after its forward and gathers it again for "
-                 "backward (FSDP's default); false keeps it whole until the step ends")
+                 "backward (FSDP's default); false keeps it whole until the step ends (one "
+                 "gather per step); auto: false with --stages > 1 (torchtitan's choice under a "
+                 "pipeline), true without")
       ->capture_default_str();
   app.add_flag("--plan-only", f.plan_only,
                "print partition, schedule and predicted step time, then exit");
@@ -206,11 +209,14 @@ TrainingOptions training_options(const ParallelFlags& f) {
     throw UsageError(
         fmt::format("--shard-prefetch {} is not a choice: use true or false", f.shard_prefetch));
   o.shard_prefetch = f.shard_prefetch == "true";
-  if (f.reshard_after_forward != "true" && f.reshard_after_forward != "false")
-    throw UsageError(fmt::format("--reshard-after-forward {} is not a choice: use true or false",
-                                 f.reshard_after_forward));
-  o.reshard_after_forward = f.reshard_after_forward == "true";
-  if ((f.shard_unit != 1 || f.shard_group != 0 || !o.reshard_after_forward || !o.shard_prefetch) &&
+  if (f.reshard_after_forward == "true" || f.reshard_after_forward == "false")
+    o.reshard_after_forward = f.reshard_after_forward == "true";
+  else if (f.reshard_after_forward != "auto")
+    throw UsageError(
+        fmt::format("--reshard-after-forward {} is not a choice: use auto, true or false",
+                    f.reshard_after_forward));
+  if ((f.shard_unit != 1 || f.shard_group != 0 || f.reshard_after_forward != "auto" ||
+       o.shard_prefetch) &&
       !o.shard_full)
     throw UsageError(
         "--shard-unit, --shard-group, --shard-prefetch and --reshard-after-forward shape full "

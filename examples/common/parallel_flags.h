@@ -32,8 +32,8 @@ struct ParallelFlags {
   std::string shard = "none";  // none | optimizer | full
   int shard_unit = 1;
   int shard_group = 0;
-  std::string shard_prefetch = "true";
-  std::string reshard_after_forward = "true";
+  std::string shard_prefetch = "false";
+  std::string reshard_after_forward = "auto";
   std::string trace, timeline;
   std::string flight_recorder;  // folder for the flight records (pt::run_main)
   // --ps K, --staleness T (kNotGiven: left out), --slow-worker R:F ("": none).

@@ -2,7 +2,8 @@
 # --shard full (ZeRO-3 / FSDP) under mpirun (one process per device): a fully sharded run's
 # checkpoint (weights and optimizer state, gathered from the parts) is bit-identical to plain
 # data parallelism's with the same --dp/--stages (SGD+momentum with clipping over 2 replicas;
-# AdamW over 2 stages x 2 replicas, units of 1 and of 2 layers, kept whole after forward); with
+# AdamW over 2 stages x 2 replicas, units of 1 and of 2 layers, kept whole through the step (the
+# default with stages) and dropped after forward; with prefetch); with
 # 4 replicas MPI may add the replicas in another order for the reduce-scatter than for the
 # all-reduce (~1 ulp a step), so there within 1e-6 with SGD (AdamW's first steps, ~lr * sign(g),
 # turn ulps of tiny gradients into 1e-5: --shard-optimizer differs from plain just as much); a run saved at step 2 and resumed (sharded,
@@ -50,6 +51,8 @@ same() {  # same A B [tolerance]: checkpoints equal (bit for bit without a toler
 mpi plain 2 --dp 2 --steps 4 --clip 0.05 --save "$work/plain"
 mpi full 2 --dp 2 --steps 4 --clip 0.05 --save "$work/full" --shard full
 same plain full
+mpi prefetch 2 --dp 2 --steps 4 --clip 0.05 --save "$work/prefetch" --shard full --shard-prefetch true
+same plain prefetch
 python3 - "$work/plain.txt" "$work/full.txt" <<'PY' || fail "the memory lines do not show the shards"
 import re, sys
 def line(path):
@@ -69,9 +72,12 @@ PY
 mpi plain_s2 4 --stages 2 --dp 2 --microbatches 2 --steps 4 --optim adamw --save "$work/plain_s2"
 mpi full_s2 4 --stages 2 --dp 2 --microbatches 2 --steps 4 --optim adamw --save "$work/full_s2" --shard full
 same plain_s2 full_s2
-mpi full_s2_kept 4 --stages 2 --dp 2 --microbatches 2 --steps 4 --optim adamw --save "$work/full_s2_kept" \
-  --shard full --shard-unit 2 --reshard-after-forward false
-same plain_s2 full_s2_kept
+grep -q "kept whole through the step" "$work/full_s2.txt" \
+  && echo "ok: with stages, units are kept whole through the step by default (auto)" \
+  || fail "--reshard-after-forward auto did not keep the units with --stages 2"
+mpi full_s2_resharded 4 --stages 2 --dp 2 --microbatches 2 --steps 4 --optim adamw \
+  --save "$work/full_s2_resharded" --shard full --shard-unit 2 --reshard-after-forward true
+same plain_s2 full_s2_resharded
 
 # 3. 4 replicas: MPI's own order of adding them (see the top).
 mpi plain_d4 4 --dp 4 --steps 4 --save "$work/plain_d4"

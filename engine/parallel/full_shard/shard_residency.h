@@ -5,10 +5,10 @@
 // gradients are reduce-scattered when the stage's last weight gradient of the step has passed
 // the unit's first layer.
 //
-// With prefetch (FullShardConfig::prefetch, the default) every collective of the device runs on
-// its CollectiveQueue's thread, in the order the hooks submit them: when a unit is needed in a
-// forward, the next unit's gather is submitted at once (in a backward, the previous unit's), so
-// it runs while this unit computes, as FSDP2 prefetches; a reduce-scatter is submitted and not
+// With prefetch (FullShardConfig::prefetch, --shard-prefetch true) every collective of the device
+// runs on its CollectiveQueue's thread, in the order the hooks submit them: when a unit is needed
+// in a forward, the next unit's gather is submitted at once (in a backward, the previous unit's),
+// so it runs while this unit computes, as FSDP2 prefetches; a reduce-scatter is submitted and not
 // waited for (its unit's whole gradient is dropped once it has run). Without prefetch each
 // collective runs on the worker when needed.
 #include <functional>

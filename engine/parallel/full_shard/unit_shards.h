@@ -47,7 +47,10 @@ namespace pt {
 struct FullShardConfig {
   int unit_layers = 1;                // --shard-unit: layers with parameters per unit
   bool reshard_after_forward = true;  // false: a gathered unit stays whole until the step ends
-  bool prefetch = true;  // --shard-prefetch: the next unit's gather overlaps this one's compute
+  // --shard-prefetch: the next unit's gather overlaps this one's compute, on a thread of its own.
+  // Off by default: on our 2-core machines that thread competes with compute for the cores (5%
+  // slower, measured) and holds up to two more units; it pays where the link is the bottleneck.
+  bool prefetch = false;
 };
 
 // Where the units of the stage [first, last) begin: a unit is `unit_layers` consecutive layers
