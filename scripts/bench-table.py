@@ -283,6 +283,54 @@ def tensor_parallel(rows):
     )
 
 
+def full_shard(rows):
+    """Each setup against DP R=2 in the same run: speed (each round's step-time ratio) and the
+    peak bytes of one device in a step; and the run's own checks."""
+    run, dp_name = "full_shard", "DP R=2"
+    cfg = pick(rows, run, "full_shard_config")
+    dp = pick(rows, run, "full_shard_step", setup=dp_name)
+
+    def mib(r):
+        return f"{r['peak_bytes_per_device'] / 2**20:.1f} MiB"
+
+    def against_dp(setup, label):
+        r = pick(rows, run, "full_shard_ratio", setup=setup, baseline=dp_name)
+        step = pick(rows, run, "full_shard_step", setup=setup)
+        over = ""
+        if step["oversubscribed"]:
+            over = f"; {step['devices']} devices on {step['cores']} cores: oversubscribed"
+        return (
+            f"{label} {spread(r, 'speedup', ratio)}×, {mib(step)} ({ratio(r['peak_ratio'])}"
+            f"{over})"
+        )
+
+    checks = [r for r in rows if r.get("run") == run and r.get("bench") == "full_shard_check"]
+    if not checks:
+        raise Missing(f"no full_shard_check lines in run {run}")
+    same = all(r.get("same_first_loss", 1) == 1 for r in checks)
+    bounded = all(r.get("held_within_bound", 1) == 1 for r in checks)
+    full = pick(rows, run, "full_shard_ratio", setup="full shard R=2", baseline=dp_name)
+    return (
+        f"{cfg['model']}, AdamW, batch {cfg['batch']}, M = {cfg['microbatches']}: DP "
+        f"{spread(dp, 'step_ms')} ms, peak {mib(dp)} per device; against it (samples/s ratio, "
+        f"peak per device and its ratio): "
+        + "; ".join(
+            against_dp(setup, label)
+            for setup, label in (
+                ("single device", "1 device"),
+                ("ZeRO-1 R=2", "ZeRO-1"),
+                ("full shard R=2", "full"),
+                ("full shard R=2, kept after forward", "full, kept after forward"),
+                ("pipeline S=2", "pipeline S = 2"),
+                ("pipeline S=2 x full shard R=2", "S = 2 × full R = 2"),
+            )
+        )
+        + f"; full sharding holds {ratio(full['held_ratio'])} of DP's between steps "
+        f"({'within' if bounded else 'NOT within'} 1/2 + padding); first losses "
+        f"{'equal' if same else 'NOT equal'} bit for bit (R = 2: DP's, R = 1: 1 device's)"
+    )
+
+
 def gpt_cpu(rows):
     r = pick(rows, "gpt", "gpt_step_cpu")
     return (
@@ -408,6 +456,11 @@ ROWS = [
     ),
     ("`--tp 2` vs `--tp 1`, the GPT above, one process (`pipetrain-bench-tensor-parallel`)",
      tensor_parallel),
+    (
+        "`--shard full` (ZeRO-3) vs `--dp 2`, ZeRO-1 and pipelines, one process, 1 thread per "
+        "device (`pipetrain-bench-full-shard`)",
+        full_shard,
+    ),
     ("GPT example, 200 steps, defaults (tied embeddings)", gpt_example),
 ]
 
