@@ -43,6 +43,7 @@ struct ParallelContext {
   int shard_unit_layers = 1;
   bool reshard_after_forward = true;
   bool shard_prefetch = false;  // --shard-prefetch: gathers ahead of use, on their own thread
+  bool shard_reduce_every_microbatch = false;  // --shard-reduce microbatch
   // --shard-group G (hybrid sharding, HSDP): the replicas shard within groups of G consecutive
   // replicas and replicate across the R / G groups. 0 (or R): one group of all R. Per schedule
   // device held here, when 0 < G < R: the shard group (replicas g G .. g G + G - 1, rank =

@@ -15,8 +15,8 @@ std::unique_ptr<UpdateStrategy> make_update_strategy(const PipelineConfig& confi
   if (par.shard_optimizer && !config.async_update) return std::make_unique<ShardedUpdate>(context);
   if (par.shard_full && !config.async_update)
     return std::make_unique<FullShardUpdate>(
-        context,
-        FullShardConfig{par.shard_unit_layers, par.reshard_after_forward, par.shard_prefetch});
+        context, FullShardConfig{par.shard_unit_layers, par.reshard_after_forward,
+                                 par.shard_prefetch, par.shard_reduce_every_microbatch});
   if (config.async_update)
     return std::make_unique<AsyncUpdate>(context, config.async_window, config.async_delay, step);
   if (par.uses_parameter_server()) return std::make_unique<ParameterServerUpdate>(context);

@@ -61,8 +61,16 @@ struct TrainingOptions {
   bool resolved_reshard_after_forward() const {
     return reshard_after_forward.value_or(stages == 1);
   }
-  int shard_group = 0;         // --shard-group G: shard within groups of G replicas (0: all R)
+  int shard_group = 0;          // --shard-group G: shard within groups of G replicas (0: all R)
   bool shard_prefetch = false;  // --shard-prefetch: the next unit's gather overlaps compute
+  // --shard-reduce microbatch (true): reduce-scatter after every micro-batch (gradients stay
+  // sharded; M times the traffic; sums in another order than --dp's); step (false): once per
+  // step. nullopt (auto): as FSDP2 without stages (every backward), as torchtitan with them
+  // (once, after the last micro-batch).
+  std::optional<bool> shard_reduce_every_microbatch;
+  bool resolved_reduce_every_microbatch() const {
+    return shard_reduce_every_microbatch.value_or(stages == 1);
+  }
   // Use the pipeline runtime even for one stage on one device (e.g. to compare it with Trainer).
   bool force_pipeline = false;
   // --ps K: K parameter servers hold the parameters and optimizer state (0: none; the R

@@ -88,15 +88,18 @@ void describe(TrainingRun& s, Communicator* world) {
       opt.ps > 0 ? fmt::format(", {} worker{} and {} parameter server{}", opt.dp * opt.stages,
                                opt.dp * opt.stages == 1 ? "" : "s", opt.ps, opt.ps == 1 ? "" : "s")
       : opt.dp > 1 && opt.shard_full
-          ? fmt::format(", {} data-parallel replicas (fully sharded{}: units of {} layer{} "
-                        "gathered for forward and backward{}, gradients reduce-scattered)",
-                        opt.dp,
-                        opt.shard_group > 0 && opt.shard_group < opt.dp
-                            ? fmt::format(" in groups of {}, replicated across {}", opt.shard_group,
-                                          opt.dp / opt.shard_group)
-                            : "",
-                        opt.shard_unit, opt.shard_unit == 1 ? "" : "s",
-                        opt.resolved_reshard_after_forward() ? "" : ", kept whole through the step")
+          ? fmt::format(
+                ", {} data-parallel replicas (fully sharded{}: units of {} layer{} "
+                "gathered for forward and backward{}, gradients reduce-scattered {}{})",
+                opt.dp,
+                opt.shard_group > 0 && opt.shard_group < opt.dp
+                    ? fmt::format(" in groups of {}, replicated across {}", opt.shard_group,
+                                  opt.dp / opt.shard_group)
+                    : "",
+                opt.shard_unit, opt.shard_unit == 1 ? "" : "s",
+                opt.resolved_reshard_after_forward() ? "" : ", kept whole through the step",
+                opt.resolved_reduce_every_microbatch() ? "after every micro-batch" : "once a step",
+                opt.shard_prefetch ? ", the next unit prefetched" : "")
       : opt.dp > 1 && opt.shard_optimizer
           ? fmt::format(", {} data-parallel replicas (sharded optimizer: gradients "
                         "reduce-scattered, parameters all-gathered)",

@@ -95,6 +95,13 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
                  "of its own, as FSDP prefetches); false gathers each unit when it is needed "
                  "(measured faster on 2 cores, where that thread competes for them)")
       ->capture_default_str();
+  app.add_option("--shard-reduce", f.shard_reduce,
+                 "--shard full: step reduce-scatters a unit's gradients once, after the step's "
+                 "last micro-batch (the same bits as --dp; whole gradients during the step); "
+                 "microbatch after every micro-batch (gradients stay sharded; M times the "
+                 "traffic; sums in another order); auto: microbatch without --stages (FSDP2), "
+                 "step with them (torchtitan)")
+      ->capture_default_str();
   app.add_option("--reshard-after-forward", f.reshard_after_forward,
                  "--shard full: true drops a unit after its forward and gathers it again for "
                  "backward (FSDP's default); false keeps it whole until the step ends (one "
@@ -209,6 +216,11 @@ TrainingOptions training_options(const ParallelFlags& f) {
     throw UsageError(
         fmt::format("--shard-prefetch {} is not a choice: use true or false", f.shard_prefetch));
   o.shard_prefetch = f.shard_prefetch == "true";
+  if (f.shard_reduce == "step" || f.shard_reduce == "microbatch")
+    o.shard_reduce_every_microbatch = f.shard_reduce == "microbatch";
+  else if (f.shard_reduce != "auto")
+    throw UsageError(fmt::format("--shard-reduce {} is not a choice: use auto, step or microbatch",
+                                 f.shard_reduce));
   if (f.reshard_after_forward == "true" || f.reshard_after_forward == "false")
     o.reshard_after_forward = f.reshard_after_forward == "true";
   else if (f.reshard_after_forward != "auto")
@@ -216,11 +228,11 @@ TrainingOptions training_options(const ParallelFlags& f) {
         fmt::format("--reshard-after-forward {} is not a choice: use auto, true or false",
                     f.reshard_after_forward));
   if ((f.shard_unit != 1 || f.shard_group != 0 || f.reshard_after_forward != "auto" ||
-       o.shard_prefetch) &&
+       o.shard_prefetch || f.shard_reduce != "auto") &&
       !o.shard_full)
     throw UsageError(
-        "--shard-unit, --shard-group, --shard-prefetch and --reshard-after-forward shape full "
-        "sharding: add --shard full --dp R, or drop them");
+        "--shard-unit, --shard-group, --shard-prefetch, --shard-reduce and "
+        "--reshard-after-forward shape full sharding: add --shard full --dp R, or drop them");
   o.plan_only = f.plan_only;
   if (!f.plan.empty()) {
     if (f.plan != "auto")

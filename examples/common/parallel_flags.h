@@ -33,6 +33,7 @@ struct ParallelFlags {
   int shard_unit = 1;
   int shard_group = 0;
   std::string shard_prefetch = "false";
+  std::string shard_reduce = "auto";
   std::string reshard_after_forward = "auto";
   std::string trace, timeline;
   std::string flight_recorder;  // folder for the flight records (pt::run_main)

@@ -64,8 +64,9 @@ struct Mode {
   bool full = false;
   int unit_layers = 1;
   bool reshard_after_forward = true;
-  int shard_group = 0;   // --shard-group
-  bool prefetch = true;  // --shard-prefetch
+  int shard_group = 0;                   // --shard-group
+  bool prefetch = true;                  // --shard-prefetch
+  bool reduce_every_microbatch = false;  // --shard-reduce microbatch
 };
 
 struct Run {
@@ -83,6 +84,7 @@ struct Run {
     pc.parallel.reshard_after_forward = mode.reshard_after_forward;
     pc.parallel.shard_group_size = mode.shard_group;
     pc.parallel.shard_prefetch = mode.prefetch;
+    pc.parallel.shard_reduce_every_microbatch = mode.reduce_every_microbatch;
     pc.recompute = recompute;
     pc.parallel.sequence_parallel = sequence_parallel;
     trainer = make_local_data_parallel(make, devices.devices, pc, R, T);
@@ -374,6 +376,46 @@ TEST_CASE("full shard: hybrid sharding (--shard-group) holds 1/G, trains as data
   // A G that does not divide R is refused by name.
   CHECK_THROWS_WITH_AS(Run(plain_mlp, tc, 1, 4, 1, {.full = true, .shard_group = 3}),
                        doctest::Contains("--shard-group 3 does not divide --dp 4"), UsageError);
+}
+
+// --shard-reduce microbatch: each micro-batch's gradients are reduce-scattered at once and added
+// in the part, so the replicas are summed before the micro-batches (--dp sums the other way
+// round): within a few ulps (SGD, as above), and the whole gradients of a step's units are
+// never all alive at once.
+TEST_CASE("full shard: reduce-scatter every micro-batch; its gradients stay sharded") {
+  const Data data(64, Shape{1, 4, 4});
+  const auto make = [] { return deep_mlp(4, 64, {1, 4, 4}); };
+  const TrainerConfig tc = trainer_config("sgd", 4, 0.05f);
+  for (const auto& [D, prefetch] : {std::pair{1, false}, {1, true}, {2, false}, {2, true}}) {
+    CAPTURE(D);
+    CAPTURE(prefetch);
+    Run plain(make, tc, D, 2, 4, {});
+    Run step(make, tc, D, 2, 4, {.full = true, .prefetch = prefetch});
+    Run every(make, tc, D, 2, 4,
+              {.full = true, .prefetch = prefetch, .reduce_every_microbatch = true});
+    for (int k = 0; k < kSteps; ++k) {
+      const StepStats a = plain.trainer->train_step(data.x, data.y);
+      step.trainer->train_step(data.x, data.y);
+      const StepStats c = every.trainer->train_step(data.x, data.y);
+      CHECK(std::abs(a.loss - c.loss) <= 1e-6 * std::abs(a.loss));
+      CHECK(std::isfinite(c.loss));
+    }
+    const auto want = plain.params()[0];
+    double worst = 0;
+    for (const auto& replica : every.params())
+      for (const auto& [name, v] : replica)
+        for (size_t i = 0; i < v.size(); ++i)
+          worst = std::max(worst, static_cast<double>(std::abs(v[i] - want.at(name)[i])));
+    CAPTURE(worst);
+    CHECK(worst <= 1e-6);
+    // Per step, every unit's whole gradient is alive from its first micro-batch to the last;
+    // per micro-batch, one or two units' at a time.
+    const size_t per_step = step.trainer->replica(0).held_bytes().gathered_peak;
+    const size_t per_microbatch = every.trainer->replica(0).held_bytes().gathered_peak;
+    CAPTURE(per_step);
+    CAPTURE(per_microbatch);
+    CHECK(per_microbatch < per_step);
+  }
 }
 
 TEST_CASE("full shard: checkpoints are the unsharded format; resume is bit-identical") {

@@ -48,6 +48,16 @@ void FullShardResidency::prefetch(int stage, size_t u) {
   gathers_[{stage, u}] = queue_->submit([&sh, u, whole] { sh.fill(u, whole); });
 }
 
+void FullShardResidency::settle(int stage, size_t u) {
+  for (auto it = reduces_.begin(); it != reduces_.end(); ++it)
+    if (it->stage == stage && it->unit == u) {
+      queue_->wait(it->ticket);
+      shards(stage).finish_reduce(u);
+      reduces_.erase(it);
+      return;
+    }
+}
+
 void FullShardResidency::reap(bool all) {
   std::vector<PendingReduce> left;
   for (const PendingReduce& r : reduces_) {
@@ -66,7 +76,11 @@ void FullShardResidency::before_compute(int stage, int layer, Pass pass, bool we
   const size_t u = sh.params().unit_of_layer(layer);
   if (queue_) reap(false);
   ensure(stage, u);
-  if (weight_gradient) sh.make_gradients(u);
+  if (weight_gradient) {
+    // A reduce-scatter of this unit's last micro-batch may still read its gradients.
+    if (queue_) settle(stage, u);
+    sh.make_gradients(u);
+  }
   // The neighbour this pass reaches next, gathered while this unit computes. Not in a
   // recomputation: its segment may end here, and the backward goes the other way.
   if (pass == Pass::forward && u + 1 < sh.params().num_units()) prefetch(stage, u + 1);
@@ -79,19 +93,21 @@ void FullShardResidency::after_forward(int stage, int layer) {
   if (config_.reshard_after_forward && layer + 1 == sh.params().unit(u).last_layer) sh.release(u);
 }
 
-void FullShardResidency::after_backward(int stage, int layer, bool /*weight_gradient*/,
-                                        bool final) {
+void FullShardResidency::after_backward(int stage, int layer, bool weight_gradient, bool final) {
   UnitShards& sh = shards(stage);
   const size_t u = sh.params().unit_of_layer(layer);
   if (layer != sh.params().unit(u).first_layer) return;  // the unit's backward goes on
-  if (final) {
+  // Whole (tied) units are all-reduced in place: only once their gradients are complete.
+  if (final || (weight_gradient && config_.reduce_every_microbatch && sh.sharded(u))) {
     if (!queue_) {
       ++collectives_;
       timed([&] { sh.reduce(u); });
     } else if (const Tensor grads = sh.reduce_source(u); grads.defined()) {
       ++collectives_;
-      reduces_.push_back(
-          {stage, u, queue_->submit([&sh, u, grads] { sh.reduce_parts(u, grads); })});
+      const bool accumulate = sh.accumulates(u);
+      reduces_.push_back({stage, u, queue_->submit([&sh, u, grads, accumulate] {
+                            sh.reduce_parts(u, grads, accumulate);
+                          })});
     }
   }
   if (config_.reshard_after_forward) sh.release(u);

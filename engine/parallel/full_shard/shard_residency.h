@@ -47,6 +47,8 @@ class FullShardResidency final : public ParameterResidency {
   void prefetch(int stage, size_t u);
   // Drops the whole gradients of the units whose reduce-scatter has run (all of them: `all`).
   void reap(bool all);
+  // Waits for a pending reduce-scatter of unit u, and drops its whole gradient.
+  void settle(int stage, size_t u);
   // Runs a collective on the worker (no prefetch), counting its time as exposed.
   void timed(const std::function<void()>& collective);
 

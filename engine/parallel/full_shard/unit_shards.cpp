@@ -188,7 +188,8 @@ void UnitShards::release_all() {
 
 void UnitShards::reduce(size_t u) {
   if (units_.at(u).kind == Kind::empty) return;
-  reduce_parts(u, reduce_source(u));
+  const Tensor grads = reduce_source(u);
+  reduce_parts(u, grads, accumulates(u));
   finish_reduce(u);
 }
 
@@ -200,7 +201,7 @@ Tensor UnitShards::reduce_source(size_t u) const {
   return params_->unit_grads_flat(u);
 }
 
-void UnitShards::reduce_parts(size_t u, const Tensor& flat) {
+void UnitShards::reduce_parts(size_t u, const Tensor& flat, bool accumulate) {
   const Unit& unit = units_.at(u);
   if (unit.kind == Kind::empty) return;
   float* grads = host_view(flat, stage_buf_);
@@ -223,17 +224,18 @@ void UnitShards::reduce_parts(size_t u, const Tensor& flat) {
     replicate_->all_reduce(recv_.data(), unit.part, ElemType::f32, ReduceOp::sum,
                            what("gradient all-reduce of the part across shard groups", u));
   const Tensor part = part_grads_.view(unit.slot);
-  if (params_->backend().host_accessible()) {
-    std::copy(recv_.begin(), recv_.end(), part.f32());
+  float* dst = host_view(part, part_stage_);
+  if (accumulate) {
+    for (size_t i = 0; i < recv_.size(); ++i) dst[i] += recv_[i];
   } else {
-    params_->backend().copy_from_host(part.data(), recv_.data(), part.bytes());
+    std::copy(recv_.begin(), recv_.end(), dst);
   }
+  host_done(part, part_stage_);
 }
 
 void UnitShards::finish_reduce(size_t u) {
   Unit& unit = units_.at(u);
   if (unit.kind == Kind::sharded) params_->release_unit_grads(u);
-  unit.reduced = true;
 }
 
 void UnitShards::start_step() {
@@ -241,7 +243,7 @@ void UnitShards::start_step() {
     const Tensor g = part_grads_.flat();
     params_->backend().fill(g.f32(), 0.f, g.numel());
   }
-  for (Unit& unit : units_) unit.reduced = false;
+  for (Unit& unit : units_) unit.reductions = 0;
   peak_gathered_ = 0;
   count_gathered();
 }

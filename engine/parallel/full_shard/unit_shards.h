@@ -15,7 +15,10 @@
 // schedule (PyTorch's pipelining turns gradient sync on only for the last backward), keeps the
 // sums the same bits as --dp's all-reduce: each replica adds its micro-batches, then the group
 // adds the replicas, in the same order. The unit's whole gradient lives from its first weight
-// gradient of the step to the reduce-scatter.
+// gradient of the step to the reduce-scatter. With FullShardConfig::reduce_every_microbatch
+// (FSDP2 without no_sync) a sharded unit is reduce-scattered after every micro-batch's weight
+// gradient and the results added in its part: the whole gradient lives for one micro-batch
+// only, at M times the traffic, and the sums are added in another order (replicas first).
 //
 // A unit holding a tied parameter (Model::ties: the sum crosses stages) is not sharded: it stays
 // whole on every replica, its gradients all-reduced, as --dp does (FSDP2 likewise keeps tied
@@ -51,6 +54,9 @@ struct FullShardConfig {
   // Off by default: on our 2-core machines that thread competes with compute for the cores (5%
   // slower, measured) and holds up to two more units; it pays where the link is the bottleneck.
   bool prefetch = false;
+  // --shard-reduce microbatch: reduce-scatter after every micro-batch (see above); false
+  // (step): once, after the last.
+  bool reduce_every_microbatch = false;
 };
 
 // Where the units of the stage [first, last) begin: a unit is `unit_layers` consecutive layers
@@ -84,11 +90,14 @@ class UnitShards {
   // The unit's whole gradients allocated (zeros) for a weight gradient to write; local.
   void make_gradients(size_t u);
   void release(size_t u);
-  // reduce = finish_reduce(u) after reduce_parts(u, reduce_source(u)); reduce_parts is the
-  // collective (another thread may run it), the others are local.
+  // reduce = finish_reduce(u) after reduce_parts(u, reduce_source(u), accumulates(u));
+  // reduce_parts is the collective (another thread may run it), the others are local.
+  // accumulates(u) counts the unit's reductions this step: false for the first, whose sum
+  // replaces the part's gradient; later ones add to it (reduce_every_microbatch).
   void reduce(size_t u);
   Tensor reduce_source(size_t u) const;
-  void reduce_parts(size_t u, const Tensor& grads);
+  bool accumulates(size_t u) { return units_.at(u).reductions++ > 0; }
+  void reduce_parts(size_t u, const Tensor& grads, bool accumulate);
   void finish_reduce(size_t u);
   // ---- the step's epilogue ----
   // Zeroes the parts' gradients (a unit without a weight gradient this step adds nothing).
@@ -130,7 +139,7 @@ class UnitShards {
     int64_t part = 0;                      // c: each replica's part (sharded)
     size_t slot = 0;                       // entry in parts_table_ (sharded)
     std::unique_ptr<Optimizer> optimizer;  // whole units' own
-    bool reduced = false;                  // this step
+    int reductions = 0;                    // this step (submitted)
   };
   // This replica's [first, end) of unit u's floats.
   int64_t part_begin(const Unit& unit) const;
@@ -153,6 +162,7 @@ class UnitShards {
   std::unique_ptr<Optimizer> optimizer_;  // over parts_table_
   size_t peak_gathered_ = 0, last_peak_gathered_ = 0;
   std::vector<float> send_, recv_, stage_buf_;     // reductions and checkpoints
+  std::vector<float> part_stage_;                  // reductions: a part's host copy
   std::vector<float> gather_recv_, gather_stage_;  // gathers (fill)
 };
 
