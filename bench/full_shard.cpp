@@ -18,6 +18,11 @@
 //   "full shard R=2, kept after forward"     the same with reshard_after_forward = false: a
 //                                            unit gathered for its forward stays until the
 //                                            step's end (one gather per unit, more memory)
+//   "full shard R=2, reduce every micro-batch"  --shard-reduce microbatch (pipetrain's
+//                                            default without stages, FSDP2's): gradients
+//                                            reduce-scattered after each micro-batch, so they
+//                                            are never whole for the step; the others above
+//                                            reduce once a step (bit-identical to DP)
 //   "pipeline S=2"                           R = 1, S = 2 (layers split evenly: both stages
 //                                            hold about half of the model's FLOPs)
 //   "pipeline S=2 x full shard R=2"          S = 2 x R = 2 with --shard full: 4 devices, so
@@ -108,6 +113,7 @@ struct Setup {
   int replicas = 1, stages = 1;
   Shard shard = Shard::none;
   bool reshard_after_forward = true;
+  bool reduce_every_microbatch = false;  // --shard-reduce microbatch
   std::vector<std::unique_ptr<pt::Backend>> owned;
   std::unique_ptr<pt::DataParallelTrainer> trainer;
   double first_loss = 0;
@@ -130,17 +136,20 @@ pt::PipelineConfig pipeline_config(const Flags& f, const Setup& s) {
   pc.parallel.shard_optimizer = s.shard == Shard::optimizer;
   pc.parallel.shard_full = s.shard == Shard::full;
   pc.parallel.reshard_after_forward = s.reshard_after_forward;
+  pc.parallel.shard_reduce_every_microbatch = s.reduce_every_microbatch;
   return pc;
 }
 
 std::unique_ptr<Setup> make_setup(const Flags& f, std::string name, int replicas, int stages,
-                                  Shard shard, bool reshard_after_forward = true) {
+                                  Shard shard, bool reshard_after_forward = true,
+                                  bool reduce_every_microbatch = false) {
   auto s = std::make_unique<Setup>();
   s->name = std::move(name);
   s->replicas = replicas;
   s->stages = stages;
   s->shard = shard;
   s->reshard_after_forward = reshard_after_forward;
+  s->reduce_every_microbatch = reduce_every_microbatch;
   std::vector<pt::Backend*> list;
   for (int d = 0; d < s->devices(); ++d) {
     s->owned.push_back(pt::make_cpu_backend(d, 1));
@@ -333,6 +342,8 @@ int main(int argc, char** argv) {
   setups.push_back(make_setup(f, "ZeRO-1 R=2", 2, 1, Shard::optimizer));
   setups.push_back(make_setup(f, "full shard R=2", 2, 1, Shard::full));
   setups.push_back(make_setup(f, "full shard R=2, kept after forward", 2, 1, Shard::full, false));
+  setups.push_back(make_setup(f, "full shard R=2, reduce every micro-batch", 2, 1, Shard::full,
+                              true, true));
   setups.push_back(make_setup(f, "pipeline S=2", 1, 2, Shard::none));
   setups.push_back(make_setup(f, "pipeline S=2 x full shard R=2", 2, 2, Shard::full));
   const Setup& dp = *setups[1];

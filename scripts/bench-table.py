@@ -321,6 +321,7 @@ def full_shard(rows):
                 ("ZeRO-1 R=2", "ZeRO-1"),
                 ("full shard R=2", "full"),
                 ("full shard R=2, kept after forward", "full, kept after forward"),
+                ("full shard R=2, reduce every micro-batch", "full, reduce every micro-batch"),
                 ("pipeline S=2", "pipeline S = 2"),
                 ("pipeline S=2 x full shard R=2", "S = 2 × full R = 2"),
             )
