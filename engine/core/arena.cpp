@@ -16,9 +16,9 @@ size_t SizeTable::add(std::string name, Shape shape, DType dtype) {
   return entries_.size() - 1;
 }
 
-Arena::Arena(Backend& backend, const SizeTable& table) : table_(table) {
+Arena::Arena(Backend& backend, const SizeTable& table, bool zeroed) : table_(table) {
   const int64_t floats = static_cast<int64_t>(table.total_bytes() / sizeof(float));
-  whole_ = backend.zeros(Shape{floats}, DType::f32);
+  whole_ = zeroed ? backend.zeros(Shape{floats}, DType::f32) : backend.empty(Shape{floats});
 }
 
 Tensor Arena::view(size_t index) const {

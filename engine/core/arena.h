@@ -34,8 +34,9 @@ class SizeTable {
 class Arena {
  public:
   Arena() = default;
-  // One zero-filled allocation of table.total_bytes() on the backend.
-  Arena(Backend& backend, const SizeTable& table);
+  // One zero-filled allocation of table.total_bytes() on the backend; `zeroed` false leaves it
+  // unwritten, for a caller that overwrites every byte (padding included) at once.
+  Arena(Backend& backend, const SizeTable& table, bool zeroed = true);
 
   const SizeTable& table() const { return table_; }
   Tensor view(size_t index) const;

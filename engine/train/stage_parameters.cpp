@@ -229,7 +229,8 @@ void StageParameters::bind_unit(size_t u) {
 void StageParameters::materialize_unit_params(size_t u) {
   Unit& unit = units_.at(u);
   if (unit.params_resident) return;
-  if (unit.window.bytes) unit.params = Arena(*backend_, unit.table);
+  // Not zeroed: the caller writes every byte (a gather of the parts, padding included).
+  if (unit.window.bytes) unit.params = Arena(*backend_, unit.table, /*zeroed=*/false);
   unit.params_resident = true;
   bind_unit(u);
 }

@@ -304,7 +304,13 @@ void UnitShards::gather_all() {
 }
 
 void UnitShards::materialize_all() {
-  for (size_t u = 0; u < units_.size(); ++u) params_->materialize_unit_params(u);
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (params_->unit_params_resident(u)) continue;
+    params_->materialize_unit_params(u);
+    // A load writes the tensors, not the padding between them: zeros there, as in every arena.
+    const Tensor whole = params_->unit_params_flat(u);
+    if (whole.numel()) params_->backend().fill(whole.f32(), 0.f, whole.numel());
+  }
 }
 
 void UnitShards::take_params() {
