@@ -19,6 +19,11 @@ struct LayerProfile {
   int64_t param_bytes = 0;       // f32 parameters (gradients and optimizer state scale with it)
   int64_t activation_bytes = 0;  // per micro-batch: what forward saves for backward
   int64_t output_bytes = 0;      // per micro-batch: what crosses a stage boundary after this layer
+  // Of forward_s, the wait for full sharding's parameter all-gather (engine/plan/full_shard.h; 0
+  // otherwise). A recomputed forward runs just before its backward, which then finds the
+  // parameters still gathered: the backward's gather is already in backward_input_s, so the
+  // recomputation is charged forward_s without this (recompute_cost.h).
+  double forward_gather_s = 0;
 
   double total_s() const { return forward_s + backward_input_s + backward_weight_s; }
 };

@@ -52,6 +52,13 @@ int units_per_node(const PlannerRequest& r, int T) {
   return r.devices_per_node > 0 ? r.devices_per_node / T : 0;
 }
 
+// The link of the data-parallel group (the R replicas of one pipeline device): the inter-node
+// one where some group spans nodes, the all-reduce's figures within a node otherwise.
+Link data_parallel_link(const PlannerRequest& r, int T, int S, int replicas, Placement placement) {
+  if (allreduce_crosses_nodes(S, replicas, units_per_node(r, T), placement)) return r.inter_node;
+  return {r.allreduce_bytes_per_second, r.allreduce_latency_s};
+}
+
 // Ring all-reduce of each device's gradients over R replicas: the slowest device's, over the
 // slowest link the ring crosses. With T > 1 each rank reduces its own share (grad_bytes are a
 // rank's), all T rings at once, each GPU over its own link.
@@ -60,10 +67,19 @@ double allreduce_s(const PlannerRequest& r, int T, int S, int replicas,
   if (replicas < 2) return 0;
   const int64_t most = *std::max_element(grad_bytes.begin(), grad_bytes.end());
   const double ring = 2.0 * (replicas - 1) / replicas;
-  const bool across = allreduce_crosses_nodes(S, replicas, units_per_node(r, T), placement);
-  const double bandwidth = across ? r.inter_node.bytes_per_second : r.allreduce_bytes_per_second;
-  const double latency = across ? r.inter_node.latency_s : r.allreduce_latency_s;
-  return ring * static_cast<double>(most) / bandwidth + 2.0 * (replicas - 1) * latency;
+  const Link link = data_parallel_link(r, T, S, replicas, placement);
+  return ring * static_cast<double>(most) / link.bytes_per_second +
+         2.0 * (replicas - 1) * link.latency_s;
+}
+
+// Per device of the schedule: the layers [first, last) of each stage it holds, in stage order.
+std::vector<std::vector<std::pair<int, int>>> held_layers(const sched::Schedule& schedule,
+                                                          const Partition& partition) {
+  std::vector<std::vector<std::pair<int, int>>> out(static_cast<size_t>(schedule.num_devices));
+  for (size_t k = 0; k < partition.stages.size(); ++k)
+    out[static_cast<size_t>(schedule.device_of(static_cast<int>(k)))].emplace_back(
+        partition.stages[k].first_layer, partition.stages[k].last_layer);
+  return out;
 }
 
 // Per device of one replica: peak bytes (parameters, gradients, optimizer state, the activations
@@ -85,6 +101,32 @@ std::pair<std::vector<int64_t>, std::vector<int64_t>> device_memory(
   return {peak, grads};
 }
 
+// As device_memory, each stage fully sharded over R replicas (full_shard.h): per device its
+// stages' parts, summed gradients and activations, and the units it holds whole while computing;
+// the gradient bytes are the parts (what the epilogue steps).
+std::pair<std::vector<int64_t>, std::vector<int64_t>> full_shard_device_memory(
+    const sched::Schedule& schedule, const Partition& partition, const std::vector<int>& inflight,
+    const std::vector<LayerProfile>& costs, int optimizer_slots, const RecomputePolicy& policy,
+    int R, int M, bool prefetch) {
+  std::vector<int64_t> peak(static_cast<size_t>(schedule.num_devices), 0), grads(peak);
+  const int stages = static_cast<int>(partition.stages.size());
+  for (int k = 0; k < stages; ++k) {
+    const StagePlan& st = partition.stages[static_cast<size_t>(k)];
+    const auto d = static_cast<size_t>(schedule.device_of(k));
+    peak[d] =
+        add_bytes(peak[d], full_shard_stage_bytes(costs, st.first_layer, st.last_layer,
+                                                  inflight[static_cast<size_t>(k)], optimizer_slots,
+                                                  policy, k == stages - 1, R, M));
+    const int64_t whole = times_bytes(st.params, static_cast<int64_t>(sizeof(float)));
+    grads[d] = add_bytes(grads[d], whole == kBytesBeyond ? whole : (whole + R - 1) / R);
+  }
+  const auto held = held_layers(schedule, partition);
+  for (size_t d = 0; d < peak.size(); ++d)
+    peak[d] =
+        add_bytes(peak[d], full_shard_gather_buffer_bytes(costs, held[d], policy, M, prefetch));
+  return {peak, grads};
+}
+
 // The step's epilogue (step_overheads.h) for a replica with these gradient bytes per device.
 double epilogue_s(const PlannerRequest& r, const std::vector<int64_t>& grad_bytes) {
   int64_t total = 0;
@@ -101,15 +143,31 @@ std::string shape_text(int T, int S, int R) {
 }
 
 // One point of the search: T x S x R devices, M micro-batches of `mb` samples, a schedule, a
-// policy.
+// policy, a placement and whether the stages are sharded over the replicas.
 struct Point {
   int T = 1, S = 1, R = 1, M = 1;
   int64_t mb = 1;
   std::string name;
   RecomputePolicy policy;
   Placement placement = Placement::stages;
-  double estimate_s = 0;  // simulate_top > 0: the estimated step
+  ShardChoice shard = ShardChoice::none;
+  bool split_backward = false;  // the schedule runs I and W apart (full sharding gathers for W)
+  double estimate_s = 0;        // simulate_top > 0: the estimated step
 };
+
+// Whether some device's list has a W: the schedule splits the backward (zero-bubble).
+bool splits_backward(const sched::Schedule& schedule) {
+  for (const auto& list : schedule.actions)
+    for (const sched::Action& a : list)
+      if (a.type == sched::ActionType::W) return true;
+  return false;
+}
+
+// "S x R = 4 x 2, shard full, M = 8": the point's shape for a rejection's example.
+std::string point_text(const Point& p) {
+  return fmt::format("{}{}, M = {}", shape_text(p.T, p.S, p.R),
+                     p.shard == ShardChoice::full ? ", shard full" : "", p.M);
+}
 
 // A schedule simulated with unit times at M' micro-batches (see search_plans' comment).
 struct UnitRun {
@@ -150,6 +208,12 @@ PlannerResult search_plans(const ShardedCostsFor& costs_for, const PlannerReques
   const std::vector<int> degrees =
       r.tensor_parallel.empty() ? std::vector<int>{1} : r.tensor_parallel;
   for (const int T : degrees) check_tensor_parallel(T, r.devices, r.devices_per_node, r.heads);
+  for (const int S : r.stages)
+    if (S < 1 || std::none_of(degrees.begin(), degrees.end(),
+                              [&](int T) { return (r.devices / T) % S == 0; }))
+      throw UsageError(fmt::format(
+          "--stages {}: no candidate has {} stages: S must divide the {} devices / T (T in {})", S,
+          S, r.devices, fmt::join(degrees, ",")));
   const std::vector<std::string> schedules =
       r.schedules.empty() ? planner_schedule_names() : r.schedules;
   const std::vector<RecomputePolicy> policies =
@@ -157,6 +221,8 @@ PlannerResult search_plans(const ShardedCostsFor& costs_for, const PlannerReques
                                                          {RecomputePolicy::Kind::except_last, 0},
                                                          {RecomputePolicy::Kind::always, 0}}
                           : r.recompute;
+  const std::vector<ShardChoice> shard_choices =
+      r.shard.empty() ? std::vector<ShardChoice>{ShardChoice::none} : r.shard;
   const bool estimating = r.simulate_top > 0;
   PlannerResult out;
   Rejections rejected;
@@ -173,16 +239,69 @@ PlannerResult search_plans(const ShardedCostsFor& costs_for, const PlannerReques
                    .first;
     return cached->second;
   };
+  // A point's costs: with full sharding each layer waits for its parameter all-gathers over the
+  // data-parallel link (full_shard.h), by (mb, T, R, whether the group spans nodes, whether the
+  // schedule splits the backward); mb and R set M = B / (R mb).
+  std::map<std::tuple<int64_t, int, int, bool, bool>, std::vector<LayerProfile>> gathered_cache;
+  const auto costs_at = [&](const Point& p) -> const std::vector<LayerProfile>& {
+    if (p.shard == ShardChoice::none) return costs_of(p.mb, p.T);
+    const bool across = allreduce_crosses_nodes(p.S, p.R, units_per_node(r, p.T), p.placement);
+    const std::tuple key{p.mb, p.T, p.R, across, p.split_backward};
+    auto cached = gathered_cache.find(key);
+    if (cached == gathered_cache.end())
+      cached = gathered_cache
+                   .emplace(key, with_full_shard_gathers(
+                                     costs_of(p.mb, p.T), p.R, p.M,
+                                     data_parallel_link(r, p.T, p.S, p.R, p.placement),
+                                     r.shard_prefetch, p.split_backward))
+                   .first;
+    return cached->second;
+  };
+  // Per device of one replica: peak bytes and the gradient bytes the epilogue and the all-reduce
+  // see, sharded or not.
+  const auto memory_at = [&](const Point& p, const sched::Schedule& schedule, const Partition& part,
+                             const std::vector<int>& inflight,
+                             const std::vector<LayerProfile>& costs) {
+    if (p.shard == ShardChoice::full)
+      return full_shard_device_memory(schedule, part, inflight, costs, r.optimizer_slots, p.policy,
+                                      p.R, p.M, r.shard_prefetch);
+    return device_memory(schedule, part, inflight, costs, r.optimizer_slots, p.policy);
+  };
+  // After the pipeline: the gradient all-reduce, or (shard full) the slowest device's
+  // reduce-scatters.
+  const auto gradient_sync_s = [&](const Point& p, const sched::Schedule& schedule,
+                                   const Partition& part, const std::vector<LayerProfile>& costs,
+                                   const std::vector<int64_t>& grads) {
+    if (p.shard == ShardChoice::none) return allreduce_s(r, p.T, p.S, p.R, grads, p.placement);
+    const Link link = data_parallel_link(r, p.T, p.S, p.R, p.placement);
+    double most = 0;
+    for (const auto& held : held_layers(schedule, part))
+      most = std::max(most, full_shard_reduce_s(costs, held, p.R, link, r.shard_prefetch));
+    return most;
+  };
+  // Shard full: what the gathers add to the busiest device's step, M micro-batches of each of its
+  // layers' F, I and W (a recomputed forward reuses the backward's gather: recompute_cost.h).
+  const auto gather_s = [&](const Point& p, const sched::Schedule& schedule,
+                            const Partition& part) {
+    if (p.shard == ShardChoice::none) return 0.0;
+    const std::vector<LayerProfile>& plain = costs_of(p.mb, p.T);
+    const std::vector<LayerProfile>& gathered = costs_at(p);
+    std::vector<double> added(static_cast<size_t>(schedule.num_devices), 0);
+    for (size_t k = 0; k < part.stages.size(); ++k)
+      for (int l = part.stages[k].first_layer; l < part.stages[k].last_layer; ++l)
+        added[static_cast<size_t>(schedule.device_of(static_cast<int>(k)))] +=
+            p.M *
+            (gathered[static_cast<size_t>(l)].total_s() - plain[static_cast<size_t>(l)].total_s());
+    return *std::max_element(added.begin(), added.end());
+  };
   const auto over_cap = [&](const std::vector<int64_t>& peak) {
     return r.mem_cap_bytes > 0 && *std::max_element(peak.begin(), peak.end()) > r.mem_cap_bytes;
   };
   const auto reject_over_cap = [&](const Point& p, int64_t need, const char* how) {
     smallest_over_cap = smallest_over_cap == 0 ? need : std::min(smallest_over_cap, need);
     rejected.add(p.name, fmt::format("over the memory cap{}", how),
-                 fmt::format("{}, M = {}, recompute {}: needs {:.1f} MiB on a "
-                             "device, cap {:.1f} MiB",
-                             shape_text(p.T, p.S, p.R), p.M, p.policy.str(), mib(need),
-                             mib(r.mem_cap_bytes)));
+                 fmt::format("{}, recompute {}: needs {:.1f} MiB on a device, cap {:.1f} MiB",
+                             point_text(p), p.policy.str(), mib(need), mib(r.mem_cap_bytes)));
   };
   const auto links_for = [&](int T, int S, int R, Placement placement) {
     std::vector<Link> links;
@@ -195,9 +314,9 @@ PlannerResult search_plans(const ShardedCostsFor& costs_for, const PlannerReques
 
   // The exact plan of one point, as a run with those flags plans it; ranked or rejected.
   const auto plan_exactly = [&](const Point& p, const sched::Schedule& lowered) {
-    const std::vector<LayerProfile>& costs = costs_of(p.mb, p.T);
+    const std::vector<LayerProfile>& costs = costs_at(p);
     ++out.simulated;
-    const std::string where = fmt::format("{}, M = {}", shape_text(p.T, p.S, p.R), p.M);
+    const std::string where = point_text(p);
     PlanRequest pr;
     pr.devices = p.S;
     pr.microbatches = p.M;
@@ -210,16 +329,15 @@ PlannerResult search_plans(const ShardedCostsFor& costs_for, const PlannerReques
     pr.recompute = p.policy;
     pr.partition = {PartitionMethod::Kind::time, {}};
     const auto memory = [&](const PipelinePlan& plan) {
-      return device_memory(plan.schedule, plan.partition, plan.simulated.peak_inflight, costs,
-                           r.optimizer_slots, p.policy);
+      return memory_at(p, plan.schedule, plan.partition, plan.simulated.peak_inflight, costs);
     };
     try {
       PipelinePlan plan = plan_with_costs(lowered, costs, pr, p.name, "");
       auto [peak, grads] = memory(plan);
-      // Without recomputation and one chunk per device, the partitioner's own memory
+      // Without recomputation, sharding and one chunk per device, the partitioner's own memory
       // model is this one: let it search for a split under the cap.
       if (over_cap(peak) && p.policy.kind == RecomputePolicy::Kind::never &&
-          lowered.num_stages == p.S) {
+          p.shard == ShardChoice::none && lowered.num_stages == p.S) {
         const int64_t unbalanced = *std::max_element(peak.begin(), peak.end());
         pr.partition = {PartitionMethod::Kind::memory, {}};
         pr.mem_cap_bytes = r.mem_cap_bytes;
@@ -236,6 +354,7 @@ PlannerResult search_plans(const ShardedCostsFor& costs_for, const PlannerReques
       }
       PlanCandidate c;
       c.tensor_parallel = p.T;
+      c.shard = p.shard;
       c.stages = p.S;
       c.replicas = p.R;
       c.microbatches = p.M;
@@ -244,7 +363,8 @@ PlannerResult search_plans(const ShardedCostsFor& costs_for, const PlannerReques
       c.layout = plan.partition.layout();
       c.partition = pr.partition;
       c.pipeline_s = plan.simulated.step_time;
-      c.allreduce_s = allreduce_s(r, p.T, p.S, p.R, grads, p.placement);
+      c.allreduce_s = gradient_sync_s(p, plan.schedule, plan.partition, costs, grads);
+      c.gather_s = gather_s(p, plan.schedule, plan.partition);
       c.placement = p.placement;
       c.epilogue_s = epilogue_s(r, grads);
       c.step_s = c.pipeline_s + c.allreduce_s + c.epilogue_s;
@@ -263,7 +383,8 @@ PlannerResult search_plans(const ShardedCostsFor& costs_for, const PlannerReques
 
   // ---- the estimate (simulate_top > 0) ------------------------------------------------------
   std::map<std::tuple<std::string, int, int>, UnitRun> unit_runs;  // (name, S, M')
-  std::map<std::tuple<int64_t, int, int>, Partition> splits;       // (mb, T, stages): by time
+  // By time, per cost table (costs_at's, which live as long as their caches) and stage count.
+  std::map<std::pair<const std::vector<LayerProfile>*, int>, Partition> splits;
   std::vector<Point> estimated;
   // The unit run of (name, S, M'), or nullptr after recording why the generator refused.
   const auto unit_run = [&](const Point& p) -> const UnitRun* {
@@ -278,25 +399,26 @@ PlannerResult search_plans(const ShardedCostsFor& costs_for, const PlannerReques
     return &it->second;
   };
   const auto estimate = [&](Point p, const UnitRun& u) {
-    const std::vector<LayerProfile>& costs = costs_of(p.mb, p.T);
+    const std::vector<LayerProfile>& costs = costs_at(p);
     const int stages = u.compute.num_stages;
-    auto split = splits.find({p.mb, p.T, stages});
+    auto split = splits.find({&costs, stages});
     if (split == splits.end()) {
       PartitionRequest pq;
       pq.method = {PartitionMethod::Kind::time, {}};
       pq.stages = stages;
-      split = splits.emplace(std::tuple{p.mb, p.T, stages}, partition(costs, pq)).first;
+      split = splits.emplace(std::pair{&costs, stages}, partition(costs, pq)).first;
     }
     const Partition* chosen = &split->second;
     const int m = u.compute.microbatches;
     std::vector<int> inflight = u.sim.peak_inflight;
     for (int& f : inflight)
       if (f == m) f = p.M;  // it holds every micro-batch (GPipe): all M
-    auto [peak, grads] =
-        device_memory(u.compute, *chosen, inflight, costs, r.optimizer_slots, p.policy);
-    // As plan_exactly: without recomputation and one chunk per device, a split under the cap.
+    auto [peak, grads] = memory_at(p, u.compute, *chosen, inflight, costs);
+    // As plan_exactly: without recomputation, sharding and one chunk per device, a split under
+    // the cap.
     Partition under_cap;
-    if (over_cap(peak) && p.policy.kind == RecomputePolicy::Kind::never && stages == p.S) {
+    if (over_cap(peak) && p.policy.kind == RecomputePolicy::Kind::never &&
+        p.shard == ShardChoice::none && stages == p.S) {
       PartitionRequest pq;
       pq.method = {PartitionMethod::Kind::memory, {}};
       pq.stages = stages;
@@ -347,7 +469,7 @@ PlannerResult search_plans(const ShardedCostsFor& costs_for, const PlannerReques
                 costs[static_cast<size_t>(part.stages[static_cast<size_t>(k)].last_layer - 1)]
                     .output_bytes));
     p.estimate_s = p.M * real[slow] + idle_units * per_unit + 2 * transfers +
-                   allreduce_s(r, p.T, p.S, p.R, grads, p.placement) + epilogue_s(r, grads);
+                   gradient_sync_s(p, u.compute, part, costs, grads) + epilogue_s(r, grads);
     estimated.push_back(std::move(p));
   };
 
@@ -357,7 +479,18 @@ PlannerResult search_plans(const ShardedCostsFor& costs_for, const PlannerReques
     for (int R = 1; R <= units; ++R) {
       if (units % R != 0) continue;
       const int S = units / R;
+      if (!r.stages.empty() && std::find(r.stages.begin(), r.stages.end(), S) == r.stages.end())
+        continue;
       const std::string shape = shape_text(T, S, R);
+      // One replica holds its stages whole: full sharding needs R >= 2.
+      std::vector<ShardChoice> shards;
+      for (const ShardChoice sh : shard_choices)
+        if (sh == ShardChoice::none || R > 1) shards.push_back(sh);
+      if (shards.empty()) {
+        rejected.add("(any)", "full sharding needs R >= 2",
+                     fmt::format("{}: one replica has no other to share its stages with", shape));
+        continue;
+      }
       if (r.batch % R != 0) {
         rejected.add(
             "(any)", "batch not divisible by R",
@@ -385,7 +518,7 @@ PlannerResult search_plans(const ShardedCostsFor& costs_for, const PlannerReques
         }
         for (const std::string& name : searched) {
           const std::string where = fmt::format("{}, M = {}", shape, M);
-          Point p{T, S, R, M, mb, name, {}, Placement::stages, 0};
+          Point p{T, S, R, M, mb, name, {}, Placement::stages, ShardChoice::none, 0};
           sched::Schedule lowered;
           const UnitRun* unit = nullptr;
           try {
@@ -396,21 +529,24 @@ PlannerResult search_plans(const ShardedCostsFor& costs_for, const PlannerReques
               if (S <= L) {
                 unit = unit_run(p);
                 num_stages = unit->compute.num_stages;
+                p.split_backward = splits_backward(unit->compute);
               }
             } else {
               const sched::Schedule compute = sched::generate(name, S, M);
               num_stages = compute.num_stages;
+              p.split_backward = splits_backward(compute);
               if (num_stages <= L) lowered = lower_schedule(compute, R > 1, name);
             }
             if (num_stages > L) {
               rejected.add(name, "more stages than layers",
                            fmt::format("{}: {} stages for {} layers", where, num_stages, L));
-              out.considered += static_cast<int>(policies.size() * placements.size());
+              out.considered +=
+                  static_cast<int>(policies.size() * placements.size() * shards.size());
               continue;
             }
           } catch (const std::exception& e) {  // invalid_argument (generator) or UsageError
             rejected.add(name, "generator refused", fmt::format("{}: {}", where, e.what()));
-            out.considered += static_cast<int>(policies.size() * placements.size());
+            out.considered += static_cast<int>(policies.size() * placements.size() * shards.size());
             continue;
           }
           for (const RecomputePolicy& policy : policies) {
@@ -420,12 +556,15 @@ PlannerResult search_plans(const ShardedCostsFor& costs_for, const PlannerReques
               continue;
             p.policy = policy;
             for (const Placement placement : placements) {
-              ++out.considered;
               p.placement = placement;
-              if (estimating)
-                estimate(p, *unit);
-              else
-                plan_exactly(p, lowered);
+              for (const ShardChoice shard : shards) {
+                ++out.considered;
+                p.shard = shard;
+                if (estimating)
+                  estimate(p, *unit);
+                else
+                  plan_exactly(p, lowered);
+              }
             }
           }
         }
@@ -442,8 +581,7 @@ PlannerResult search_plans(const ShardedCostsFor& costs_for, const PlannerReques
       try {
         plan_exactly(p, lower_schedule(sched::generate(p.name, p.S, p.M), p.R > 1, p.name));
       } catch (const std::exception& e) {
-        rejected.add(p.name, "generator refused",
-                     fmt::format("{}, M = {}: {}", shape_text(p.T, p.S, p.R), p.M, e.what()));
+        rejected.add(p.name, "generator refused", fmt::format("{}: {}", point_text(p), e.what()));
       }
     }
   }
@@ -480,20 +618,27 @@ std::string PlannerResult::report(int k) const {
       considered, ranked.size(), std::min<size_t>(static_cast<size_t>(k), ranked.size()));
   const bool sharded = std::any_of(ranked.begin(), ranked.end(),
                                    [](const PlanCandidate& c) { return c.tensor_parallel > 1; });
+  const bool full = std::any_of(ranked.begin(), ranked.end(), [](const PlanCandidate& c) {
+    return c.shard == ShardChoice::full;
+  });
+  // The last column, recompute, padded only where shard follows it.
+  const auto last_columns = [full](const std::string& recompute, const char* shard) {
+    return full ? fmt::format("{:<12} {}", recompute, shard) : recompute;
+  };
   out += fmt::format("{:>4}  {:>10}  {:>7}  {:<22} {:>7} {:>4}  {:<14} {}\n", "rank", "step (ms)",
                      "bubble", "peak MiB per device", sharded ? "T x S x R" : "S x R", "M",
-                     "schedule", "recompute");
+                     "schedule", last_columns("recompute", "shard"));
   for (size_t i = 0; i < ranked.size() && i < static_cast<size_t>(k); ++i) {
     const PlanCandidate& c = ranked[i];
     std::string peaks;
     for (int64_t p : c.peak_bytes)
       peaks += fmt::format("{}{:.1f}", peaks.empty() ? "" : " ", mib(p));
-    out +=
-        fmt::format("{:>4}  {:>10.2f}  {:>6.1f}%  {:<22} {:>7} {:>4}  {:<14} {}\n", i + 1,
-                    c.step_s * 1e3, 100 * c.bubble, peaks,
-                    sharded ? fmt::format("{} x {} x {}", c.tensor_parallel, c.stages, c.replicas)
-                            : fmt::format("{} x {}", c.stages, c.replicas),
-                    c.microbatches, c.schedule, c.recompute.str());
+    out += fmt::format(
+        "{:>4}  {:>10.2f}  {:>6.1f}%  {:<22} {:>7} {:>4}  {:<14} {}\n", i + 1, c.step_s * 1e3,
+        100 * c.bubble, peaks,
+        sharded ? fmt::format("{} x {} x {}", c.tensor_parallel, c.stages, c.replicas)
+                : fmt::format("{} x {}", c.stages, c.replicas),
+        c.microbatches, c.schedule, last_columns(c.recompute.str(), shard_name(c.shard)));
   }
   for (const PlanRejection& j : rejected)
     out += fmt::format("rejected {} ({} plan{}): {}, e.g. {}\n", j.schedule, j.count,

@@ -20,6 +20,12 @@
 // boundary carries the rank's share over the boundary's link, and each rank's gradient
 // all-reduce over its R replicas carries its 1/T of the stage's gradients. The memory cap is per
 // rank. T = 1 (the default) is the planner without it.
+//
+// Full sharding (full_shard.h; ARCHITECTURE.md "Full sharding in the planner"): with R > 1 a
+// candidate may shard its stages' parameters, gradients and optimizer state over the R replicas
+// (ShardChoice::full) instead of holding them whole: its memory is full_shard.h's, its layers
+// wait for their parameter all-gathers (what compute does not hide with prefetch; all of them
+// without), and a reduce-scatter of the gradients replaces the all-reduce after the pipeline.
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -31,6 +37,7 @@
 #include "engine/partition/step_overheads.h"
 #include "engine/pipeline/recompute.h"
 #include "engine/plan/cluster.h"
+#include "engine/plan/full_shard.h"
 
 namespace pt {
 
@@ -60,11 +67,21 @@ struct PlannerRequest {
   // heads. heads 0 (the costs say nothing of sharding): T = 1 only.
   std::vector<int> tensor_parallel;
   int heads = 0;
+  // Which of none and full sharding to search where R > 1 (R = 1 is always none); empty: {none}
+  // (--plan auto: a run it plans does not shard). {full} alone leaves out every R = 1 candidate.
+  std::vector<ShardChoice> shard;
+  // Full sharding's gathers run while the layer before computes (full_shard.h), as the runtime's
+  // --shard-prefetch true (pipetrain-plan's default) and FSDP do; false: each waited for when
+  // needed.
+  bool shard_prefetch = true;
+  // Stage counts S to search; empty: every S that divides the devices (per T).
+  std::vector<int> stages;
 };
 
 struct PlanCandidate {
   int stages = 1, replicas = 1, microbatches = 1;  // S (devices per replica), R, M
-  int tensor_parallel = 1;  // T: ranks per stage (a "device" above is T of them)
+  int tensor_parallel = 1;                // T: ranks per stage (a "device" above is T of them)
+  ShardChoice shard = ShardChoice::none;  // full: the stages sharded over the R replicas
   int threads = 0;  // --plan auto's merged device (one device with every device's threads): its
                     // threads; 0: the devices as given
   std::string schedule;  // a sched::generate() name
@@ -74,8 +91,11 @@ struct PlanCandidate {
   PartitionMethod partition;                // how layout was found (time, or memory under the cap)
   double step_s = 0;                        // pipeline_s + allreduce_s + epilogue_s
   double pipeline_s = 0;                    // the timed simulation of one replica's step
-  double allreduce_s = 0;                   // R > 1: the gradient all-reduce
-  double epilogue_s = 0;                    // zeroing, norm, update (request.overheads)
+  double allreduce_s = 0;  // R > 1: the gradient all-reduce; shard full: the reduce-scatters
+  // Shard full: seconds the parameter all-gathers add to the busiest device's step (inside
+  // pipeline_s: with prefetch what compute does not cover, all of them without).
+  double gather_s = 0;
+  double epilogue_s = 0;            // zeroing, norm, update (request.overheads)
   double bubble = 0;                // 1 - mean device busy time / (pipeline_s + allreduce_s)
   double estimate_s = 0;            // simulate_top > 0: the estimate that chose it for planning
   std::vector<int64_t> peak_bytes;  // per device of one replica
@@ -97,7 +117,8 @@ struct PlannerResult {
   int64_t smallest_fitting_cap = 0;  // the smallest cap some candidate fits (0: none planned)
 
   // The top k as a table (rank, predicted step, bubble, peak MiB per device, S x R (T x S x R
-  // when T > 1), M, schedule, recompute), then one line per rejected class.
+  // when T > 1), M, schedule, recompute, and shard when some plan shards), then one line per
+  // rejected class.
   std::string report(int k) const;
 };
 

@@ -18,9 +18,8 @@ int64_t activations(const std::vector<LayerProfile>& layers, int first, int last
 
 }  // namespace
 
-int64_t stage_memory_bytes(const std::vector<LayerProfile>& layers, int first, int last,
-                           int inflight, int optimizer_slots, const RecomputePolicy& policy,
-                           bool last_stage) {
+int64_t stage_activation_peak_bytes(const std::vector<LayerProfile>& layers, int first, int last,
+                                    int inflight, const RecomputePolicy& policy, bool last_stage) {
   int64_t held = 0, rebuilt = 0;
   for (const Segment& seg : stage_segments(policy, first, last, last_stage)) {
     if (!seg.recompute) {
@@ -33,9 +32,14 @@ int64_t stage_memory_bytes(const std::vector<LayerProfile>& layers, int first, i
     rebuilt = std::max(rebuilt, activations(layers, seg.first_layer, seg.last_layer));
   }
   // Saturating (byte_count.h): a cost file's maxima overflow int64_t.
-  return add_bytes(add_bytes(stage_memory_bytes(layers, first, last, 0, optimizer_slots),
-                             times_bytes(inflight, held)),
-                   rebuilt);
+  return add_bytes(times_bytes(inflight, held), rebuilt);
+}
+
+int64_t stage_memory_bytes(const std::vector<LayerProfile>& layers, int first, int last,
+                           int inflight, int optimizer_slots, const RecomputePolicy& policy,
+                           bool last_stage) {
+  return add_bytes(stage_memory_bytes(layers, first, last, 0, optimizer_slots),
+                   stage_activation_peak_bytes(layers, first, last, inflight, policy, last_stage));
 }
 
 double recompute_time_s(const std::vector<LayerProfile>& layers, int first, int last,
@@ -44,7 +48,8 @@ double recompute_time_s(const std::vector<LayerProfile>& layers, int first, int 
   for (const Segment& seg : stage_segments(policy, first, last, last_stage))
     if (seg.recompute)
       for (int l = seg.first_layer; l < seg.last_layer; ++l)
-        t += layers[static_cast<size_t>(l)].forward_s;
+        t += layers[static_cast<size_t>(l)].forward_s -
+             layers[static_cast<size_t>(l)].forward_gather_s;
   return t;
 }
 

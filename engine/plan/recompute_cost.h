@@ -7,7 +7,8 @@
 //             (the previous layer's output bytes; the stage's own input for its first layer) and
 //             a kept segment all its layers' saved activations
 //           + the largest recomputed segment's activations once (rebuilt for one backward)
-//   time    the recomputed segments' forward again, before their backward (I or B)
+//   time    the recomputed segments' forward again, before their backward (I or B), without a
+//           full-sharding gather (LayerProfile::forward_gather_s: the backward's is the same one)
 #include <cstdint>
 #include <vector>
 
@@ -19,6 +20,10 @@ namespace pt {
 int64_t stage_memory_bytes(const std::vector<LayerProfile>& layers, int first, int last,
                            int inflight, int optimizer_slots, const RecomputePolicy& policy,
                            bool last_stage);
+
+// The activation part of the above alone (what full sharding, full_shard.h, leaves unsharded).
+int64_t stage_activation_peak_bytes(const std::vector<LayerProfile>& layers, int first, int last,
+                                    int inflight, const RecomputePolicy& policy, bool last_stage);
 
 // Seconds of forward recomputed per micro-batch by stage [first, last).
 double recompute_time_s(const std::vector<LayerProfile>& layers, int first, int last,

@@ -52,6 +52,21 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
   app.add_flag("--sequence-parallel", f.sequence_parallel,
                "GPT: shard the activations outside attention and the MLP over the T ranks too "
                "(Korthikanti et al. 2022; default: off, as Megatron in 2021)");
+  app.add_option("--stages", f.stages,
+                 "pipeline stage counts S to search, comma-separated (default: every S that "
+                 "divides the devices / T)")
+      ->check(kNotEmpty);
+  app.add_option("--shard", f.shard,
+                 "full sharding (ZeRO-3 / FSDP) of the stages over the R replicas to search: none "
+                 "(as --plan auto, which does not shard), full (only candidates with R >= 2) or "
+                 "both")
+      ->capture_default_str()
+      ->check(kNotEmpty);
+  app.add_option("--shard-prefetch", f.shard_prefetch,
+                 "full sharding: true gathers the next unit while this one computes and "
+                 "reduce-scatters in the background (as the runtime's --shard-prefetch true and "
+                 "FSDP); false waits for every collective where it is needed")
+      ->capture_default_str();
   app.add_option("--recompute", f.recompute,
                  "recompute policies to search, comma-separated (never, except_last, always, "
                  "every:K; default: never, except_last, always)")
@@ -85,7 +100,7 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
              "--heads", "--flops", "--optimizer-slots"});
   set_group(app, "Parallelism",
             {"--cluster", "--devices", "--mem-cap", "--batch", "--tensor-parallel",
-             "--sequence-parallel"});
+             "--sequence-parallel", "--stages", "--shard", "--shard-prefetch"});
   set_group(app, "Schedule",
             {"--schedules", "--recompute", "--max-microbatches", "--simulate", "--top"});
 }
@@ -105,20 +120,24 @@ std::vector<std::string> split_commas(const std::string& text) {
   return out;
 }
 
-std::vector<int> tensor_parallel_list(const std::string& text) {
+// "1,2,4" -> {1, 2, 4}; anything but whole numbers >= 1 is refused naming `flag` and `what`.
+std::vector<int> whole_numbers(const char* flag, const std::string& text, const char* what) {
   std::vector<int> out;
-  if (text == "auto") return out;
   for (const std::string& item : split_commas(text)) {
     const bool digits =
         !item.empty() && item.size() <= 7 &&
         std::all_of(item.begin(), item.end(), [](char c) { return c >= '0' && c <= '9'; });
     if (!digits || std::stoi(item) < 1)
-      throw UsageError(fmt::format(
-          "--tensor-parallel: '{}' is not a degree: give auto or whole numbers >= 1, e.g. 1,2,4,8",
-          item));
+      throw UsageError(fmt::format("{}: '{}' is not {}", flag, item, what));
     out.push_back(std::stoi(item));
   }
   return out;
+}
+
+std::vector<int> tensor_parallel_list(const std::string& text) {
+  if (text == "auto") return {};
+  return whole_numbers("--tensor-parallel", text,
+                       "a degree: give auto or whole numbers >= 1, e.g. 1,2,4,8");
 }
 
 }  // namespace
@@ -161,6 +180,16 @@ PlanChoices check_plan_flags(const PlanFlags& f) {
   if (f.cluster.empty()) return {};
   PlanChoices out;
   out.tensor_parallel = tensor_parallel_list(f.tensor_parallel);
+  if (!f.stages.empty())
+    out.stages =
+        whole_numbers("--stages", f.stages, "a stage count: give whole numbers >= 1, e.g. 1,2,4");
+  if (f.shard == "none" || f.shard == "both") out.shard.push_back(ShardChoice::none);
+  if (f.shard == "full" || f.shard == "both") out.shard.push_back(ShardChoice::full);
+  if (out.shard.empty())
+    throw UsageError(fmt::format("--shard {}: give none, full or both", f.shard));
+  if (f.shard_prefetch != "true" && f.shard_prefetch != "false")
+    throw UsageError(
+        fmt::format("--shard-prefetch {} is not a choice: use true or false", f.shard_prefetch));
   if (!gpt &&
       (f.sequence_parallel || std::any_of(out.tensor_parallel.begin(), out.tensor_parallel.end(),
                                           [](int T) { return T > 1; })))

@@ -1,7 +1,8 @@
 #pragma once
 // pipetrain-plan's flags, parsed and checked here (main() and a fuzz target can both call it):
 // where the layer costs come from (a cost file, or a GPT's shape and an achieved FLOP/s), the
-// cluster file, and the search's bounds (tensor-parallel degrees, schedules, recomputation).
+// cluster file, and the search's bounds (tensor-parallel degrees, stages, full sharding,
+// schedules, recomputation).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 
 #include "engine/partition/gpt_costs.h"
 #include "engine/pipeline/recompute.h"
+#include "engine/plan/full_shard.h"
 
 namespace pt::examples {
 
@@ -34,6 +36,9 @@ struct PlanFlags {
   std::string tensor_parallel = "auto";  // --tensor-parallel auto | T,T,...
   bool sequence_parallel = false;        // --sequence-parallel
   std::string recompute;                 // --recompute never,always,... ("": the planner's three)
+  std::string stages;                    // --stages S,S,... ("": every S)
+  std::string shard = "none";            // --shard none | full | both
+  std::string shard_prefetch = "true";   // --shard-prefetch true | false (full_shard.h)
 };
 
 // The search's lists, from the flags above.
@@ -41,6 +46,8 @@ struct PlanChoices {
   std::vector<std::string> schedules;      // empty: all
   std::vector<RecomputePolicy> recompute;  // empty: never, except_last, always
   std::vector<int> tensor_parallel;        // empty: auto (every T the cluster and heads allow)
+  std::vector<int> stages;                 // empty: every S
+  std::vector<ShardChoice> shard;          // none, full, or both
 };
 
 void add_plan_flags(CLI::App& app, PlanFlags& f);
@@ -49,7 +56,8 @@ void add_plan_flags(CLI::App& app, PlanFlags& f);
 // file), --cluster (unless only writing a GPT's costs), --batch, --top, --max-microbatches,
 // --optimizer-slots, --simulate, --devices and --mem-cap in range, each --schedules name known
 // (listing the valid ones), each --recompute policy valid, --tensor-parallel auto or whole
-// numbers >= 1 (whether each divides the heads and the nodes is the planner's check), and
+// numbers >= 1 and --stages whole numbers >= 1 (whether each divides the heads, the nodes and
+// the devices is the planner's check), --shard none, full or both, and
 // --tensor-parallel or --sequence-parallel only with a GPT's shape. Throws UsageError naming the
 // flag and the fix.
 PlanChoices check_plan_flags(const PlanFlags& f);

@@ -14,8 +14,18 @@
 // tensor_parallel.h), and prints each plan's model TFLOP/s per device as Narayanan et al. 2021
 // count them (gpt_costs.h), the figure of their Table 1 (scripts/megatron-table.sh).
 //
-// Left out: overlap of the all-reduces with the backward, and placements other than the two of
-// cluster.h.
+// Full sharding (--shard none | full | both; engine/plan/full_shard.h): with R >= 2 a plan may
+// shard its stages over the replicas (ZeRO-3 / FSDP), as --shard full --reshard-after-forward
+// true runs it. Not searched by default: the table then ranks what --plan auto ranks (it does
+// not shard) and what scripts/megatron-table.sh reproduces. Where a row of the table shards, two
+// columns follow recompute: shard (none | full) and gathers (what the parameter all-gathers add
+// to the busiest device's step), and that row's "allreduce" is its reduce-scatters after the
+// pipeline. The collectives run while compute goes on (--shard-prefetch true, the default here,
+// as the runtime's --shard-prefetch true and FSDP's prefetch) or each when needed (false).
+// --stages 1 --shard full is FSDP alone (scripts/fsdp-crossover.sh).
+//
+// Left out: overlap of the all-reduces with the backward, placements other than the two of
+// cluster.h, and sharding within groups of replicas only (HSDP).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -108,6 +118,9 @@ int plan(const pt::examples::PlanFlags& f, const pt::examples::PlanChoices& choi
   r.inter_node = cluster.inter_node;
   r.simulate_top = f.simulate;
   r.overheads = tables.epilogue;
+  r.stages = choices.stages;
+  r.shard = choices.shard;
+  r.shard_prefetch = f.shard_prefetch == "true";
 
   const auto t0 = std::chrono::steady_clock::now();
   const pt::PlannerResult res = [&] {
@@ -150,19 +163,35 @@ int plan(const pt::examples::PlanFlags& f, const pt::examples::PlanChoices& choi
           ? fmt::format("{:.3g} + {:.3g} ns per parameter (the cost file's)",
                         r.overheads.serial_s_per_param * 1e9, r.overheads.update_s_per_param * 1e9)
           : std::string("not modelled (no 'epilogue' line in the costs)"));
-  std::string degrees;
+  std::string degrees, shards;
   for (const int T : r.tensor_parallel)
     degrees += fmt::format("{}{}", degrees.empty() ? "" : ",", T);
-  fmt::print("searched {} plans (T in {}{}, M <= {}), {} {} exactly, in {:.2f} s\n", res.considered,
-             degrees, f.sequence_parallel ? " with sequence parallelism" : "", f.max_microbatches,
-             f.simulate > 0 ? "estimated all, simulated the best" : "simulated", res.simulated,
-             wall);
+  for (const pt::ShardChoice s : r.shard)
+    shards += fmt::format("{}{}", shards.empty() ? "" : ",", pt::shard_name(s));
+  const bool searched_full =
+      std::find(r.shard.begin(), r.shard.end(), pt::ShardChoice::full) != r.shard.end();
+  fmt::print(
+      "searched {} plans (T in {}{}, S in {}, shard {}{}, M <= {}), {} {} exactly, in {:.2f} s\n",
+      res.considered, degrees, f.sequence_parallel ? " with sequence parallelism" : "",
+      f.stages.empty() ? std::string("any") : f.stages, shards,
+      !searched_full     ? ""
+      : r.shard_prefetch ? " with prefetch"
+                         : " without prefetch",
+      f.max_microbatches, f.simulate > 0 ? "estimated all, simulated the best" : "simulated",
+      res.simulated, wall);
   // TFLOP/s: Narayanan et al.'s count of the step's FLOPs (gpt_costs.h) / step / devices.
   const double model_flops = gpt ? pt::narayanan_flops_per_step(f.gpt, f.batch) : 0;
+  const size_t rows = std::min(res.ranked.size(), static_cast<size_t>(f.top));
+  // shard and gathers only where a row shards: the columns before stay where scripts read them.
+  const bool sharded_rows =
+      std::any_of(res.ranked.begin(), res.ranked.begin() + static_cast<std::ptrdiff_t>(rows),
+                  [](const pt::PlanCandidate& c) { return c.shard == pt::ShardChoice::full; });
   fmt::print("{:>4}  {:>10}  {:>7}  {:>9}  {:>10}  {:>8}  {:>10}  {:<10} {:>15} {:>5}  {:<14} {}\n",
              "rank", "step (ms)", "bubble", "peak GiB", "samples/s", "TFLOP/s", "allreduce",
-             "neighbours", "T x S x R", "M", "schedule", "recompute");
-  for (size_t i = 0; i < res.ranked.size() && i < static_cast<size_t>(f.top); ++i) {
+             "neighbours", "T x S x R", "M", "schedule",
+             sharded_rows ? fmt::format("{:<12} {:<5} {:>10}", "recompute", "shard", "gathers")
+                          : std::string("recompute"));
+  for (size_t i = 0; i < rows; ++i) {
     const pt::PlanCandidate& c = res.ranked[i];
     fmt::print(
         "{:>4}  {:>10.3f}  {:>6.1f}%  {:>9.2f}  {:>10.1f}  {:>8}  {:>8.3f}ms  {:<10} {:>15} {:>5}  "
@@ -172,7 +201,10 @@ int plan(const pt::examples::PlanFlags& f, const pt::examples::PlanChoices& choi
         gpt ? fmt::format("{:.1f}", model_flops / c.step_s / devices / 1e12) : std::string("-"),
         c.allreduce_s * 1e3, pt::placement_name(c.placement),
         fmt::format("{} x {} x {}", c.tensor_parallel, c.stages, c.replicas), c.microbatches,
-        c.schedule, c.recompute.str());
+        c.schedule,
+        sharded_rows ? fmt::format("{:<12} {:<5} {:>8.3f}ms", c.recompute.str(),
+                                   pt::shard_name(c.shard), c.gather_s * 1e3)
+                     : c.recompute.str());
   }
   if (f.simulate > 0) {  // how far the estimates that chose the finalists were off
     double worst = 0;
