@@ -342,8 +342,8 @@ int main(int argc, char** argv) {
   setups.push_back(make_setup(f, "ZeRO-1 R=2", 2, 1, Shard::optimizer));
   setups.push_back(make_setup(f, "full shard R=2", 2, 1, Shard::full));
   setups.push_back(make_setup(f, "full shard R=2, kept after forward", 2, 1, Shard::full, false));
-  setups.push_back(make_setup(f, "full shard R=2, reduce every micro-batch", 2, 1, Shard::full,
-                              true, true));
+  setups.push_back(
+      make_setup(f, "full shard R=2, reduce every micro-batch", 2, 1, Shard::full, true, true));
   setups.push_back(make_setup(f, "pipeline S=2", 1, 2, Shard::none));
   setups.push_back(make_setup(f, "pipeline S=2 x full shard R=2", 2, 2, Shard::full));
   const Setup& dp = *setups[1];
