@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.h"
+#include "engine/parallel/host_staging.h"
 
 namespace pt {
 
@@ -93,18 +94,6 @@ size_t StageShard::state_bytes() const {
   return bytes;
 }
 
-float* StageShard::host_view(const Tensor& flat, std::vector<float>& stage) {
-  if (flat.numel() == 0 || params_->backend().host_accessible()) return flat.f32();
-  stage.resize(at(flat.numel()));
-  params_->backend().copy_to_host(stage.data(), flat.data(), flat.bytes());
-  return stage.data();
-}
-
-void StageShard::host_done(const Tensor& flat, const std::vector<float>& stage) {
-  if (flat.numel() == 0 || params_->backend().host_accessible()) return;
-  params_->backend().copy_from_host(flat.data(), stage.data(), flat.bytes());
-}
-
 Tensor StageShard::range_view(const Tensor& flat) const {
   const int64_t n =
       optimizer_.slots().empty() ? mine().count : optimizer_.slots()[0].state.flat().numel();
@@ -117,7 +106,7 @@ void StageShard::reduce_gradients() {
   if (padded_ == 0) return;  // a stage without parameters (the same on every replica)
   const Tensor flat = params_->grads_flat();
   params_->backend().synchronize();
-  float* grads = host_view(flat, stage_buf_);
+  float* grads = host_floats(params_->backend(), flat, stage_buf_);
   const int R = group_->size();
   send_.assign(at(R * padded_), 0.f);
   for (int r = 0; r < R; ++r) {
@@ -142,7 +131,7 @@ void StageShard::reduce_gradients() {
                        fmt::format("the gradient all-reduce of tied tensor {} (stage {})",
                                    params_->entries()[i].name, stage_));
   }
-  host_done(flat, stage_buf_);
+  host_floats_done(params_->backend(), flat, stage_buf_);
 }
 
 void StageShard::add_squares(std::vector<double>& squares, size_t first_slot) {
@@ -186,9 +175,9 @@ void StageShard::gather_parameters() {
   if (padded_ == 0) return;
   const Tensor flat = params_->params_flat();
   params_->backend().synchronize();
-  float* p = host_view(flat, stage_buf_);
+  float* p = host_floats(params_->backend(), flat, stage_buf_);
   gather_ranges(p, p + mine().offset, fmt::format("the parameter all-gather of stage {}", stage_));
-  host_done(flat, stage_buf_);
+  host_floats_done(params_->backend(), flat, stage_buf_);
 }
 
 void StageShard::gather_state(Optimizer& full) {
@@ -198,14 +187,14 @@ void StageShard::gather_state(Optimizer& full) {
   for (size_t k = 0; k < full.slots().size(); ++k) {
     std::vector<float> part, whole;
     const Tensor shard = optimizer_.slots()[k].state.flat();
-    const float* mine_data = host_view(shard, part);
+    const float* mine_data = host_floats(params_->backend(), shard, part);
     const Tensor dst = full.slots()[k].state.flat();
-    float* out = host_view(dst, whole);
+    float* out = host_floats(params_->backend(), dst, whole);
     if (padded_)
       gather_ranges(out, mine_data,
                     fmt::format("the gather of optimizer state '{}' of stage {} (checkpoint)",
                                 optimizer_.slots()[k].name, stage_));
-    host_done(dst, whole);
+    host_floats_done(params_->backend(), dst, whole);
   }
   full.set_steps_taken(optimizer_.steps_taken());
 }

@@ -79,9 +79,6 @@ class StageShard {
   size_t state_bytes() const;
 
  private:
-  // The arena as host floats: itself when host memory, else a host copy (`stage`).
-  float* host_view(const Tensor& flat, std::vector<float>& stage);
-  void host_done(const Tensor& flat, const std::vector<float>& stage);
   Tensor range_view(const Tensor& flat) const;
   // all_gather of every replica's range (`mine`: this replica's, padded_ floats) into `flat`
   // (host floats of the whole arena).

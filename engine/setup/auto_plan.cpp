@@ -67,15 +67,25 @@ std::pair<TrainingOptions, std::string> options_for(const TrainingOptions& given
   o.microbatches = chosen.microbatches;
   o.recompute = chosen.recompute;
   o.partition = {PartitionMethod::Kind::layout, chosen.layout};
+  // Full sharding as the planner priced it (engine/plan/full_shard.h): units dropped after
+  // forward, one reduce-scatter a step, no prefetch; given explicitly, not left to the auto
+  // choices, so that the run is the plan.
+  o.shard_full = chosen.shard == ShardChoice::full;
+  if (o.shard_full) {
+    o.reshard_after_forward = true;
+    o.shard_reduce_every_microbatch = false;
+    o.shard_prefetch = false;
+  }
   // The partitioner's own cap check does not count recomputation; the planner checked the cap
   // with it (recompute_cost.h), so the cap is passed on only where both models agree.
   if (chosen.recompute.kind != RecomputePolicy::Kind::never) o.mem_cap_mib = 0;
   std::string flags = fmt::format(
       "--devices {}{} --stages {} --dp {}{} --microbatches {} --schedule {} --recompute {} "
-      "--partition {}{}{}",
+      "--partition {}{}{}{}",
       o.devices, chosen.threads > 0 ? fmt::format(" --threads {}", o.threads) : "", o.stages, o.dp,
       o.tp > 1 ? fmt::format(" --tp {}", o.tp) : "", o.microbatches, o.schedule.str(),
       o.recompute.str(), o.partition.str(),
+      o.shard_full ? " --shard full --reshard-after-forward true --shard-reduce step" : "",
       o.mem_cap_mib > 0 ? fmt::format(" --mem-cap {}", o.mem_cap_mib) : "",
       given.costs.kind == CostSource::Kind::profile ? " --costs profile" : "");
   return {std::move(o), std::move(flags)};
@@ -92,6 +102,10 @@ AutoPlan plan_automatically(const TrainingOptions& opt, const std::vector<Backen
   request.batch = batch;
   request.mem_cap_bytes = static_cast<int64_t>(opt.mem_cap_mib * 1024 * 1024);
   request.optimizer_slots = optimizer.state_slots();
+  // Full sharding beside holding stages whole, its collectives waited for where needed: the
+  // runtime's --shard-prefetch defaults to false here (its thread competes for the cores).
+  request.shard = {ShardChoice::none, ShardChoice::full};
+  request.shard_prefetch = false;
   Backend& first = *devices.at(0);
   const bool profiling = opt.costs.kind == CostSource::Kind::profile;
   const std::string every = every_device_at_once(all);

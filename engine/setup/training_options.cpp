@@ -29,7 +29,7 @@ void TrainingOptions::check(int64_t batch) const {
       throw not_with_tp("--shard-optimizer",
                         "the optimizer shards are not yet cut from tensor-parallel slices");
   }
-  if (shard_full) {
+  if (shard_full && !plan_auto) {
     if (shard_optimizer)
       throw UsageError(
           "--shard full with --shard-optimizer: full sharding already splits the optimizer state "
@@ -76,10 +76,11 @@ void TrainingOptions::check(int64_t batch) const {
     if (microbatches != 1) throw chosen_by_planner("--microbatches");
     if (schedule != ScheduleChoice{}) throw chosen_by_planner("--schedule");
     if (recompute.kind != RecomputePolicy::Kind::never) throw chosen_by_planner("--recompute");
-    if (async_update || ps > 0 || shard_full)
+    if (shard_full) throw chosen_by_planner("--shard");
+    if (async_update || ps > 0)
       throw UsageError(
-          "--plan auto plans synchronous all-reduce training: drop --update async, --ps and "
-          "--shard full, or drop --plan auto");
+          "--plan auto plans synchronous all-reduce training: drop --update async and --ps, or "
+          "drop --plan auto");
     check_integer("--plan-top", plan_top_k, 1, 1000);
   }
   if (!write_costs.empty() && !plan_auto)

@@ -28,11 +28,7 @@ EpilogueResult finish_step(const Model& model, const std::vector<StageState>& st
     if (factor != 1.f && g.numel()) p.backend().scale(factor, g.f32(), g.numel());
     stages[i].optimizer->step(p.params_flat(), g, config.lr);
   };
-  if (config.for_each_stage) {
-    config.for_each_stage(step);
-  } else {
-    for (size_t i = 0; i < stages.size(); ++i) step(i);
-  }
+  config.run_each_stage(stages.size(), step);
   return out;
 }
 

@@ -30,6 +30,15 @@ struct EpilogueConfig {
   // Runs job(i) for every stage i of `stages`, each on its device's thread where there are
   // several; empty: in order on the calling thread.
   std::function<void(const std::function<void(size_t stage)>& job)> for_each_stage;
+
+  // job(i) for the `count` held stages: through for_each_stage where set, else in order here.
+  void run_each_stage(size_t count, const std::function<void(size_t stage)>& job) const {
+    if (for_each_stage) {
+      for_each_stage(job);
+    } else {
+      for (size_t i = 0; i < count; ++i) job(i);
+    }
+  }
 };
 
 struct EpilogueResult {

@@ -43,12 +43,7 @@ EpilogueResult ShardedUpdate::end_step(int64_t /*step*/, const EpilogueConfig& e
   out.skipped = !std::isfinite(out.grad_norm);
   if (out.skipped) return out;
   const float factor = clip_factor(out.grad_norm, epilogue.clip_norm);
-  const auto step = [&](size_t i) { shards[i]->step(factor, epilogue.lr); };
-  if (epilogue.for_each_stage) {
-    epilogue.for_each_stage(step);
-  } else {
-    for (size_t i = 0; i < shards.size(); ++i) step(i);
-  }
+  epilogue.run_each_stage(shards.size(), [&](size_t i) { shards[i]->step(factor, epilogue.lr); });
   for (StageShard* s : shards) s->gather_parameters();
   return out;
 }

@@ -164,15 +164,36 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
                  "form, which compensates a one-step delay) | plain (the optimizer as given)");
   // Text flags are never empty (an unset shell variable); the groups of --help.
   for (const char* name :
-       {"--devices", "--precision", "--schedule", "--partition", "--costs", "--recompute", "--plan",
-        "--write-costs", "--trace", "--timeline", "--slow-worker", "--flight-recorder", "--update",
-        "--sequence-parallel", "--async-delay", "--async-momentum"})
+       {"--devices", "--precision",         "--schedule",     "--partition",
+        "--costs",   "--recompute",         "--plan",         "--write-costs",
+        "--trace",   "--timeline",          "--slow-worker",  "--flight-recorder",
+        "--update",  "--sequence-parallel", "--async-delay",  "--async-momentum",
+        "--shard",   "--shard-prefetch",    "--shard-reduce", "--reshard-after-forward"})
     app.get_option(name)->check(kNotEmpty);
-  set_group(
-      app, "Parallelism",
-      {"--devices", "--precision", "--threads", "--stages", "--dp", "--tp", "--sequence-parallel",
-       "--bucket-mb", "--shard-optimizer", "--ps", "--staleness", "--slow-worker", "--update",
-       "--async-window", "--async-delay", "--async-momentum", "--timeout"});
+  set_group(app, "Parallelism",
+            {"--devices",
+             "--precision",
+             "--threads",
+             "--stages",
+             "--dp",
+             "--tp",
+             "--sequence-parallel",
+             "--bucket-mb",
+             "--shard-optimizer",
+             "--shard",
+             "--shard-unit",
+             "--shard-group",
+             "--shard-prefetch",
+             "--shard-reduce",
+             "--reshard-after-forward",
+             "--ps",
+             "--staleness",
+             "--slow-worker",
+             "--update",
+             "--async-window",
+             "--async-delay",
+             "--async-momentum",
+             "--timeout"});
   set_group(app, "Schedule",
             {"--microbatches", "--schedule", "--partition", "--costs", "--mem-cap", "--recompute",
              "--plan", "--plan-top", "--plan-only", "--write-costs"});

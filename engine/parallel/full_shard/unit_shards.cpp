@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.h"
+#include "engine/parallel/host_staging.h"
 
 namespace pt {
 
@@ -122,18 +123,6 @@ std::string UnitShards::what(std::string_view action, size_t u) const {
                      w.first_layer, w.last_layer);
 }
 
-float* UnitShards::host_view(const Tensor& flat, std::vector<float>& stage) {
-  if (flat.numel() == 0 || params_->backend().host_accessible()) return flat.f32();
-  stage.resize(at(flat.numel()));
-  params_->backend().copy_to_host(stage.data(), flat.data(), flat.bytes());
-  return stage.data();
-}
-
-void UnitShards::host_done(const Tensor& flat, const std::vector<float>& stage) {
-  if (flat.numel() == 0 || params_->backend().host_accessible()) return;
-  params_->backend().copy_from_host(flat.data(), stage.data(), flat.bytes());
-}
-
 void UnitShards::count_gathered() {
   size_t bytes = 0;
   for (size_t u = 0; u < units_.size(); ++u) {
@@ -161,7 +150,7 @@ void UnitShards::fill(size_t u, const Tensor& whole) {
   const Unit& unit = units_.at(u);
   if (unit.kind != Kind::sharded || !whole.defined()) return;
   const int R = group_->size();
-  const float* mine = host_view(part_params_.view(unit.slot), gather_stage_);
+  const float* mine = host_floats(params_->backend(), part_params_.view(unit.slot), gather_stage_);
   gather_recv_.resize(at(R * unit.part));
   group_->all_gather(mine, gather_recv_.data(), at(unit.part) * sizeof(float),
                      what("parameter all-gather", u));
@@ -204,14 +193,14 @@ Tensor UnitShards::reduce_source(size_t u) const {
 void UnitShards::reduce_parts(size_t u, const Tensor& flat, bool accumulate) {
   const Unit& unit = units_.at(u);
   if (unit.kind == Kind::empty) return;
-  float* grads = host_view(flat, stage_buf_);
+  float* grads = host_floats(params_->backend(), flat, stage_buf_);
   if (unit.kind == Kind::whole) {
     group_->all_reduce(grads, unit.floats, ElemType::f32, ReduceOp::sum,
                        what("gradient all-reduce", u));
     if (replicate_)
       replicate_->all_reduce(grads, unit.floats, ElemType::f32, ReduceOp::sum,
                              what("gradient all-reduce across shard groups", u));
-    host_done(flat, stage_buf_);
+    host_floats_done(params_->backend(), flat, stage_buf_);
     return;
   }
   const int R = group_->size();
@@ -224,13 +213,13 @@ void UnitShards::reduce_parts(size_t u, const Tensor& flat, bool accumulate) {
     replicate_->all_reduce(recv_.data(), unit.part, ElemType::f32, ReduceOp::sum,
                            what("gradient all-reduce of the part across shard groups", u));
   const Tensor part = part_grads_.view(unit.slot);
-  float* dst = host_view(part, part_stage_);
+  float* dst = host_floats(params_->backend(), part, part_stage_);
   if (accumulate) {
     for (size_t i = 0; i < recv_.size(); ++i) dst[i] += recv_[i];
   } else {
     std::copy(recv_.begin(), recv_.end(), dst);
   }
-  host_done(part, part_stage_);
+  host_floats_done(params_->backend(), part, part_stage_);
 }
 
 void UnitShards::finish_reduce(size_t u) {
@@ -337,18 +326,18 @@ void UnitShards::gather_state(Optimizer& full) {
   for (size_t k = 0; k < full.slots().size(); ++k) {
     const Tensor dst = full.slots()[k].state.flat();
     std::vector<float> whole;
-    float* out = host_view(dst, whole);
+    float* out = host_floats(params_->backend(), dst, whole);
     for (size_t u = 0; u < units_.size(); ++u) {
       const Unit& unit = units_[u];
       float* window = out + params_->unit(u).offset / sizeof(float);
       if (unit.kind == Kind::whole) {
         const Tensor src = unit.optimizer->slots()[k].state.flat();
         std::vector<float> copy;
-        std::copy_n(host_view(src, copy), unit.floats, window);
+        std::copy_n(host_floats(params_->backend(), src, copy), unit.floats, window);
       } else if (unit.kind == Kind::sharded) {
         std::vector<float> copy;
         const Tensor part = optimizer_->slots()[k].state.view(unit.slot);
-        const float* mine = host_view(part, copy);
+        const float* mine = host_floats(params_->backend(), part, copy);
         recv_.resize(at(R * unit.part));
         group_->all_gather(
             mine, recv_.data(), at(unit.part) * sizeof(float),
@@ -357,7 +346,7 @@ void UnitShards::gather_state(Optimizer& full) {
         std::copy_n(recv_.begin(), unit.floats, window);
       }
     }
-    host_done(dst, whole);
+    host_floats_done(params_->backend(), dst, whole);
   }
   full.set_steps_taken(optimizer_ ? optimizer_->steps_taken() : full.steps_taken());
   for (const Unit& unit : units_)

@@ -144,9 +144,6 @@ class UnitShards {
   // This replica's [first, end) of unit u's floats.
   int64_t part_begin(const Unit& unit) const;
   int64_t part_end(const Unit& unit) const;
-  // The unit's flat floats as host memory: itself where the backend's memory is, else a copy.
-  float* host_view(const Tensor& flat, std::vector<float>& stage);
-  void host_done(const Tensor& flat, const std::vector<float>& stage);
   void count_gathered();
   std::string what(std::string_view action, size_t u) const;
 
