@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <map>
 #include <unistd.h>
 
@@ -415,6 +416,42 @@ TEST_CASE("full shard: reduce-scatter every micro-batch; its gradients stay shar
     CAPTURE(per_step);
     CAPTURE(per_microbatch);
     CHECK(per_microbatch < per_step);
+  }
+}
+
+// A NaN in one replica's rows makes that replica's parts of the gradient NaN; the norm, summed
+// from every replica's parts, is NaN on all of them, so every replica skips, as --dp does.
+TEST_CASE("full shard: a non-finite gradient skips the step on every replica, as --dp does") {
+  const Data good(16, Shape{1, 4, 4});
+  Data bad(16, Shape{1, 4, 4});
+  bad.set.inputs[5] = std::numeric_limits<float>::quiet_NaN();  // replica 0's first micro-batch
+  const TrainerConfig tc = trainer_config("sgd", 2, 0.05f);
+  for (int D : {1, 2}) {
+    CAPTURE(D);
+    Run plain(tied_mlp, tc, D, 2, 2, {});
+    Run sharded(tied_mlp, tc, D, 2, 2, {.full = true, .reduce_every_microbatch = D == 1});
+    plain.trainer->train_step(good.x, good.y);
+    sharded.trainer->train_step(good.x, good.y);
+    const auto before = sharded.params();
+    const StepStats a = plain.trainer->train_step(bad.x, bad.y);
+    const StepStats b = sharded.trainer->train_step(bad.x, bad.y);
+    CHECK(a.skipped);
+    CHECK(b.skipped);
+    for (const auto& replica : sharded.params()) CHECK(same_bits(replica, before[0]));
+    // Training goes on from there, as --dp's does (per micro-batch reduction: within 1e-6).
+    for (int k = 0; k < 2; ++k) {
+      plain.trainer->train_step(good.x, good.y);
+      sharded.trainer->train_step(good.x, good.y);
+    }
+    const auto want = plain.params()[0];
+    double worst = 0;
+    for (const auto& replica : sharded.params())
+      for (const auto& [name, v] : replica)
+        for (size_t i = 0; i < v.size(); ++i)
+          worst = std::max(worst, static_cast<double>(std::abs(v[i] - want.at(name)[i])));
+    CAPTURE(worst);
+    CHECK(std::isfinite(worst));
+    CHECK(worst <= (D == 1 ? 1e-6 : 0.0));
   }
 }
 

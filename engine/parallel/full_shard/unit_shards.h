@@ -52,7 +52,8 @@ struct FullShardConfig {
   bool reshard_after_forward = true;  // false: a gathered unit stays whole until the step ends
   // --shard-prefetch: the next unit's gather overlaps this one's compute, on a thread of its own.
   // Off by default: on our 2-core machines that thread competes with compute for the cores (5%
-  // slower, measured) and holds up to two more units; it pays where the link is the bottleneck.
+  // slower, measured) and holds up to two more units; it should pay where the link, not the
+  // cores, is the bottleneck (not measured yet).
   bool prefetch = false;
   // --shard-reduce microbatch: reduce-scatter after every micro-batch (see above); false
   // (step): once, after the last.
