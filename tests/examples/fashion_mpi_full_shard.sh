@@ -2,16 +2,15 @@
 # --shard full (ZeRO-3 / FSDP) under mpirun (one process per device): a fully sharded run's
 # checkpoint (weights and optimizer state, gathered from the parts) is bit-identical to plain
 # data parallelism's with the same --dp/--stages (SGD+momentum with clipping over 2 replicas;
-# AdamW over 2 stages x 2 replicas, units of 1 and of 2 layers, kept whole through the step (the
-# default with stages) and dropped after forward; with prefetch); with
-# 4 replicas MPI may add the replicas in another order for the reduce-scatter than for the
-# all-reduce (~1 ulp a step), so there within 1e-6 with SGD (AdamW's first steps, ~lr * sign(g),
-# turn ulps of tiny gradients into 1e-5: --shard-optimizer differs from plain just as much); a run saved at step 2 and resumed (sharded,
-# or plain in another layout) ends as the uninterrupted one; the run summary's memory line shows
+# AdamW over 2 stages x 2 replicas, units kept whole through the step (the default with stages);
+# with prefetch; units of 2 layers and those dropped after forward: tests/full_shard); a run
+# saved at step 2 and resumed (sharded, or plain in another layout) ends as the uninterrupted one; the run summary's memory line shows
 # half the parameters, gradients and optimizer state held and a lower device peak; a rank killed
 # with -9 leaves no survivor waiting (it gives up within --timeout naming the rank); and
 # --shard full without --dp >= 2 is refused before anything runs. --shard-group 2 with 4 replicas
-# (hybrid sharding) matches plain data parallelism within 1e-6 too.
+# (hybrid sharding) matches plain data parallelism within 1e-6 (SGD: MPI may add 4 replicas in
+# another order for the reduce-scatter than for the all-reduce; with AdamW its first steps,
+# ~lr * sign(g), turn such ulps into 1e-5, as --shard-optimizer's do).
 #
 #   fashion_mpi_full_shard.sh <pipetrain-fashion> [data dir]
 # Needs the Fashion-MNIST files (Debian's dataset-fashion-mnist); exits 77 (skip) without them.
@@ -75,15 +74,10 @@ same plain_s2 full_s2
 grep -q "kept whole through the step" "$work/full_s2.txt" \
   && echo "ok: with stages, units are kept whole through the step by default (auto)" \
   || fail "--reshard-after-forward auto did not keep the units with --stages 2"
-mpi full_s2_resharded 4 --stages 2 --dp 2 --microbatches 2 --steps 4 --optim adamw \
-  --save "$work/full_s2_resharded" --shard full --shard-unit 2 --reshard-after-forward true
-same plain_s2 full_s2_resharded
 
 # 3. 4 replicas: MPI's own order of adding them (see the top).
 mpi plain_d4 4 --dp 4 --steps 4 --save "$work/plain_d4"
-mpi full_d4 4 --dp 4 --steps 4 --save "$work/full_d4" --shard full
-same plain_d4 full_d4 1e-6
-# Hybrid: parts cut across groups of 2 replicas, all-reduced across the 2 groups.
+# (Full sharding over all 4 replicas: in one process, tests/full_shard.) Hybrid: parts cut across groups of 2 replicas, all-reduced across the 2 groups.
 mpi hybrid_d4 4 --dp 4 --steps 4 --save "$work/hybrid_d4" --shard full --shard-group 2
 same plain_d4 hybrid_d4 1e-6
 grep -q "fully sharded in groups of 2, replicated across 2" "$work/hybrid_d4.txt" \
