@@ -59,7 +59,9 @@ Sections sections_of(const CheckpointManifest& m) {
   for (const char* key : kTrainingKeys) s.training.emplace_back(key, m.meta(key));
   for (const auto& [key, shown] : kOptimizerKeys)
     if (m.metadata.contains(key)) s.optimizer.emplace_back(shown, m.meta(key));
-  for (const auto& [key, value] : m.metadata) {
+  for (const auto& item : m.metadata) {
+    const auto& key = std::get<0>(item);
+    const auto& value = std::get<1>(item);
     const bool shown_above =
         std::ranges::find(kTrainingKeys, key) != std::end(kTrainingKeys) ||
         std::ranges::any_of(kOptimizerKeys, [&](const auto& k) { return key == k.first; });

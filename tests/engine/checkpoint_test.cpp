@@ -144,7 +144,9 @@ TEST_CASE("checkpoint: a save/load round trip restores every byte; the manifest 
   REQUIRE(m.pieces.size() == 1);
   CHECK(m.pieces[0].bytes == fs::file_size(path / m.pieces[0].file));
   CHECK(m.tensors.size() == saved.size());
-  for (const auto& [name, bytes] : saved) {
+  for (const auto& item : saved) {
+    const auto& name = std::get<0>(item);
+    const auto& bytes = std::get<1>(item);
     CAPTURE(name);
     const CheckpointTensor* t = m.find(name);
     REQUIRE(t != nullptr);

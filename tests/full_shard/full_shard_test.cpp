@@ -240,7 +240,9 @@ TEST_CASE("full shard: with tensor parallelism, bit-identical to --tp alone; che
   const Tensor hx = Tensor::borrow(x.data(), Shape{B, kContext}, DType::i32);
   const Tensor hy = Tensor::borrow(y.data(), Shape{B, kContext}, DType::i32);
   const TrainerConfig tc = trainer_config("adamw", 2, 1.f);
-  for (const auto& [D, sp] : {std::pair{1, false}, {2, false}, {2, true}}) {
+  for (const auto& item : {std::pair{1, false}, {2, false}, {2, true}}) {
+    const auto& D = std::get<0>(item);
+    const auto& sp = std::get<1>(item);
     CAPTURE(D);
     CAPTURE(sp);
     Run tp(make, tc, D, 2, 2, {}, "1f1b", {}, 2, sp);
@@ -300,7 +302,9 @@ TEST_CASE("full shard: memory held is 1/R of the sharded parts; the step's peak 
   // Wide layers, so that parameters, gradients and optimizer state dominate activations.
   const auto make = [] { return deep_mlp(4, 256, {1, 4, 4}); };
   const TrainerConfig tc = trainer_config("adamw", 1, 0.f);
-  for (const auto& [R, prefetch] : {std::pair{2, false}, {2, true}, {4, false}, {4, true}}) {
+  for (const auto& item : {std::pair{2, false}, {2, true}, {4, false}, {4, true}}) {
+    const auto& R = std::get<0>(item);
+    const auto& prefetch = std::get<1>(item);
     CAPTURE(R);
     CAPTURE(prefetch);
     Run plain(make, tc, 1, R, 1, {});
@@ -387,7 +391,9 @@ TEST_CASE("full shard: reduce-scatter every micro-batch; its gradients stay shar
   const Data data(64, Shape{1, 4, 4});
   const auto make = [] { return deep_mlp(4, 64, {1, 4, 4}); };
   const TrainerConfig tc = trainer_config("sgd", 4, 0.05f);
-  for (const auto& [D, prefetch] : {std::pair{1, false}, {1, true}, {2, false}, {2, true}}) {
+  for (const auto& item : {std::pair{1, false}, {1, true}, {2, false}, {2, true}}) {
+    const auto& D = std::get<0>(item);
+    const auto& prefetch = std::get<1>(item);
     CAPTURE(D);
     CAPTURE(prefetch);
     Run plain(make, tc, D, 2, 4, {});

@@ -54,7 +54,9 @@ std::map<std::string, std::vector<float>> read_params(const std::vector<StageSta
 void expect_close(const std::map<std::string, std::vector<float>>& got,
                   const std::map<std::string, std::vector<float>>& want) {
   REQUIRE(got.size() == want.size());
-  for (const auto& [name, ref] : want) {
+  for (const auto& item : want) {
+    const auto& name = std::get<0>(item);
+    const auto& ref = std::get<1>(item);
     const std::vector<float>& g = got.at(name);
     REQUIRE(g.size() == ref.size());
     double worst = 0;

@@ -121,7 +121,9 @@ Outputs run_every_op(CpuBackend& be) {
 }
 
 void check_same(const Outputs& a, const Outputs& b, bool include_onednn) {
-  for (const auto& [name, values] : a) {
+  for (const auto& item : a) {
+    const auto& name = std::get<0>(item);
+    const auto& values = std::get<1>(item);
     if (!include_onednn && (name == "gemm" || name.rfind("conv", 0) == 0)) continue;
     CAPTURE(name);
     CHECK(same_bits(values, b.at(name)));

@@ -217,7 +217,9 @@ TEST_CASE("async pipeline with --dp 2 == the delayed update over 2*M micro-batch
   constexpr double kDpTolerance = 1e-6;  // absolute; parameters are ~0.1 in magnitude
   for (const AsyncDelay delay : {AsyncDelay::uniform, AsyncDelay::per_stage})
     for (const std::string optimizer : {"sgd", "adamw"})
-      for (const auto& [S, M] : {std::pair{2, 4}, std::pair{3, 4}, std::pair{2, 1}}) {
+      for (const auto& item : {std::pair{2, 4}, std::pair{3, 4}, std::pair{2, 1}}) {
+        const auto& S = std::get<0>(item);
+        const auto& M = std::get<1>(item);
         CAPTURE(async_delay_name(delay));
         CAPTURE(optimizer);
         CAPTURE(S);
@@ -404,9 +406,12 @@ TEST_CASE("async pipeline: tied parameters on different stages are refused") {
 TEST_CASE("async pipeline: a checkpoint at a window end resumes the same trajectory") {
   // Saved after an odd and an even number of updates: each UPDATE swaps the arenas that hold
   // the latest and the previous version, so both arrangements are saved and resumed.
-  for (const auto& [S, delay, split] :
+  for (const auto& item :
        {std::tuple{2, AsyncDelay::uniform, 4}, std::tuple{2, AsyncDelay::uniform, 3},
         std::tuple{3, AsyncDelay::uniform, 4}, std::tuple{2, AsyncDelay::per_stage, 3}}) {
+    const auto& S = std::get<0>(item);
+    const auto& delay = std::get<1>(item);
+    const auto& split = std::get<2>(item);
     CAPTURE(S);
     CAPTURE(async_delay_name(delay));
     CAPTURE(split);

@@ -113,7 +113,8 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 void check(const std::function<Model()>& make, Shape sample, int64_t batch) {
   const Data data(batch, sample);
   int runs = 0;
-  for (const auto& [D, R] : {std::pair{1, 2}, std::pair{2, 2}, std::pair{1, 4}, std::pair{2, 1}})
+  for (const auto& item : {std::pair{1, 2}, std::pair{2, 2}, std::pair{1, 4}, std::pair{2, 1}}) {
+    const int D = item.first, R = item.second;
     for (int M : {1, 2, 3})
       for (const std::string schedule : {"gpipe", "1f1b", "zb-h1"})
         for (size_t bucket :
@@ -144,6 +145,7 @@ void check(const std::function<Model()>& make, Shape sample, int64_t batch) {
                             ref.losses[static_cast<size_t>(k)]) <= 1e-6);
           ++runs;
         }
+  }
   CHECK(runs == 9 + 27 + 9 + 27);
 }
 
@@ -171,7 +173,10 @@ TEST_CASE("data parallel parity with dropout: masks follow the global micro-batc
 TEST_CASE("data parallel parity: Fashion-MNIST CNN") {
   const Data data(8, Shape{1, 28, 28});
   const auto make = [] { return fashion_cnn(); };
-  for (const auto& [D, R, M] : {std::tuple{1, 2, 1}, std::tuple{2, 2, 2}}) {
+  for (const auto& item : {std::tuple{1, 2, 1}, std::tuple{2, 2, 2}}) {
+    const auto& D = std::get<0>(item);
+    const auto& R = std::get<1>(item);
+    const auto& M = std::get<2>(item);
     CAPTURE(D);
     CAPTURE(R);
     const Result ref = reference(make, data, R * M);

@@ -114,7 +114,9 @@ TEST_CASE("a pipeline computes an input gradient only where a layer or a stage b
       {{2, 2}, {0, 0, 3, 3}},  // the first linear on stage 0: skipped
       {{1, 3}, {0, 3, 3, 3}},  // the first linear starts stage 1: stage 0 waits for its gradient
   };
-  for (const auto& [split, expected] : cases) {
+  for (const auto& item : cases) {
+    const auto& split = std::get<0>(item);
+    const auto& expected = std::get<1>(item);
     CAPTURE(split[0]);
     for (const char* schedule : {"1f1b", "zb-h1"}) {  // B, and I + W apart
       CAPTURE(schedule);

@@ -192,9 +192,12 @@ TEST_CASE("tying refuses what cannot be one parameter") {
 
 void check_split_processes(const std::function<Model()>& make) {
   const Data data(12);
-  for (const auto& [schedule, D, M] :
+  for (const auto& item :
        {std::tuple{std::string("1f1b"), 2, 3}, std::tuple{std::string("zb-h1"), 3, 2},
         std::tuple{std::string("interleaved:2"), 2, 2}}) {
+    const auto& schedule = std::get<0>(item);
+    const auto& D = std::get<1>(item);
+    const auto& M = std::get<2>(item);
     CAPTURE(schedule);
     // Reference: the whole pipeline in one process.
     const test::CpuDevices cpus(D);

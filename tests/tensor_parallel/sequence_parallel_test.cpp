@@ -372,7 +372,9 @@ TEST_CASE("sequence parallelism: the whole GPT, one micro-batch, against plain T
     CHECK(sp.logits == plain.logits);
     CHECK(sp.loss == plain.loss);
     double worst_ln = 0;
-    for (const auto& [name, g] : plain.grads) {
+    for (const auto& item : plain.grads) {
+      const auto& name = std::get<0>(item);
+      const auto& g = std::get<1>(item);
       CAPTURE(name);
       if (name.find("ln") != std::string::npos)
         worst_ln = std::max(worst_ln, relative_diff(sp.grads.at(name), g));
@@ -468,9 +470,13 @@ TEST_CASE("sequence parallelism: 20 steps of training against plain tensor paral
     }
     const Tensor x = Tensor::borrow(xi.data(), Shape{8, Tp}, DType::i32);
     const Tensor y = Tensor::borrow(yi.data(), Shape{8, Tp}, DType::i32);
-    for (const auto& [schedule, D, T, M] :
+    for (const auto& item :
          {std::tuple{std::string("1f1b"), 2, 2, 2}, std::tuple{std::string("zb-h1"), 2, 2, 2},
           std::tuple{std::string("gpipe"), 1, 4, 2}}) {
+      const auto& schedule = std::get<0>(item);
+      const auto& D = std::get<1>(item);
+      const auto& T = std::get<2>(item);
+      const auto& M = std::get<3>(item);
       CAPTURE(Tp);
       CAPTURE(schedule);
       CAPTURE(D);

@@ -144,7 +144,9 @@ void compare(const Run& got, const Run& want) {
                                           std::max(1e-12, std::abs(want.losses[k])));
   }
   REQUIRE(got.params.size() == want.params.size());
-  for (const auto& [name, values] : want.params) {
+  for (const auto& item : want.params) {
+    const auto& name = std::get<0>(item);
+    const auto& values = std::get<1>(item);
     auto it = got.params.find(name);
     REQUIRE_MESSAGE(it != got.params.end(), name);
     worst_param = std::max(worst_param, compare_tensors(it->second, values).max_abs);
@@ -262,7 +264,10 @@ TEST_CASE("checkpoints hold whole tensors: saved at T = 2, resumed at T = 2, 1 a
   CHECK(same.params == straight.params);
   CHECK(std::vector<double>(straight.losses.begin() + 10, straight.losses.end()) == same.losses);
   // Another T (and S, R) continues the same trajectory within the tolerance of a changed order.
-  for (const auto& [R, D, T] : {std::tuple{1, 2, 1}, std::tuple{1, 1, 4}, std::tuple{2, 1, 2}}) {
+  for (const auto& item : {std::tuple{1, 2, 1}, std::tuple{1, 1, 4}, std::tuple{2, 1, 2}}) {
+    const auto& R = std::get<0>(item);
+    const auto& D = std::get<1>(item);
+    const auto& T = std::get<2>(item);
     CAPTURE(R);
     CAPTURE(D);
     CAPTURE(T);

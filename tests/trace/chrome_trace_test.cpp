@@ -76,7 +76,9 @@ TEST_CASE("chrome trace: one flow pair per SEND/RECV of the same step, send -> r
   for (const json& s : starts) start_by_id[s.at("id").get<int>()] = s;
   for (const json& f : finishes) finish_by_id[f.at("id").get<int>()] = f;
   REQUIRE(start_by_id.size() == 8);
-  for (const auto& [id, s] : start_by_id) {
+  for (const auto& item : start_by_id) {
+    const auto& id = std::get<0>(item);
+    const auto& s = std::get<1>(item);
     CAPTURE(id);
     REQUIRE(finish_by_id.count(id) == 1);
     const json& f = finish_by_id.at(id);

@@ -84,20 +84,21 @@ int fake_create_nccl(const unsigned char*, int, int, const int*, const char*, vo
   return PT_CUDA_UNAVAILABLE;
 }
 
-const PtCudaPluginApi kApi = {
+// Unused in the PT_FAKE_NO_ENTRY variant (a library without the entry point).
+[[maybe_unused]] const PtCudaPluginApi kApi = {
     PT_CUDA_PLUGIN_ABI_VERSION, sizeof(PtCudaPluginApi), &fake_probe,
     &fake_device_info,          &fake_self_test,         PIPETRAIN_BUILD_ID,
     &fake_create_backend,       &fake_nccl_unique_id,    &fake_create_nccl};
-const PtCudaPluginApi kBadAbi = {999,
-                                 sizeof(PtCudaPluginApi),
-                                 &fake_probe,
-                                 &fake_device_info,
-                                 &fake_self_test,
-                                 PIPETRAIN_BUILD_ID,
-                                 &fake_create_backend,
-                                 &fake_nccl_unique_id,
-                                 &fake_create_nccl};
-const PtCudaPluginApi kOtherBuild = {
+[[maybe_unused]] const PtCudaPluginApi kBadAbi = {999,
+                                                  sizeof(PtCudaPluginApi),
+                                                  &fake_probe,
+                                                  &fake_device_info,
+                                                  &fake_self_test,
+                                                  PIPETRAIN_BUILD_ID,
+                                                  &fake_create_backend,
+                                                  &fake_nccl_unique_id,
+                                                  &fake_create_nccl};
+[[maybe_unused]] const PtCudaPluginApi kOtherBuild = {
     PT_CUDA_PLUGIN_ABI_VERSION, sizeof(PtCudaPluginApi), &fake_probe,
     &fake_device_info,          &fake_self_test,         "0.0.0-someotherbuild",
     &fake_create_backend,       &fake_nccl_unique_id,    &fake_create_nccl};
