@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Builds the fuzz targets (tests/fuzz) with clang-14, libFuzzer, ASan and UBSan in build-fuzz,
-# and runs each for a fixed number of inputs, starting from its seeds (tests/fuzz/make-seeds.sh).
+# Builds the fuzz targets (tests/fuzz) with clang-14, libFuzzer, ASan and UBSan in build-fuzz (or
+# in the build --build names: CI's ASan + UBSan build, configured with -DPIPETRAIN_FUZZ=ON, holds
+# them beside the tests), and runs each for a fixed number of inputs, starting from its seeds
+# (tests/fuzz/make-seeds.sh).
 # Fails on any finding: a crash, a sanitizer report, a leak, an input slower than --timeout
 # seconds, more than 2 GiB of memory, or an exception other than the parser's error type
 # (tests/fuzz/fuzz_support.h). The input that found it is kept in build-fuzz/findings/.
 #
 #   scripts/fuzz-short.sh                      what CI runs: 20000 inputs per target (idx: 2000)
 #   scripts/fuzz-short.sh --runs 1000000 idx   a long run of one target (seconds are printed)
+#   scripts/fuzz-short.sh --build build-asan   the targets of an existing -DPIPETRAIN_FUZZ=ON build
 #
 # Options: --runs N (default 20000), --max-time S (cap per target, default 300), --timeout S (per
 # input, default 10), --keep-corpus (start from what the last run of each target found, in
@@ -16,7 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 all_targets=(safetensors manifest idx schedule text_corpus fashion_flags gpt_flags plan_inputs plan_flags)
-runs=20000 max_time=300 timeout=10 keep_corpus=0 targets=()
+runs=20000 max_time=300 timeout=10 keep_corpus=0 targets=() build=build-fuzz
 # The IDX target is the slowest (~300 inputs/s against 1000-3000): zlib's buffers (the reader's
 # 128 KiB gzbuffer, the target's deflate) are large allocations, which ASan maps and unmaps on
 # every input. Its short run is 2000 inputs, about as long as the others' 20000.
@@ -28,14 +31,19 @@ while (($#)); do
     --max-time) max_time=$2; shift 2 ;;
     --timeout) timeout=$2; shift 2 ;;
     --keep-corpus) keep_corpus=1; shift ;;
-    -h | --help) sed -n '2,16p' "$0"; exit 0 ;;
+    --build) build=$2; shift 2 ;;
+    -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
     -*) echo "fuzz-short: unknown option '$1'" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
 done
 ((${#targets[@]})) || targets=("${all_targets[@]}")
 
-build=build-fuzz
+if [[ -f $build/CMakeCache.txt ]] && ! grep -q '^PIPETRAIN_FUZZ:BOOL=ON' "$build/CMakeCache.txt"; then
+  echo "fuzz-short: $build is not configured with -DPIPETRAIN_FUZZ=ON (clang-14): reconfigure it" \
+    "so, or leave out --build to use build-fuzz" >&2
+  exit 2
+fi
 if [[ ! -f $build/build.ninja ]]; then
   # -O1 and line tables only: fast to build, fast to run, and sanitizer reports name the line.
   # No MPI, CUDA, tests, examples or benchmarks: only what the fuzz targets link.
