@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # README command (2), and what CI runs (.ci/run): install dependencies; the static checks
 # (formatting, include rules: seconds, so a slip fails before any build); build with warnings as
-# errors, run every test; then build the tests with ASan+UBSan and run them again (the slow
+# errors, run every test; then build the tests with ASan+UBSan (clang) and run them again (the slow
 # accuracy run is left out of the sanitizer pass: it checks learning, not memory; so are the
 # example tests labelled units-cover-asan, whose code the unit tests run under ASan, and those
 # labelled timing, fault tests whose checks are about who times out or how fast a signal lands,
 # which the Release stage runs); then every
-# parser of outside input fuzzed briefly (scripts/fuzz-short.sh); then the unit tests under TSan
+# parser of outside input fuzzed briefly (scripts/fuzz-short.sh, its targets built in the ASan
+# stage); then the unit tests under TSan
 # (the kernels' on 2 threads left out, see below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,16 +47,21 @@ ctest --test-dir build-ci --output-on-failure -j "$jobs" --timeout 1200
 # (8.2 s -> 5.0 s, tests/pipeline/parity_test.cpp under ASan); at -O2 -g the ASan build took
 # 17 of the run's 53 minutes.
 sanitizer_flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
-stage "ASan + UBSan build"
-cmake -S . -B build-asan -G Ninja "${sanitizer_flags[@]}" -DPIPETRAIN_WERROR=ON \
-  -DPIPETRAIN_SANITIZE=address,undefined -DPIPETRAIN_CUDA=OFF -DPIPETRAIN_BUILD_BENCH=OFF
+# The ASan + UBSan build is clang's (clang-14, the fuzzer's compiler): it also builds the fuzz
+# targets (-DPIPETRAIN_FUZZ=ON: the fuzzer's instrumentation on them only), so the fuzz stage
+# builds nothing, and clang compiles this build ~40% faster than gcc (training_run.cpp: 5.7 s
+# against 9.5 s). The Release build above is gcc's: the project builds warning-free with both.
+stage "ASan + UBSan build (clang), with the fuzz targets"
+CC=clang-14 CXX=clang++-14 cmake -S . -B build-asan -G Ninja "${sanitizer_flags[@]}" \
+  -DPIPETRAIN_WERROR=ON -DPIPETRAIN_SANITIZE=address,undefined -DPIPETRAIN_FUZZ=ON \
+  -DPIPETRAIN_CUDA=OFF -DPIPETRAIN_BUILD_BENCH=OFF
 cmake --build build-asan -j "$jobs"
 stage "ASan + UBSan tests"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 1200 -LE 'slow|install|units-cover-asan|timing'
 
 stage "Fuzzing: every parser of outside input, a short fixed run each (clang, libFuzzer, ASan+UBSan)"
-bash scripts/fuzz-short.sh
+bash scripts/fuzz-short.sh --build build-asan
 
 stage "TSan build of the unit tests"
 cmake -S . -B build-tsan -G Ninja "${sanitizer_flags[@]}" -DPIPETRAIN_WERROR=ON \
