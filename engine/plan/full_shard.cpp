@@ -91,4 +91,57 @@ double full_shard_reduce_s(const std::vector<LayerProfile>& layers,
   return t;
 }
 
+std::vector<std::vector<std::pair<int, int>>> held_layers(const sched::Schedule& schedule,
+                                                          const Partition& partition) {
+  std::vector<std::vector<std::pair<int, int>>> out(static_cast<size_t>(schedule.num_devices));
+  for (size_t k = 0; k < partition.stages.size(); ++k)
+    out[static_cast<size_t>(schedule.device_of(static_cast<int>(k)))].emplace_back(
+        partition.stages[k].first_layer, partition.stages[k].last_layer);
+  return out;
+}
+
+std::pair<std::vector<int64_t>, std::vector<int64_t>> full_shard_device_memory(
+    const sched::Schedule& schedule, const Partition& partition, const std::vector<int>& inflight,
+    const std::vector<LayerProfile>& costs, int optimizer_slots, const RecomputePolicy& policy,
+    int R, int M, bool prefetch) {
+  std::vector<int64_t> peak(static_cast<size_t>(schedule.num_devices), 0), grads(peak);
+  const int stages = static_cast<int>(partition.stages.size());
+  for (int k = 0; k < stages; ++k) {
+    const StagePlan& st = partition.stages[static_cast<size_t>(k)];
+    const auto d = static_cast<size_t>(schedule.device_of(k));
+    peak[d] =
+        add_bytes(peak[d], full_shard_stage_bytes(costs, st.first_layer, st.last_layer,
+                                                  inflight[static_cast<size_t>(k)], optimizer_slots,
+                                                  policy, k == stages - 1, R, M));
+    const int64_t whole = times_bytes(st.params, static_cast<int64_t>(sizeof(float)));
+    grads[d] = add_bytes(grads[d], whole == kBytesBeyond ? whole : (whole + R - 1) / R);
+  }
+  const auto held = held_layers(schedule, partition);
+  for (size_t d = 0; d < peak.size(); ++d)
+    peak[d] =
+        add_bytes(peak[d], full_shard_gather_buffer_bytes(costs, held[d], policy, M, prefetch));
+  return {peak, grads};
+}
+
+double full_shard_step_reduce_s(const sched::Schedule& schedule, const Partition& partition,
+                                const std::vector<LayerProfile>& costs, int R, const Link& link,
+                                bool prefetch) {
+  double most = 0;
+  for (const auto& held : held_layers(schedule, partition))
+    most = std::max(most, full_shard_reduce_s(costs, held, R, link, prefetch));
+  return most;
+}
+
+double full_shard_gather_added_s(const sched::Schedule& schedule, const Partition& partition,
+                                 const std::vector<LayerProfile>& plain,
+                                 const std::vector<LayerProfile>& gathered, int M) {
+  std::vector<double> added(static_cast<size_t>(schedule.num_devices), 0);
+  for (size_t k = 0; k < partition.stages.size(); ++k)
+    for (int l = partition.stages[k].first_layer; l < partition.stages[k].last_layer; ++l)
+      added[static_cast<size_t>(schedule.device_of(static_cast<int>(k)))] +=
+          M *
+          (gathered[static_cast<size_t>(l)].total_s() - plain[static_cast<size_t>(l)].total_s());
+  return *std::max_element(added.begin(), added.end());
+}
+
 }  // namespace pt

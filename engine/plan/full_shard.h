@@ -45,8 +45,10 @@
 #include <vector>
 
 #include "engine/partition/layer_costs.h"
+#include "engine/partition/partitioner.h"
 #include "engine/pipeline/recompute.h"
 #include "engine/plan/cluster.h"
+#include "schedule/schedule.h"
 
 namespace pt {
 
@@ -85,5 +87,30 @@ int64_t full_shard_gather_buffer_bytes(const std::vector<LayerProfile>& layers,
 double full_shard_reduce_s(const std::vector<LayerProfile>& layers,
                            const std::vector<std::pair<int, int>>& held, int R, const Link& link,
                            bool prefetch);
+
+// ---- over a replica's schedule and split (the planner's points) ----
+
+// Per device of the schedule: the layers [first, last) of each stage it holds, in stage order.
+std::vector<std::vector<std::pair<int, int>>> held_layers(const sched::Schedule& schedule,
+                                                          const Partition& partition);
+
+// Per device of one replica, each stage fully sharded over R replicas: peak bytes (its stages'
+// parts, summed gradients and activations of `inflight` micro-batches per stage, and the units it
+// holds whole while computing) and gradient bytes (the parts: what the epilogue steps).
+std::pair<std::vector<int64_t>, std::vector<int64_t>> full_shard_device_memory(
+    const sched::Schedule& schedule, const Partition& partition, const std::vector<int>& inflight,
+    const std::vector<LayerProfile>& costs, int optimizer_slots, const RecomputePolicy& policy,
+    int R, int M, bool prefetch);
+
+// Seconds after the pipeline for the reduce-scatters of the slowest device (full_shard_reduce_s).
+double full_shard_step_reduce_s(const sched::Schedule& schedule, const Partition& partition,
+                                const std::vector<LayerProfile>& costs, int R, const Link& link,
+                                bool prefetch);
+
+// What the gathers add to the busiest device's step: M micro-batches of each of its layers' F, I
+// and W, priced with (`gathered`, with_full_shard_gathers) and without (`plain`) them.
+double full_shard_gather_added_s(const sched::Schedule& schedule, const Partition& partition,
+                                 const std::vector<LayerProfile>& plain,
+                                 const std::vector<LayerProfile>& gathered, int M);
 
 }  // namespace pt

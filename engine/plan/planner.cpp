@@ -72,16 +72,6 @@ double allreduce_s(const PlannerRequest& r, int T, int S, int replicas,
          2.0 * (replicas - 1) * link.latency_s;
 }
 
-// Per device of the schedule: the layers [first, last) of each stage it holds, in stage order.
-std::vector<std::vector<std::pair<int, int>>> held_layers(const sched::Schedule& schedule,
-                                                          const Partition& partition) {
-  std::vector<std::vector<std::pair<int, int>>> out(static_cast<size_t>(schedule.num_devices));
-  for (size_t k = 0; k < partition.stages.size(); ++k)
-    out[static_cast<size_t>(schedule.device_of(static_cast<int>(k)))].emplace_back(
-        partition.stages[k].first_layer, partition.stages[k].last_layer);
-  return out;
-}
-
 // Per device of one replica: peak bytes (parameters, gradients, optimizer state, the activations
 // of `inflight` micro-batches per stage, recomputation as recompute_cost.h) and gradient bytes.
 std::pair<std::vector<int64_t>, std::vector<int64_t>> device_memory(
@@ -98,32 +88,6 @@ std::pair<std::vector<int64_t>, std::vector<int64_t>> device_memory(
                                                     optimizer_slots, policy, k == stages - 1));
     grads[d] = add_bytes(grads[d], times_bytes(st.params, static_cast<int64_t>(sizeof(float))));
   }
-  return {peak, grads};
-}
-
-// As device_memory, each stage fully sharded over R replicas (full_shard.h): per device its
-// stages' parts, summed gradients and activations, and the units it holds whole while computing;
-// the gradient bytes are the parts (what the epilogue steps).
-std::pair<std::vector<int64_t>, std::vector<int64_t>> full_shard_device_memory(
-    const sched::Schedule& schedule, const Partition& partition, const std::vector<int>& inflight,
-    const std::vector<LayerProfile>& costs, int optimizer_slots, const RecomputePolicy& policy,
-    int R, int M, bool prefetch) {
-  std::vector<int64_t> peak(static_cast<size_t>(schedule.num_devices), 0), grads(peak);
-  const int stages = static_cast<int>(partition.stages.size());
-  for (int k = 0; k < stages; ++k) {
-    const StagePlan& st = partition.stages[static_cast<size_t>(k)];
-    const auto d = static_cast<size_t>(schedule.device_of(k));
-    peak[d] =
-        add_bytes(peak[d], full_shard_stage_bytes(costs, st.first_layer, st.last_layer,
-                                                  inflight[static_cast<size_t>(k)], optimizer_slots,
-                                                  policy, k == stages - 1, R, M));
-    const int64_t whole = times_bytes(st.params, static_cast<int64_t>(sizeof(float)));
-    grads[d] = add_bytes(grads[d], whole == kBytesBeyond ? whole : (whole + R - 1) / R);
-  }
-  const auto held = held_layers(schedule, partition);
-  for (size_t d = 0; d < peak.size(); ++d)
-    peak[d] =
-        add_bytes(peak[d], full_shard_gather_buffer_bytes(costs, held[d], policy, M, prefetch));
   return {peak, grads};
 }
 
@@ -273,26 +237,16 @@ PlannerResult search_plans(const ShardedCostsFor& costs_for, const PlannerReques
                                    const Partition& part, const std::vector<LayerProfile>& costs,
                                    const std::vector<int64_t>& grads) {
     if (p.shard == ShardChoice::none) return allreduce_s(r, p.T, p.S, p.R, grads, p.placement);
-    const Link link = data_parallel_link(r, p.T, p.S, p.R, p.placement);
-    double most = 0;
-    for (const auto& held : held_layers(schedule, part))
-      most = std::max(most, full_shard_reduce_s(costs, held, p.R, link, r.shard_prefetch));
-    return most;
+    return full_shard_step_reduce_s(schedule, part, costs, p.R,
+                                    data_parallel_link(r, p.T, p.S, p.R, p.placement),
+                                    r.shard_prefetch);
   };
   // Shard full: what the gathers add to the busiest device's step, M micro-batches of each of its
   // layers' F, I and W (a recomputed forward reuses the backward's gather: recompute_cost.h).
   const auto gather_s = [&](const Point& p, const sched::Schedule& schedule,
                             const Partition& part) {
     if (p.shard == ShardChoice::none) return 0.0;
-    const std::vector<LayerProfile>& plain = costs_of(p.mb, p.T);
-    const std::vector<LayerProfile>& gathered = costs_at(p);
-    std::vector<double> added(static_cast<size_t>(schedule.num_devices), 0);
-    for (size_t k = 0; k < part.stages.size(); ++k)
-      for (int l = part.stages[k].first_layer; l < part.stages[k].last_layer; ++l)
-        added[static_cast<size_t>(schedule.device_of(static_cast<int>(k)))] +=
-            p.M *
-            (gathered[static_cast<size_t>(l)].total_s() - plain[static_cast<size_t>(l)].total_s());
-    return *std::max_element(added.begin(), added.end());
+    return full_shard_gather_added_s(schedule, part, costs_of(p.mb, p.T), costs_at(p), p.M);
   };
   const auto over_cap = [&](const std::vector<int64_t>& peak) {
     return r.mem_cap_bytes > 0 && *std::max_element(peak.begin(), peak.end()) > r.mem_cap_bytes;
