@@ -47,12 +47,12 @@ PlanCandidate one_device_with_all_threads(const Backend& first, int threads, con
   return c;
 }
 
-// The options that run `chosen` (given = the user's; one device with all the threads is the
-// first of the devices given), and the same as flags.
-std::pair<TrainingOptions, std::string> options_for(const TrainingOptions& given,
-                                                    const PlanCandidate& chosen,
-                                                    const ScheduleChoice& schedule,
-                                                    const Backend& first) {
+}  // namespace
+
+std::pair<TrainingOptions, std::string> options_for_plan(const TrainingOptions& given,
+                                                         const PlanCandidate& chosen,
+                                                         const ScheduleChoice& schedule,
+                                                         const Backend& first) {
   TrainingOptions o = given;
   o.schedule = schedule;
   if (chosen.threads > 0) {
@@ -90,8 +90,6 @@ std::pair<TrainingOptions, std::string> options_for(const TrainingOptions& given
       given.costs.kind == CostSource::Kind::profile ? " --costs profile" : "");
   return {std::move(o), std::move(flags)};
 }
-
-}  // namespace
 
 AutoPlan plan_automatically(const TrainingOptions& opt, const std::vector<Backend*>& devices,
                             const Model& model, const std::function<Model()>& make_model,
@@ -205,7 +203,7 @@ AutoPlan plan_automatically(const TrainingOptions& opt, const std::vector<Backen
     a.chosen = *merged;
     schedule = ScheduleChoice::parse(merged->schedule);
   }
-  std::tie(a.options, a.flags) = options_for(opt, a.chosen, *schedule, first);
+  std::tie(a.options, a.flags) = options_for_plan(opt, a.chosen, *schedule, first);
   if (opt.print) {
     fmt::print("{}", a.result.report(opt.plan_top_k));
     if (profiling)

@@ -32,6 +32,15 @@ struct AutoPlan {
 // every device given (S x R = D), or one device with all their threads (chosen.threads > 0: the
 // caller opens that one). Throws UsageError: what search_plans throws (a cap nothing fits,
 // naming the smallest cap that would).
+// The options that run `chosen` (given: the user's; chosen.threads > 0, one device with all the
+// threads: the first of the devices given, `first`), and the same as flags. Full sharding is
+// given explicitly as the planner priced it (units dropped after the forward, one reduce-scatter
+// a step, no prefetch), not left to the runtime's auto choices, so that the run is the plan.
+std::pair<TrainingOptions, std::string> options_for_plan(const TrainingOptions& given,
+                                                         const PlanCandidate& chosen,
+                                                         const ScheduleChoice& schedule,
+                                                         const Backend& first);
+
 AutoPlan plan_automatically(const TrainingOptions& opt, const std::vector<Backend*>& devices,
                             const Model& model, const std::function<Model()>& make_model,
                             const OptimizerConfig& optimizer, int64_t batch);

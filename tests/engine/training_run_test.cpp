@@ -6,10 +6,12 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/core/error.h"
 #include "engine/devices/devices.h"
+#include "engine/setup/auto_plan.h"
 #include "engine/setup/training_run.h"
 #include "layers/builder.h"
 #include "tests/engine/synthetic.h"
@@ -183,4 +185,56 @@ TEST_CASE("TrainingOptions::check: every number in its stated range, before any 
   o.threads = 4 * cores;  // the bound itself is allowed
   o.timeout_s = 1e6;
   CHECK_NOTHROW(o.check(64));
+}
+
+// --plan auto runs what it chose through options_for_plan. No example makes a fully sharded plan
+// win (tensor parallelism or a pipeline holds as little without gathers), so the mapping of one
+// is checked here: the flags say it, the options run it as priced (units dropped after the
+// forward, one reduce-scatter a step, no prefetch), and that run is --dp 2's, bit for bit.
+TEST_CASE("options_for_plan: a fully sharded plan runs as the planner priced it") {
+  const int64_t B = 16;
+  const Dataset data = test::synthetic_dataset(B, Shape{8}, 3, 5);
+  const Tensor x =
+      Tensor::borrow(const_cast<float*>(data.inputs.data()), data.sample_shape.with_batch(B));
+  const Tensor y = Tensor::borrow(const_cast<int32_t*>(data.labels.data()), Shape{B}, DType::i32);
+  TrainingOptions given;
+  given.devices = "cpu:0,cpu:1";
+  given.threads = 1;
+  given.plan_auto = true;
+  given.print = false;
+  PlanCandidate chosen;
+  chosen.stages = 1;
+  chosen.replicas = 2;
+  chosen.microbatches = 2;
+  chosen.schedule = "1f1b";
+  chosen.layout = {5};
+  chosen.shard = ShardChoice::full;
+  DeviceSet devices = open_devices("cpu:0", 1, 1);
+  const auto planned =
+      options_for_plan(given, chosen, ScheduleChoice::parse("1f1b"), *devices.backends[0]);
+  const TrainingOptions& options = planned.first;
+  const std::string& flags = planned.second;
+  CHECK(flags.find("--dp 2") != std::string::npos);
+  CHECK(flags.find("--shard full --reshard-after-forward true --shard-reduce step") !=
+        std::string::npos);
+  CHECK_FALSE(options.plan_auto);
+  CHECK(options.shard_full);
+  CHECK(options.resolved_reshard_after_forward());
+  CHECK_FALSE(options.resolved_reduce_every_microbatch());
+  CHECK_FALSE(options.shard_prefetch);
+
+  TrainingOptions plain = options;
+  plain.shard_full = false;
+  plain.reshard_after_forward.reset();
+  plain.shard_reduce_every_microbatch.reset();
+  std::vector<double> sharded_losses, plain_losses;
+  for (const auto& [o, losses] : {std::pair{&options, &sharded_losses}, {&plain, &plain_losses}}) {
+    Model model = small_mlp();
+    TrainingRun run = make_training(*o, model, small_mlp, sgd(), B);
+    REQUIRE(run.engine);
+    for (int i = 0; i < 4; ++i) losses->push_back(run.engine->train_step(x, y).loss);
+  }
+  for (const double l : sharded_losses) CHECK(std::isfinite(l));
+  CHECK(sharded_losses.back() < sharded_losses.front());
+  CHECK(sharded_losses == plain_losses);
 }
