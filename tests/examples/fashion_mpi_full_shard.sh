@@ -4,9 +4,9 @@
 # data parallelism's with the same --dp/--stages (SGD+momentum with clipping over 2 replicas;
 # AdamW over 2 stages x 2 replicas, units kept whole through the step (the default with stages);
 # with prefetch; units of 2 layers and those dropped after forward: tests/full_shard); a run
-# saved at step 2 and resumed (sharded, or plain in another layout) ends as the uninterrupted one; the run summary's memory line shows
-# half the parameters, gradients and optimizer state held and a lower device peak; a rank killed
-# with -9 leaves no survivor waiting (it gives up within --timeout naming the rank); and
+# saved at step 2 and resumed (sharded, or plain in another layout) ends as the uninterrupted
+# one; the run summary's memory line shows half the parameters, gradients and optimizer state
+# held and a lower device peak; a rank killed with -9 leaves no survivor waiting (it gives up within --timeout naming the rank); and
 # --shard full without --dp >= 2 is refused before anything runs. --shard-group 2 with 4 replicas
 # (hybrid sharding) matches plain data parallelism within 1e-6 (SGD: MPI may add 4 replicas in
 # another order for the reduce-scatter than for the all-reduce; with AdamW its first steps,
@@ -77,7 +77,8 @@ grep -q "kept whole through the step" "$work/full_s2.txt" \
 
 # 3. 4 replicas: MPI's own order of adding them (see the top).
 mpi plain_d4 4 --dp 4 --steps 4 --save "$work/plain_d4"
-# (Full sharding over all 4 replicas: in one process, tests/full_shard.) Hybrid: parts cut across groups of 2 replicas, all-reduced across the 2 groups.
+# (Full sharding over all 4 replicas: in one process, tests/full_shard.)
+# Hybrid: parts cut across groups of 2 replicas, all-reduced across the 2 groups.
 mpi hybrid_d4 4 --dp 4 --steps 4 --save "$work/hybrid_d4" --shard full --shard-group 2
 same plain_d4 hybrid_d4 1e-6
 grep -q "fully sharded in groups of 2, replicated across 2" "$work/hybrid_d4.txt" \

@@ -73,8 +73,8 @@ ours=$("$exe" --costs "$tmp/mlp.costs" --cluster "$tmp/two.txt" --batch 64 --mem
 ranking() {  # step (ms), S x R, M, schedule, recompute of each unsharded row
   # --plan auto also searches full sharding (its last column, shard): pipetrain-plan, by
   # default, does not; its rows are compared with --plan auto's unsharded ones.
-  grep -E '^ +[0-9]+ +[0-9.]+ +[0-9.]+% ' | awk '$NF != "full"' |
-    awk '{ if ($NF == "none") NF--; print $2, $(NF-5) $(NF-4) $(NF-3), $(NF-2), $(NF-1), $NF }'
+  grep -E '^ +[0-9]+ +[0-9.]+ +[0-9.]+% ' |
+    awk '$NF != "full" { if ($NF == "none") NF--; print $2, $(NF-5) $(NF-4) $(NF-3), $(NF-2), $(NF-1), $NF }'
 }
 a=$(ranking <<<"$auto"); b=$(ranking <<<"$ours")
 # The same plans in the same order, the steps equal to the 0.01 ms --plan auto prints.
