@@ -52,7 +52,9 @@
 // and the LM head's, becomes a pair: forward all-gather of the chunk before the column layer
 // (attention, MLP fc, LM head: (2 L + 1) M calls) and reduce-scatter of b s h after the row
 // layer (2 L M); backward all-gather of the gradient's chunk before the row layer (2 L M) and
-// reduce-scatter of the column layer's input gradient ((2 L + 1) M); plus the first block's
+// reduce-scatter of the column layer's input gradient ((2 L + 1) M); the column layers keep
+// only their input's chunk for backward and all-gather it again for dW ((2 L + 1) M chunks, as
+// Megatron-Core: activation memory divided by T for one more all-gather); plus the first block's
 // input gradient gathered (M chunks), the embedding's all-reduce (M x b s h) and the loss's
 // all-gathers as above, and each layer norm's (gamma, beta) gradient all-reduced per
 // micro-batch ((2 L + 1) M x 2 h floats).
@@ -322,6 +324,10 @@ std::vector<Term> formula(const Flags& f, bool sequence_parallel) {
       {"all_gather", "attention: sequence of the input", L * M, L * M * chunk},
       {"reduce_scatter", "attention: output projection", L * M, L * M * act},
       {"all_gather", "column-parallel linear: sequence of the input", (L + 1) * M,
+       (L + 1) * M * chunk},
+      // The column layers keep their input's chunk and gather it again for dW.
+      {"all_gather", "attention: sequence of the input, again", L * M, L * M * chunk},
+      {"all_gather", "column-parallel linear: sequence of the input, again", (L + 1) * M,
        (L + 1) * M * chunk},
       {"reduce_scatter", "row-parallel linear: output", L * M, L * M * act},
       {"all_gather", "row-parallel linear: sequence of the gradient", L * M, L * M * chunk},

@@ -14,6 +14,8 @@ namespace pt {
 namespace {
 
 // Slots of the layer's context.
+// kX: the input; with sequence parallelism this rank's chunk of it (backward_weight gathers the
+//   sequence again, as Megatron-Core does, so the saved bytes are divided by T).
 // kWholeDy: with sequence parallelism, the output gradient gathered by backward_input.
 enum Saved : size_t { kX, kQkv, kAtt, kLse, kForwardSaves, kDqkv = kForwardSaves, kWholeDy };
 
@@ -73,8 +75,8 @@ LayerCost CausalSelfAttention::cost() const {
   c.backward_input_flops = proj + qkv + 5.0 * pairs;  // da, dx, and the attention backward
   c.backward_weight_flops = proj + qkv;               // dWproj, dWqkv
   c.activation_bytes =
-      (context_ * d_ + context_ * local_width() * (3 + 1) + local_heads() * context_) *
-      4;  // x, qkv, a, lse
+      (input_shape_[0] * d_ + context_ * local_width() * (3 + 1) + local_heads() * context_) *
+      4;  // x (a chunk of the sequence with sequence parallelism), qkv, a, lse
   return c;
 }
 
@@ -114,7 +116,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x_in, LayerContext& ctx) {
                  y.f32(), d_);
   }
   if (ctx.info().training) {
-    ctx.save(x);
+    ctx.save(x_in);
     ctx.save(qkv);
     ctx.save(att);
     ctx.save(lse);
@@ -132,9 +134,9 @@ Tensor CausalSelfAttention::backward_input(const Tensor& dy_in, LayerContext& ct
                                  layer_label(*this)));
   Backend& be = ctx.backend();
   // With sequence parallelism dy_in is this rank's chunk: all-gather it (kept for dWproj).
+  require_same_dims(*this, dy_in.shape(), x.shape());
   const Tensor dy =
       sequence() ? gather_sequence(tp_, be, dy_in, "attention: sequence of the gradient") : dy_in;
-  require_same_dims(*this, dy.shape(), x.shape());
   const int64_t B = dy.shape()[0], T = dy.shape()[1];
   const int64_t rows = B * T, Dh = head_dim(), dl = local_width(), Hl = local_heads();
   // da (rows, dl) = dy (rows, d) Wproj (d, dl)
@@ -161,23 +163,26 @@ Tensor CausalSelfAttention::backward_input(const Tensor& dy_in, LayerContext& ct
 void CausalSelfAttention::backward_weight(const Tensor& dy_in, LayerContext& ctx) {
   check_sequence(*this, "gradient", dy_in, output_shape_[0], d_);
   require_bound(*this);
-  const Tensor& x = saved_or_throw(*this, ctx, kX);
+  const Tensor& x_in = saved_or_throw(*this, ctx, kX);
   if (ctx.saved_count() != (sequence() ? kWholeDy + 1 : kForwardSaves + 1))
     throw UsageError(
         fmt::format("{}: backward_weight needs backward_input to run first on this "
                     "context",
                     layer_label(*this)));
+  require_same_dims(*this, dy_in.shape(), x_in.shape());
+  Backend& be = ctx.backend();
   // With sequence parallelism the whole sequence's gradient that backward_input gathered.
   const Tensor& dy = sequence() ? ctx.saved(kWholeDy) : dy_in;
-  require_same_dims(*this, dy.shape(), x.shape());
-  Backend& be = ctx.backend();
   const int64_t rows = dy.shape()[0] * dy.shape()[1], dl = local_width();
   const Tensor& dqkv = ctx.saved(kDqkv);
   // dWproj (d, dl) += dy^T (d, rows) a (rows, dl);  dbproj += sum over rows of dy
   be.gemm(true, false, d_, dl, rows, 1.f, dy.f32(), d_, ctx.saved(kAtt).f32(), dl, 1.f,
           grads_[2].f32(), dl);
   be.sum_rows_accumulate(dy.f32(), grads_[3].f32(), rows, d_);
-  // dWqkv (3dl, d) += dqkv^T (3dl, rows) x (rows, d);  dbqkv += sum over rows of dqkv
+  // dWqkv (3dl, d) += dqkv^T (3dl, rows) x (rows, d);  dbqkv += sum over rows of dqkv; with
+  // sequence parallelism x is the whole sequence gathered again from the saved chunk.
+  const Tensor x =
+      sequence() ? gather_sequence(tp_, be, x_in, "attention: sequence of the input, again") : x_in;
   be.gemm(true, false, 3 * dl, d_, rows, 1.f, dqkv.f32(), 3 * dl, x.f32(), d_, 1.f, grads_[0].f32(),
           d_);
   be.sum_rows_accumulate(dqkv.f32(), grads_[1].f32(), rows, 3 * dl);

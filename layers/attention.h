@@ -27,7 +27,8 @@
 // Sequence parallelism (tp.sequence_parallel with T > 1; layers/tensor_parallel/mappings.h):
 // x, y and dy are this rank's chunk (B, T'/T, d) of the sequence (the per-sample shape
 // (context / T, d); T must divide the context and T'). Forward all-gathers x before the QKV
-// GEMM (and saves the whole x, as without it) and reduce-scatters the projection's partial
+// GEMM (and saves only its chunk: backward_weight gathers x again for dWqkv, as Megatron-Core
+// does, so the saved input is divided by T) and reduce-scatters the projection's partial
 // output, then adds the bias to the chunk; backward all-gathers dy (kept for dWproj and the
 // bias gradient, which so sum the whole sequence as without it) and reduce-scatters dx.
 #include <cstdint>

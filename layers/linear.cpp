@@ -114,6 +114,12 @@ std::unique_ptr<Layer> Linear::shard_for(const TensorParallel& tp, ActivationSpl
 // On a sequence (T, in) the layer also accepts a shorter T' (check_batched_sequence); rows count
 // what came: rows = B * T'.
 Tensor Linear::forward(const Tensor& x, LayerContext& ctx) {
+  Tensor y = product(x, ctx);
+  if (ctx.info().training) ctx.save(x);
+  return y;
+}
+
+Tensor Linear::product(const Tensor& x, LayerContext& ctx) const {
   const Shape xs = check_batched_sequence(*this, "input", x, input_shape_, kSequenceRank);
   require_bound(*this);
   Backend& be = ctx.backend();
@@ -128,7 +134,6 @@ Tensor Linear::forward(const Tensor& x, LayerContext& ctx) {
   else
     be.gemm(false, true, rows, out_, in_, 1.f, x.f32(), in_, params_[0].f32(), in_, 0.f, y.f32(),
             out_);
-  if (ctx.info().training) ctx.save(x);
   return y;
 }
 
@@ -147,9 +152,12 @@ Tensor Linear::backward_input(const Tensor& dy, LayerContext& ctx) {
 }
 
 void Linear::backward_weight(const Tensor& dy, LayerContext& ctx) {
+  weight_gradient(dy, saved_or_throw(*this, ctx, 0), ctx);
+}
+
+void Linear::weight_gradient(const Tensor& dy, const Tensor& x, LayerContext& ctx) {
   const Shape dys = check_batched_sequence(*this, "gradient", dy, output_shape_, kSequenceRank);
   require_bound(*this);
-  const Tensor& x = saved_or_throw(*this, ctx, 0);
   require_same_rows(*this, dys, x.shape());
   Backend& be = ctx.backend();
   const int64_t rows = dys.rows();

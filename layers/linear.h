@@ -44,6 +44,12 @@ class Linear final : public Layer {
   void backward_weight(const Tensor& dy, LayerContext& ctx) override;
   bool writes_unwritten_gradients() const override { return true; }
 
+  // forward's two halves, for a layer that keeps its input in another form than the one it
+  // multiplies (a sequence-parallel column layer saves its chunk of the sequence, not the
+  // gathered whole): y = x W^T + b, nothing saved; and backward_weight with that x given.
+  Tensor product(const Tensor& x, LayerContext& ctx) const;
+  void weight_gradient(const Tensor& dy, const Tensor& x, LayerContext& ctx);
+
  private:
   int64_t in_ = 0, out_ = 0;
   bool bias_ = true;

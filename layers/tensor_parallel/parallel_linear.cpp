@@ -76,6 +76,13 @@ std::vector<ParamSpec> ColumnParallelLinear::param_specs() const {
   return specs;
 }
 
+// The slice multiplies the gathered sequence but keeps only this rank's chunk of it.
+LayerCost ColumnParallelLinear::cost() const {
+  LayerCost c = slice_.cost();
+  if (sequence()) c.activation_bytes /= tp_.size;
+  return c;
+}
+
 void ColumnParallelLinear::bind(std::span<const Tensor> params, std::span<const Tensor> grads) {
   Layer::bind(params, grads);
   slice_.bind(params, grads);
@@ -86,12 +93,18 @@ void ColumnParallelLinear::unbind() {
   slice_.unbind();
 }
 
+// With sequence parallelism the context keeps the input's chunk, not the gathered sequence
+// (1/T of the bytes until backward), and backward_weight gathers it again (Megatron-Core's
+// ColumnParallelLinear does the same): one more all-gather per micro-batch for activation
+// memory divided by T.
 Tensor ColumnParallelLinear::forward(const Tensor& x, LayerContext& ctx) {
   if (!sequence()) return slice_.forward(x, ctx);
   check_batched_sequence(*this, "input", x, input_shape_, 2);
   const Tensor whole =
       gather_sequence(tp_, ctx.backend(), x, "column-parallel linear: sequence of the input");
-  return slice_.forward(whole, ctx);  // saves the gathered input for dW
+  Tensor y = slice_.product(whole, ctx);
+  if (ctx.info().training) ctx.save(x);
+  return y;
 }
 
 Tensor ColumnParallelLinear::backward_input(const Tensor& dy, LayerContext& ctx) {
@@ -104,7 +117,10 @@ Tensor ColumnParallelLinear::backward_input(const Tensor& dy, LayerContext& ctx)
 }
 
 void ColumnParallelLinear::backward_weight(const Tensor& dy, LayerContext& ctx) {
-  slice_.backward_weight(dy, ctx);
+  if (!sequence()) return slice_.backward_weight(dy, ctx);
+  const Tensor whole = gather_sequence(tp_, ctx.backend(), saved_or_throw(*this, ctx, 0),
+                                       "column-parallel linear: sequence of the input, again");
+  slice_.weight_gradient(dy, whole, ctx);
 }
 
 // ---- RowParallelLinear ----------------------------------------------------------------------

@@ -19,7 +19,8 @@
 // Sequence parallelism (built with tp.sequence_parallel and T > 1; mappings.h): the whole
 // activations outside the pair are chunks of the sequence, so the per-sample shapes are
 // sequences (T, ..., features). The column layer takes its chunk (T/T, ..., in), all-gathers the
-// sequence before its GEMM and reduce-scatters its input gradient; the row layer reduce-scatters
+// sequence before its GEMM, keeps the chunk (not the gathered sequence) for dW and gathers it
+// again in backward_weight, and reduce-scatters its input gradient; the row layer reduce-scatters
 // its partial output (then adds the bias to its chunk) and all-gathers the output gradient,
 // which it keeps for backward_weight (dW and the bias gradient from the whole sequence: the
 // same sums as without sequence parallelism, so the bias stays a replica with no extra sum).
@@ -42,7 +43,7 @@ class ColumnParallelLinear final : public Layer {
   // The features split; the sequence whole (gathered).
   ActivationSplit output_split(ActivationSplit) const override { return {true, false}; }
   std::vector<ParamSpec> param_specs() const override;
-  LayerCost cost() const override { return slice_.cost(); }
+  LayerCost cost() const override;
   void bind(std::span<const Tensor> params, std::span<const Tensor> grads) override;
   void unbind() override;
 

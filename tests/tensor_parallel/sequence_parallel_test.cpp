@@ -168,6 +168,14 @@ TEST_CASE("sequence parallelism: a transformer block is plain tensor parallelism
         params, [&](int r, Backend& be) { return device_tensor(be, part(x, r), cs); },
         [&](int r) { return part(dy, r); });
 
+    // The block as written, on one device: what its activations cost without any split.
+    TpRanks one_rank(1);
+    const BlockRuns alone = run_block(
+        one_rank, [&](int) { return whole.shard_for(TensorParallel{}, ActivationSplit{}); },
+        params, [&](int, Backend& be) { return device_tensor(be, x, xs); },
+        [&](int) { return dy; });
+    const size_t unsplit_bytes = alone.runs[0].saved_bytes;
+
     for (int r = 0; r < c.T; ++r) {
       CAPTURE(r);
       const LayerRun& p = plain.runs[static_cast<size_t>(r)];
@@ -183,12 +191,20 @@ TEST_CASE("sequence parallelism: a transformer block is plain tensor parallelism
       CHECK(l.y == part(p.y, r));
       CHECK(f.dx == p.dx);
       CHECK(l.dx == part(p.dx, r));
-      // Activation memory: the LayerNorms' inputs and statistics are 1/T of the tokens.
-      MESSAGE("T = ", c.T, ", (B, T') = (", c.B, ", ", c.Tp, "): saved bytes per rank, plain ",
-              p.saved_bytes, ", sequence-parallel ", f.saved_bytes, " (first block), ",
-              l.saved_bytes, " (later block)");
-      CHECK(f.saved_bytes < p.saved_bytes);
+      // Activation memory (Korthikanti et al. 2022): with sequence parallelism everything the
+      // block keeps for backward is 1/T of the unsplit block's (the LayerNorms' and the
+      // column layers' inputs are chunks of the sequence, the rest is split by heads or
+      // columns), exactly; plain TP keeps the whole sequence at the norms and column inputs.
+      MESSAGE("T = ", c.T, ", (B, T') = (", c.B, ", ", c.Tp, "): saved bytes per rank, unsplit ",
+              unsplit_bytes, ", plain TP ", p.saved_bytes, ", sequence-parallel ", f.saved_bytes,
+              " (first block), ", l.saved_bytes, " (later block)");
+      CHECK(f.saved_bytes * static_cast<size_t>(c.T) == unsplit_bytes);
       CHECK(l.saved_bytes == f.saved_bytes);
+      CHECK(f.saved_bytes < p.saved_bytes);
+      // The block's cost model says the same (per sample, at the full context).
+      if (c.Tp == context)
+        CHECK(static_cast<size_t>(later.shards[static_cast<size_t>(r)]->cost().activation_bytes *
+                                  c.B) == l.saved_bytes);
     }
     // Parameter gradients: the linears' bit for bit, the LayerNorms' to rounding, and every
     // replicated gradient the same bits on every rank.
@@ -208,7 +224,7 @@ TEST_CASE("sequence parallelism: a transformer block is plain tensor parallelism
       CHECK(worst_ln <= kLayerNormTolerance);
       CHECK(replicated_grads_agree(ranks, *sp));
     }
-    for (auto* b : {&plain, &first, &later})
+    for (auto* b : {&plain, &first, &later, &alone})
       for (auto& s : b->shards) s->unbind();
   }
 }
