@@ -40,15 +40,49 @@ CommunicatorTensorParallelGroup::Route& CommunicatorTensorParallelGroup::route(
       backend.describe()));
 }
 
-void CommunicatorTensorParallelGroup::all_reduce_sum(Backend& backend, float* data, int64_t n,
-                                                     std::string_view what) {
-  Route& r = route(backend);
-  all_reduce_gradients(backend, *r.comm, data, n, r.staging_in, std::string(what));
+namespace {
+
+// A collective running on a route's thread.
+class ThreadedCollective final : public PendingCollective {
+ public:
+  explicit ThreadedCollective(std::shared_ptr<CollectiveThread::Work> work)
+      : work_(std::move(work)) {}
+  void wait() override { work_->wait(); }
+
+ private:
+  std::shared_ptr<CollectiveThread::Work> work_;
+};
+
+}  // namespace
+
+std::unique_ptr<PendingCollective> CommunicatorTensorParallelGroup::start(
+    Route& r, const Backend& backend, std::function<void()> call) {
+  // The route's thread reads and writes the buffers while the caller computes: only memory
+  // that is the host's, handed to a communicator of host memory (no copy on a device stream).
+  if (!overlap_ || !backend.host_accessible() || r.comm->device_memory()) {
+    blocking(r, call);
+    return std::make_unique<CompletedCollective>();
+  }
+  if (!r.thread) r.thread = std::make_unique<CollectiveThread>();
+  return std::make_unique<ThreadedCollective>(r.thread->start(std::move(call)));
 }
 
-void CommunicatorTensorParallelGroup::all_gather(Backend& backend, const float* in, float* out,
-                                                 int64_t n, std::string_view what) {
-  Route& r = route(backend);
+void CommunicatorTensorParallelGroup::blocking(Route& r, const std::function<void()>& call) {
+  if (r.thread && !r.thread->idle()) {
+    r.thread->start(call)->wait();  // behind what was started, in the same order on every rank
+    return;
+  }
+  call();
+}
+
+void CommunicatorTensorParallelGroup::all_reduce_on(Route& r, Backend& backend, float* data,
+                                                    int64_t n, const std::string& what) {
+  all_reduce_gradients(backend, *r.comm, data, n, r.staging_in, what);
+}
+
+void CommunicatorTensorParallelGroup::all_gather_on(Route& r, Backend& backend, const float* in,
+                                                    float* out, int64_t n,
+                                                    const std::string& what) {
   const size_t bytes = static_cast<size_t>(n) * sizeof(float);
   const auto ranks = static_cast<size_t>(r.comm->size());
   if (!needs_host_staging(backend, *r.comm)) {
@@ -62,10 +96,9 @@ void CommunicatorTensorParallelGroup::all_gather(Backend& backend, const float* 
   backend.copy_from_host(out, r.staging_out.data(), bytes * ranks);
 }
 
-void CommunicatorTensorParallelGroup::reduce_scatter_sum(Backend& backend, const float* in,
-                                                         float* out, int64_t n,
-                                                         std::string_view what) {
-  Route& r = route(backend);
+void CommunicatorTensorParallelGroup::reduce_scatter_on(Route& r, Backend& backend, const float* in,
+                                                        float* out, int64_t n,
+                                                        const std::string& what) {
   if (!needs_host_staging(backend, *r.comm)) {
     r.comm->reduce_scatter(in, out, n, ReduceOp::sum, what);
     return;
@@ -77,6 +110,49 @@ void CommunicatorTensorParallelGroup::reduce_scatter_sum(Backend& backend, const
   backend.copy_to_host(r.staging_in.data(), in, bytes * ranks);
   r.comm->reduce_scatter(r.staging_in.data(), r.staging_out.data(), n, ReduceOp::sum, what);
   backend.copy_from_host(out, r.staging_out.data(), bytes);
+}
+
+void CommunicatorTensorParallelGroup::all_reduce_sum(Backend& backend, float* data, int64_t n,
+                                                     std::string_view what) {
+  Route& r = route(backend);
+  blocking(r, [&] { all_reduce_on(r, backend, data, n, std::string(what)); });
+}
+
+void CommunicatorTensorParallelGroup::all_gather(Backend& backend, const float* in, float* out,
+                                                 int64_t n, std::string_view what) {
+  Route& r = route(backend);
+  blocking(r, [&] { all_gather_on(r, backend, in, out, n, std::string(what)); });
+}
+
+void CommunicatorTensorParallelGroup::reduce_scatter_sum(Backend& backend, const float* in,
+                                                         float* out, int64_t n,
+                                                         std::string_view what) {
+  Route& r = route(backend);
+  blocking(r, [&] { reduce_scatter_on(r, backend, in, out, n, std::string(what)); });
+}
+
+std::unique_ptr<PendingCollective> CommunicatorTensorParallelGroup::start_all_reduce_sum(
+    Backend& backend, float* data, int64_t n, std::string_view what) {
+  Route& r = route(backend);
+  return start(r, backend, [this, &r, &backend, data, n, what = std::string(what)] {
+    all_reduce_on(r, backend, data, n, what);
+  });
+}
+
+std::unique_ptr<PendingCollective> CommunicatorTensorParallelGroup::start_all_gather(
+    Backend& backend, const float* in, float* out, int64_t n, std::string_view what) {
+  Route& r = route(backend);
+  return start(r, backend, [this, &r, &backend, in, out, n, what = std::string(what)] {
+    all_gather_on(r, backend, in, out, n, what);
+  });
+}
+
+std::unique_ptr<PendingCollective> CommunicatorTensorParallelGroup::start_reduce_scatter_sum(
+    Backend& backend, const float* in, float* out, int64_t n, std::string_view what) {
+  Route& r = route(backend);
+  return start(r, backend, [this, &r, &backend, in, out, n, what = std::string(what)] {
+    reduce_scatter_on(r, backend, in, out, n, what);
+  });
 }
 
 std::vector<std::unique_ptr<TensorParallelGroup>> tensor_parallel_groups(

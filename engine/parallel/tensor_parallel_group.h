@@ -6,9 +6,18 @@
 // runs on, which it names by the backend it passes. Tensors a communicator cannot read (a GPU's,
 // with MPI or in-process) go through host buffers, as the gradient all-reduce does
 // (all_reduce_gradients.h).
+//
+// With overlap on (--tp-overlap, the default), a collective a layer starts runs on a thread of
+// its device's route (engine/comm/collective_thread.h) while the layer computes; blocking calls
+// queue behind what was started. That needs memory both the communicator and the host thread
+// can read without the device's stream: the CPU backend's, with the in-process or MPI
+// communicators. Elsewhere (a GPU through host buffers, NCCL) a started collective runs where it
+// is started, as a blocking one.
+#include <functional>
 #include <memory>
 #include <vector>
 
+#include "engine/comm/collective_thread.h"
 #include "engine/comm/communicator.h"
 #include "layers/tensor_parallel/group.h"
 
@@ -22,6 +31,9 @@ class CommunicatorTensorParallelGroup final : public TensorParallelGroup {
   CommunicatorTensorParallelGroup() = default;
   void add_device(const Backend& device, Communicator& comm);
 
+  // Whether started collectives run beside the caller's compute (on by default).
+  void set_overlap(bool overlap) { overlap_ = overlap; }
+
   int rank() const override;
   int size() const override;
   void all_reduce_sum(Backend& backend, float* data, int64_t n, std::string_view what) override;
@@ -29,14 +41,34 @@ class CommunicatorTensorParallelGroup final : public TensorParallelGroup {
                   std::string_view what) override;
   void reduce_scatter_sum(Backend& backend, const float* in, float* out, int64_t n,
                           std::string_view what) override;
+  std::unique_ptr<PendingCollective> start_all_reduce_sum(Backend& backend, float* data, int64_t n,
+                                                          std::string_view what) override;
+  std::unique_ptr<PendingCollective> start_all_gather(Backend& backend, const float* in, float* out,
+                                                      int64_t n, std::string_view what) override;
+  std::unique_ptr<PendingCollective> start_reduce_scatter_sum(Backend& backend, const float* in,
+                                                              float* out, int64_t n,
+                                                              std::string_view what) override;
 
  private:
   struct Route {
     const Backend* device = nullptr;  // nullptr: every device
     Communicator* comm = nullptr;
     std::vector<float> staging_in, staging_out;  // host copies (one device's thread uses them)
+    std::unique_ptr<CollectiveThread> thread;    // started collectives; created on first use
   };
   Route& route(const Backend& backend);
+  // The collective `call` of route r: started on the route's thread where it can overlap, else
+  // run here. blocking(): run here, after what the route started.
+  std::unique_ptr<PendingCollective> start(Route& r, const Backend& backend,
+                                           std::function<void()> call);
+  void blocking(Route& r, const std::function<void()>& call);
+  void all_reduce_on(Route& r, Backend& backend, float* data, int64_t n, const std::string& what);
+  void all_gather_on(Route& r, Backend& backend, const float* in, float* out, int64_t n,
+                     const std::string& what);
+  void reduce_scatter_on(Route& r, Backend& backend, const float* in, float* out, int64_t n,
+                         const std::string& what);
+
+  bool overlap_ = true;
 
   std::vector<std::unique_ptr<Route>> routes_;
 };

@@ -7,12 +7,33 @@
 // Rules (those of engine/comm/communicator.h): every rank calls the same collectives in the
 // same order with the same sizes; a sum has the same bits on every rank; nothing waits forever
 // (a blocking call throws TimeoutError naming `what` and the rank it waited for).
+//
+// Collectives can also be started and waited for later (start_*), so that a layer computes
+// meanwhile what does not depend on them: Megatron-LM's asynchronous all-reduce of a
+// column-parallel layer's input gradient, overlapped with its weight gradient. Started and
+// blocking calls of one device run in the order they were made, on every rank alike.
 #include <cstdint>
+#include <memory>
 #include <string_view>
 
 #include "engine/core/backend.h"
 
 namespace pt {
+
+// A collective in flight: its buffers are its own until wait() returns, when the result is in
+// place. wait() throws what the collective threw (a TimeoutError naming the rank it waited
+// for...); it never waits forever, as the collective itself gives up after the group's timeout.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  virtual void wait() = 0;
+};
+
+// One that is done already (a group that runs every collective where it is started).
+class CompletedCollective final : public PendingCollective {
+ public:
+  void wait() override {}
+};
 
 class TensorParallelGroup {
  public:
@@ -27,6 +48,28 @@ class TensorParallelGroup {
   // in: size() * n floats; out: n = the element-wise sum over the ranks of block rank().
   virtual void reduce_scatter_sum(Backend& backend, const float* in, float* out, int64_t n,
                                   std::string_view what) = 0;
+
+  // The same three, started. The defaults run the collective here and return it completed: a group
+  // that cannot overlap needs nothing more.
+  virtual std::unique_ptr<PendingCollective> start_all_reduce_sum(Backend& backend, float* data,
+                                                                  int64_t n,
+                                                                  std::string_view what) {
+    all_reduce_sum(backend, data, n, what);
+    return std::make_unique<CompletedCollective>();
+  }
+  virtual std::unique_ptr<PendingCollective> start_all_gather(Backend& backend, const float* in,
+                                                              float* out, int64_t n,
+                                                              std::string_view what) {
+    all_gather(backend, in, out, n, what);
+    return std::make_unique<CompletedCollective>();
+  }
+  virtual std::unique_ptr<PendingCollective> start_reduce_scatter_sum(Backend& backend,
+                                                                      const float* in, float* out,
+                                                                      int64_t n,
+                                                                      std::string_view what) {
+    reduce_scatter_sum(backend, in, out, n, what);
+    return std::make_unique<CompletedCollective>();
+  }
 };
 
 // Which rank of how many a layer is built for, and the group it talks to. The default (one

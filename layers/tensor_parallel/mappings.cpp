@@ -1,5 +1,8 @@
 #include "layers/tensor_parallel/mappings.h"
 
+#include <stdexcept>
+#include <utility>
+
 #include <fmt/format.h>
 
 #include "engine/core/error.h"
@@ -35,6 +38,36 @@ VocabRange vocab_range(int64_t vocab, const TensorParallel& tp, std::string_view
         what, vocab, tp.size, vocab, tp.size, vocab % tp.size, tp.size));
   const int64_t count = vocab / tp.size;
   return VocabRange{tp.rank * count, count, vocab};
+}
+
+PendingTensor::PendingTensor(std::unique_ptr<PendingCollective> collective,
+                             std::function<Tensor()> finish)
+    : collective_(std::move(collective)), finish_(std::move(finish)) {}
+
+PendingTensor::~PendingTensor() {
+  if (!collective_) return;
+  try {
+    collective_->wait();
+  } catch (...) {  // already unwinding from the error that abandoned it, or reported by a peer
+  }
+}
+
+Tensor PendingTensor::wait() {
+  if (!finish_) throw std::logic_error("PendingTensor::wait: nothing started, or waited already");
+  if (collective_) {
+    auto collective = std::move(collective_);
+    collective->wait();
+  }
+  auto finish = std::move(finish_);
+  finish_ = nullptr;
+  return finish();
+}
+
+PendingTensor start_all_reduce_input_gradient(const TensorParallel& tp, Backend& backend,
+                                              const Tensor& dx, std::string_view what) {
+  if (!tp.enabled()) return PendingTensor(nullptr, [dx] { return dx; });
+  return PendingTensor(tp.group->start_all_reduce_sum(backend, dx.f32(), dx.numel(), what),
+                       [dx] { return dx; });
 }
 
 // ---- sequence parallelism -------------------------------------------------------------------
@@ -95,38 +128,50 @@ int64_t context_chunk(const TensorParallel& tp, int64_t context, std::string_vie
   return context / tp.size;
 }
 
-Tensor gather_sequence(const TensorParallel& tp, Backend& backend, const Tensor& x,
-                       std::string_view what) {
+PendingTensor start_gather_sequence(const TensorParallel& tp, Backend& backend, const Tensor& x,
+                                    std::string_view what) {
   require_sequence(x, what);
   Shape whole = x.shape();
   whole[1] *= tp.size;
   Tensor out = backend.empty(whole);
   const SequenceBlocks k = blocks_of(x.shape(), x.shape()[1]);
-  if (k.B == 1) {  // (T, 1, T'/T, ...) is (1, T', ...)
-    tp.group->all_gather(backend, x.f32(), out.f32(), x.numel(), what);
-    return out;
-  }
+  if (k.B == 1)  // (T, 1, T'/T, ...) is (1, T', ...)
+    return PendingTensor(tp.group->start_all_gather(backend, x.f32(), out.f32(), x.numel(), what),
+                         [x, out] { return out; });
   Tensor ranks = backend.empty(Shape{whole.numel()});
-  tp.group->all_gather(backend, x.f32(), ranks.f32(), x.numel(), what);
-  reorder(backend, k, tp.size, ranks.f32(), out.f32(), /*to_ranks=*/false);
-  return out;
+  auto gathered = tp.group->start_all_gather(backend, x.f32(), ranks.f32(), x.numel(), what);
+  return PendingTensor(std::move(gathered), [x, ranks, out, k, T = tp.size, &backend] {
+    reorder(backend, k, T, ranks.f32(), out.f32(), /*to_ranks=*/false);
+    return out;
+  });
 }
 
-Tensor reduce_scatter_sequence(const TensorParallel& tp, Backend& backend, const Tensor& y,
-                               std::string_view what) {
+PendingTensor start_reduce_scatter_sequence(const TensorParallel& tp, Backend& backend,
+                                            const Tensor& y, std::string_view what) {
   require_sequence(y, what);
   Shape part = y.shape();
   part[1] = sequence_chunk(tp, part[1], what);
   Tensor out = backend.empty(part);
   const SequenceBlocks k = blocks_of(y.shape(), part[1]);
-  if (k.B == 1) {
-    tp.group->reduce_scatter_sum(backend, y.f32(), out.f32(), out.numel(), what);
-    return out;
-  }
+  if (k.B == 1)
+    return PendingTensor(
+        tp.group->start_reduce_scatter_sum(backend, y.f32(), out.f32(), out.numel(), what),
+        [y, out] { return out; });
   Tensor ranks = backend.empty(Shape{y.numel()});
   reorder(backend, k, tp.size, y.f32(), ranks.f32(), /*to_ranks=*/true);
-  tp.group->reduce_scatter_sum(backend, ranks.f32(), out.f32(), out.numel(), what);
-  return out;
+  return PendingTensor(
+      tp.group->start_reduce_scatter_sum(backend, ranks.f32(), out.f32(), out.numel(), what),
+      [ranks, out] { return out; });
+}
+
+Tensor gather_sequence(const TensorParallel& tp, Backend& backend, const Tensor& x,
+                       std::string_view what) {
+  return start_gather_sequence(tp, backend, x, what).wait();
+}
+
+Tensor reduce_scatter_sequence(const TensorParallel& tp, Backend& backend, const Tensor& y,
+                               std::string_view what) {
+  return start_reduce_scatter_sequence(tp, backend, y, what).wait();
 }
 
 Tensor scatter_sequence(const TensorParallel& tp, Backend& backend, const Tensor& x,

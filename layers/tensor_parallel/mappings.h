@@ -22,6 +22,8 @@
 // group's collectives move contiguous blocks per rank, (T, B, T'/T, ...); these reorder to and
 // from (B, T', ...) around them (one copy per block; none when B = 1). The sums are those of the
 // all-reduce, element by element in rank order, so every element has plain TP's bits.
+#include <functional>
+#include <memory>
 #include <string_view>
 
 #include "engine/core/op_params.h"
@@ -42,6 +44,30 @@ inline void all_reduce_input_gradient(const TensorParallel& tp, Backend& backend
   if (tp.enabled()) tp.group->all_reduce_sum(backend, dx.f32(), dx.numel(), what);
 }
 
+// A tensor whose collective is in flight (the started forms below): wait() waits for it, does
+// what follows it on this thread (the reorder of a gathered sequence) and returns the result;
+// until then the buffers it was started with belong to it. Destroying one that was not waited
+// for waits for it, so that no collective outlives its buffers.
+class PendingTensor {
+ public:
+  PendingTensor() = default;
+  // `finish` runs after the collective, on the waiting thread, and gives the result (it holds
+  // the buffers, so they live until then).
+  PendingTensor(std::unique_ptr<PendingCollective> collective, std::function<Tensor()> finish);
+  PendingTensor(PendingTensor&&) = default;
+  PendingTensor& operator=(PendingTensor&&) = delete;
+  ~PendingTensor();
+  Tensor wait();
+
+ private:
+  std::unique_ptr<PendingCollective> collective_;
+  std::function<Tensor()> finish_;
+};
+
+// all_reduce_input_gradient, started: dx is summed in place and returned by wait().
+PendingTensor start_all_reduce_input_gradient(const TensorParallel& tp, Backend& backend,
+                                              const Tensor& dx, std::string_view what);
+
 // ---- sequence parallelism -------------------------------------------------------------------
 // T' / T, the chunk of a sequence of T' tokens each rank holds; a ShapeError naming T', --tp and
 // `layer` when T does not divide T'.
@@ -57,6 +83,11 @@ Tensor gather_sequence(const TensorParallel& tp, Backend& backend, const Tensor&
 // this rank's chunk (reduce-scatter).
 Tensor reduce_scatter_sequence(const TensorParallel& tp, Backend& backend, const Tensor& y,
                                std::string_view what);
+// The two, started (the blocking ones are these, waited for at once).
+PendingTensor start_gather_sequence(const TensorParallel& tp, Backend& backend, const Tensor& x,
+                                    std::string_view what);
+PendingTensor start_reduce_scatter_sequence(const TensorParallel& tp, Backend& backend,
+                                            const Tensor& y, std::string_view what);
 // x (B, T', ...), whole on every rank -> (B, T'/T, ...): this rank's chunk (no collective).
 Tensor scatter_sequence(const TensorParallel& tp, Backend& backend, const Tensor& x,
                         std::string_view layer);
