@@ -1,6 +1,7 @@
 #include "layers/attention.h"
 
 #include <cmath>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -125,32 +126,61 @@ Tensor CausalSelfAttention::forward(const Tensor& x_in, LayerContext& ctx) {
 }
 
 // ---- backward ------------------------------------------------------------------------------
-Tensor CausalSelfAttention::backward_input(const Tensor& dy_in, LayerContext& ctx) {
+const Tensor& CausalSelfAttention::saved_input(const Tensor& dy_in, LayerContext& ctx) const {
   check_sequence(*this, "gradient", dy_in, output_shape_[0], d_);
   require_bound(*this);
   const Tensor& x = saved_or_throw(*this, ctx, kX);
-  if (ctx.saved_count() != kForwardSaves)
-    throw UsageError(fmt::format("{}: backward_input ran twice on one context without clear()",
-                                 layer_label(*this)));
-  Backend& be = ctx.backend();
-  // With sequence parallelism dy_in is this rank's chunk: all-gather it (kept for dWproj).
   require_same_dims(*this, dy_in.shape(), x.shape());
-  const Tensor dy =
-      sequence() ? gather_sequence(tp_, be, dy_in, "attention: sequence of the gradient") : dy_in;
+  return x;
+}
+
+Tensor CausalSelfAttention::partial_input_gradient(const Tensor& dy, LayerContext& ctx,
+                                                   Tensor& dqkv) const {
+  Backend& be = ctx.backend();
   const int64_t B = dy.shape()[0], T = dy.shape()[1];
   const int64_t rows = B * T, Dh = head_dim(), dl = local_width(), Hl = local_heads();
   // da (rows, dl) = dy (rows, d) Wproj (d, dl)
   Tensor datt = ctx.alloc(Shape{B, T, dl});
   be.gemm(false, false, rows, dl, d_, 1.f, dy.f32(), d_, params_[2].f32(), dl, 0.f, datt.f32(), dl);
   // dqkv (B, T, 3, Hl, Dh)
-  Tensor dqkv = ctx.alloc(Shape{B, T, 3 * dl});
+  dqkv = ctx.alloc(Shape{B, T, 3 * dl});
   be.attention_backward(ctx.saved(kQkv).f32(), ctx.saved(kAtt).f32(), datt.f32(),
                         ctx.saved(kLse).f32(), dqkv.f32(), B, T, Hl, Dh,
                         1.f / std::sqrt(static_cast<float>(Dh)));
-  // dx (rows, d) = dqkv (rows, 3dl) Wqkv (3dl, d), summed over the ranks' heads
+  // dx (rows, d) = dqkv (rows, 3dl) Wqkv (3dl, d), to be summed over the ranks' heads
   Tensor dx = ctx.alloc(Shape{B, T, d_});
   be.gemm(false, false, rows, d_, 3 * dl, 1.f, dqkv.f32(), 3 * dl, params_[0].f32(), d_, 0.f,
           dx.f32(), d_);
+  return dx;
+}
+
+void CausalSelfAttention::weight_gradients(const Tensor& dy, const Tensor& dqkv,
+                                           const std::function<Tensor()>& x, LayerContext& ctx) {
+  Backend& be = ctx.backend();
+  const int64_t rows = dy.shape()[0] * dy.shape()[1], dl = local_width();
+  // dWproj (d, dl) += dy^T (d, rows) a (rows, dl);  dbproj += sum over rows of dy
+  be.gemm(true, false, d_, dl, rows, 1.f, dy.f32(), d_, ctx.saved(kAtt).f32(), dl, 1.f,
+          grads_[2].f32(), dl);
+  be.sum_rows_accumulate(dy.f32(), grads_[3].f32(), rows, d_);
+  // dWqkv (3dl, d) += dqkv^T (3dl, rows) x (rows, d);  dbqkv += sum over rows of dqkv. x is
+  // asked for only now: with sequence parallelism its re-gather may still be in flight.
+  const Tensor whole_x = x();
+  be.gemm(true, false, 3 * dl, d_, rows, 1.f, dqkv.f32(), 3 * dl, whole_x.f32(), d_, 1.f,
+          grads_[0].f32(), d_);
+  be.sum_rows_accumulate(dqkv.f32(), grads_[1].f32(), rows, 3 * dl);
+}
+
+Tensor CausalSelfAttention::backward_input(const Tensor& dy_in, LayerContext& ctx) {
+  saved_input(dy_in, ctx);
+  if (ctx.saved_count() != kForwardSaves)
+    throw UsageError(fmt::format("{}: backward_input ran twice on one context without clear()",
+                                 layer_label(*this)));
+  Backend& be = ctx.backend();
+  // With sequence parallelism dy_in is this rank's chunk: all-gather it (kept for dWproj).
+  const Tensor dy =
+      sequence() ? gather_sequence(tp_, be, dy_in, "attention: sequence of the gradient") : dy_in;
+  Tensor dqkv;
+  Tensor dx = partial_input_gradient(dy, ctx, dqkv);
   ctx.save(dqkv);  // for backward_weight
   if (sequence()) {
     ctx.save(dy);
@@ -161,31 +191,48 @@ Tensor CausalSelfAttention::backward_input(const Tensor& dy_in, LayerContext& ct
 }
 
 void CausalSelfAttention::backward_weight(const Tensor& dy_in, LayerContext& ctx) {
-  check_sequence(*this, "gradient", dy_in, output_shape_[0], d_);
-  require_bound(*this);
-  const Tensor& x_in = saved_or_throw(*this, ctx, kX);
+  const Tensor& x_in = saved_input(dy_in, ctx);
   if (ctx.saved_count() != (sequence() ? kWholeDy + 1 : kForwardSaves + 1))
     throw UsageError(
         fmt::format("{}: backward_weight needs backward_input to run first on this "
                     "context",
                     layer_label(*this)));
-  require_same_dims(*this, dy_in.shape(), x_in.shape());
-  Backend& be = ctx.backend();
-  // With sequence parallelism the whole sequence's gradient that backward_input gathered.
+  // With sequence parallelism the whole sequence's gradient that backward_input gathered, and
+  // x gathered again from the saved chunk.
   const Tensor& dy = sequence() ? ctx.saved(kWholeDy) : dy_in;
-  const int64_t rows = dy.shape()[0] * dy.shape()[1], dl = local_width();
-  const Tensor& dqkv = ctx.saved(kDqkv);
-  // dWproj (d, dl) += dy^T (d, rows) a (rows, dl);  dbproj += sum over rows of dy
-  be.gemm(true, false, d_, dl, rows, 1.f, dy.f32(), d_, ctx.saved(kAtt).f32(), dl, 1.f,
-          grads_[2].f32(), dl);
-  be.sum_rows_accumulate(dy.f32(), grads_[3].f32(), rows, d_);
-  // dWqkv (3dl, d) += dqkv^T (3dl, rows) x (rows, d);  dbqkv += sum over rows of dqkv; with
-  // sequence parallelism x is the whole sequence gathered again from the saved chunk.
-  const Tensor x =
-      sequence() ? gather_sequence(tp_, be, x_in, "attention: sequence of the input, again") : x_in;
-  be.gemm(true, false, 3 * dl, d_, rows, 1.f, dqkv.f32(), 3 * dl, x.f32(), d_, 1.f, grads_[0].f32(),
-          d_);
-  be.sum_rows_accumulate(dqkv.f32(), grads_[1].f32(), rows, 3 * dl);
+  weight_gradients(
+      dy, ctx.saved(kDqkv),
+      [&] {
+        return sequence() ? gather_sequence(tp_, ctx.backend(), x_in,
+                                            "attention: sequence of the input, again")
+                          : x_in;
+      },
+      ctx);
+}
+
+// Megatron-LM's order: the gradient's gather (needed at once), x's re-gather started, dx
+// computed meanwhile and its collective started, the weight gradients computed meanwhile.
+Tensor CausalSelfAttention::backward(const Tensor& dy_in, LayerContext& ctx) {
+  if (!tp_.enabled()) return Layer::backward(dy_in, ctx);
+  const Tensor& x_in = saved_input(dy_in, ctx);
+  if (ctx.saved_count() != kForwardSaves)
+    throw UsageError(
+        fmt::format("{}: backward ran twice on one context without clear()", layer_label(*this)));
+  Backend& be = ctx.backend();
+  const Tensor dy =
+      sequence() ? gather_sequence(tp_, be, dy_in, "attention: sequence of the gradient") : dy_in;
+  std::optional<PendingTensor> whole_x;
+  if (sequence())
+    whole_x.emplace(
+        start_gather_sequence(tp_, be, x_in, "attention: sequence of the input, again"));
+  Tensor dqkv;
+  const Tensor dx = partial_input_gradient(dy, ctx, dqkv);
+  PendingTensor reduced =
+      sequence() ? start_reduce_scatter_sequence(tp_, be, dx, "attention: input gradient")
+                 : start_all_reduce_input_gradient(tp_, be, dx, "attention: input gradient");
+  weight_gradients(
+      dy, dqkv, [&] { return whole_x ? whole_x->wait() : x_in; }, ctx);
+  return reduced.wait();
 }
 
 }  // namespace pt

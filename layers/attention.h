@@ -32,6 +32,7 @@
 // output, then adds the bias to the chunk; backward all-gathers dy (kept for dWproj and the
 // bias gradient, which so sum the whole sequence as without it) and reduce-scatters dx.
 #include <cstdint>
+#include <functional>
 #include <string_view>
 
 #include "layers/layer.h"
@@ -65,8 +66,19 @@ class CausalSelfAttention final : public Layer {
   Tensor forward(const Tensor& x, LayerContext& ctx) override;
   Tensor backward_input(const Tensor& dy, LayerContext& ctx) override;
   void backward_weight(const Tensor& dy, LayerContext& ctx) override;
+  // Both, overlapped with tensor parallelism: dx's all-reduce (reduce-scatter) runs while the
+  // weight gradients are computed, and with sequence parallelism x's re-gather while dx is.
+  Tensor backward(const Tensor& dy, LayerContext& ctx) override;
 
  private:
+  // The pieces the three share. dy and x: whole sequences (gathered with sequence parallelism).
+  // dx before the sum over the ranks; dqkv is kept for the weight gradients.
+  Tensor partial_input_gradient(const Tensor& dy, LayerContext& ctx, Tensor& dqkv) const;
+  void weight_gradients(const Tensor& dy, const Tensor& dqkv, const std::function<Tensor()>& x,
+                        LayerContext& ctx);
+  // forward's saved input, checked against the gradient dy_in (as given to backward).
+  const Tensor& saved_input(const Tensor& dy_in, LayerContext& ctx) const;
+
   int64_t d_, H_, context_;
   float proj_init_std_;
   TensorParallel tp_;

@@ -129,14 +129,37 @@ std::unique_ptr<Loss> Loss::shard_for(const TensorParallel& tp, ActivationSplit 
       kind()));
 }
 
-void run_backward_weight(Layer& layer, const Tensor& dy, LayerContext& ctx, bool unwritten) {
+Tensor Layer::backward(const Tensor& dy, LayerContext& ctx) {
+  Tensor dx = backward_input(dy, ctx);
+  backward_weight(dy, ctx);
+  return dx;
+}
+
+namespace {
+
+// Zeroes the gradients of a layer that cannot write them and says which can; returns what
+// LayerContext::gradients_unwritten says during the call.
+bool prepare_unwritten(Layer& layer, LayerContext& ctx, bool unwritten) {
   const bool writes = unwritten && layer.writes_unwritten_gradients();
   if (unwritten && !writes)
     for (const Tensor& g : layer.grads())
       if (g.numel()) ctx.backend().fill(g.f32(), 0.f, g.numel());
-  ctx.set_gradients_unwritten(writes);
+  return writes;
+}
+
+}  // namespace
+
+void run_backward_weight(Layer& layer, const Tensor& dy, LayerContext& ctx, bool unwritten) {
+  ctx.set_gradients_unwritten(prepare_unwritten(layer, ctx, unwritten));
   layer.backward_weight(dy, ctx);
   ctx.set_gradients_unwritten(false);
+}
+
+Tensor run_backward(Layer& layer, const Tensor& dy, LayerContext& ctx, bool unwritten) {
+  ctx.set_gradients_unwritten(prepare_unwritten(layer, ctx, unwritten));
+  Tensor dx = layer.backward(dy, ctx);
+  ctx.set_gradients_unwritten(false);
+  return dx;
 }
 
 }  // namespace pt

@@ -204,6 +204,12 @@ class Layer {
     (void)dy;
     (void)ctx;
   }
+  // backward_input then backward_weight with the same dy, for a caller that runs them together
+  // (every schedule but those that split the backward): a layer may overlap the two, computing
+  // weight gradients while its input gradient's collective is in flight (Megatron-LM's
+  // asynchronous tensor-parallel all-reduce). The same bits as the two calls in turn, which is
+  // the default.
+  virtual Tensor backward(const Tensor& dy, LayerContext& ctx);
   // Whether backward_weight writes its gradients when LayerContext::gradients_unwritten says so.
   virtual bool writes_unwritten_gradients() const { return false; }
 
@@ -261,5 +267,7 @@ class Loss {
 // are written by a layer that can (Layer::writes_unwritten_gradients) and zeroed first for the
 // others.
 void run_backward_weight(Layer& layer, const Tensor& dy, LayerContext& ctx, bool unwritten);
+// layer.backward(dy, ctx) (input and weight gradients together) with `unwritten` as above.
+Tensor run_backward(Layer& layer, const Tensor& dy, LayerContext& ctx, bool unwritten);
 
 }  // namespace pt

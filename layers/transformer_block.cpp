@@ -199,6 +199,41 @@ Tensor TransformerBlock::backward_input(const Tensor& dy, LayerContext& ctx) {
   return dx;
 }
 
+Tensor TransformerBlock::backward(const Tensor& dy, LayerContext& ctx) {
+  if (!tp_.enabled()) return Layer::backward(dy, ctx);
+  check_sequence(*this, "gradient", dy, output_shape_[0], d_);
+  require_bound(*this);
+  if (ctx.saved_count() != 0)
+    throw UsageError(fmt::format("{}: backward ran on a context backward_input used already",
+                                 layer_label(*this)));
+  Backend& be = ctx.backend();
+  const int64_t B = dy.shape()[0], Tl = dy.shape()[1],
+                hidden = mlp_width(d_, mlp_ratio_) / tp_.size;
+  const Shape rows{B * Tl, d_}, seq{B, Tl, d_};
+  // The MLP branch, as backward_input; the proj's weight gradient (no collective: with sequence
+  // parallelism its whole dy was gathered by its backward_input) and the fc's run while the
+  // fc's input gradient is summed over the ranks.
+  const Tensor dy_proj = sequence() ? dy : dy.reshape(rows);
+  const Tensor g_gelu = proj_.backward_input(dy_proj, ctx.child(kProj));
+  const Tensor g_fc =
+      gelu_.backward_input(g_gelu.reshape(Shape{g_gelu.numel() / hidden, hidden}), ctx.child(kGelu))
+          .reshape(g_gelu.shape());
+  const Tensor g_ln2 =
+      fc_.backward_overlapped(g_fc, ctx.child(kFc),
+                              [&] { proj_.backward_weight(dy_proj, ctx.child(kProj)); })
+          .reshape(rows);
+  const Tensor d_ln2 = ln2_.backward(g_ln2, ctx.child(kLn2));
+  Tensor g_x2 = ctx.alloc(seq);
+  be.add(dy.f32(), d_ln2.f32(), g_x2.f32(), g_x2.numel());
+  // The attention branch.
+  const Tensor g_ln1 = attn_.backward(g_x2, ctx.child(kAttn));
+  const Tensor d_ln1 = ln1_.backward(g_ln1.reshape(rows), ctx.child(kLn1));
+  Tensor dx = ctx.alloc(seq);
+  be.add(g_x2.f32(), d_ln1.f32(), dx.f32(), dx.numel());
+  if (scatter_input_) return gather_sequence(tp_, be, dx, "transformer block: input gradient");
+  return dx;
+}
+
 void TransformerBlock::backward_weight(const Tensor& dy, LayerContext& ctx) {
   check_sequence(*this, "gradient", dy, output_shape_[0], d_);
   require_bound(*this);

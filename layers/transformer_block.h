@@ -87,6 +87,10 @@ class TransformerBlock final : public Layer {
   Tensor forward(const Tensor& x, LayerContext& ctx) override;
   Tensor backward_input(const Tensor& dy, LayerContext& ctx) override;
   void backward_weight(const Tensor& dy, LayerContext& ctx) override;
+  // Both, sub-layer by sub-layer (nothing kept in this layer's slots): with tensor parallelism
+  // the fc's input-gradient collective runs while the proj's and the fc's weight gradients are
+  // computed, the attention's while its own are (attention.h).
+  Tensor backward(const Tensor& dy, LayerContext& ctx) override;
 
  private:
   // The sub-layers in child-context order (ln1, attn, ln2, fc, gelu, proj).

@@ -60,7 +60,9 @@ struct ParallelContext {
   // gradient norm is completed. The T copies of a replica see the same batch.
   int tensor_parallel = 1;
   int tensor_rank = 0;
-  bool sequence_parallel = false;  // --sequence-parallel: the layers' TensorParallel says so
+  bool sequence_parallel = false;       // --sequence-parallel: the layers' TensorParallel says so
+  bool tensor_parallel_overlap = true;  // --tp-overlap: the tensor groups run started collectives
+                                        // beside the layer's compute
   Communicator* tensor_parallel_group = nullptr;
 
   bool uses_parameter_server() const { return !parameter_servers.empty(); }

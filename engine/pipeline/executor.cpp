@@ -274,12 +274,19 @@ void Executor::backward(const Action& a, bool with_weights) {
         residency_->before_compute(s, l, ParameterResidency::Pass::backward, with_weights);
       // Nobody needs dL/d(input) of a layer with no parameters before it, unless a stage before
       // this one waits for the gradient.
-      Tensor dx = s > 0 || model.needs_input_gradient(l) ? layer.backward_input(dy, c) : Tensor();
+      const bool wants_dx = s > 0 || model.needs_input_gradient(l);
+      Tensor dx;
       if (with_weights) {
-        run_backward_weight(layer, dy, c, parameters(s).take_unwritten(l));
+        // Both at once, so that the layer may overlap them (Layer::backward).
+        const bool unwritten = parameters(s).take_unwritten(l);
+        if (wants_dx)
+          dx = run_backward(layer, dy, c, unwritten);
+        else
+          run_backward_weight(layer, dy, c, unwritten);
         c.clear();
         if (final_wgrad && reducer_) reducer_->layer_done(s, l);
       } else {
+        if (wants_dx) dx = layer.backward_input(dy, c);
         st.dy[static_cast<size_t>(l - sg.first_layer)] = std::move(dy);
       }
       if (residency_) residency_->after_backward(s, l, with_weights, final_wgrad);

@@ -337,6 +337,7 @@ std::unique_ptr<DataParallelTrainer> make_local_data_parallel(
       TensorParallel tp;
       if (T > 1) {
         auto routed = std::make_unique<CommunicatorTensorParallelGroup>();
+        routed->set_overlap(config.parallel.tensor_parallel_overlap);
         for (int d = 0; d < D; ++d)
           routed->add_device(*device(r, d, t),
                              *tensor[static_cast<size_t>(r * D + d)][static_cast<size_t>(t)]);
@@ -419,7 +420,9 @@ std::unique_ptr<DataParallelTrainer> make_process_data_parallel(
   if (tensor) {
     // The layers' collectives and the gradient norm's completion share the one group of this
     // device's T ranks (host buffers: MPI).
-    parts.tensor_groups.push_back(std::make_unique<CommunicatorTensorParallelGroup>(*tensor));
+    auto group = std::make_unique<CommunicatorTensorParallelGroup>(*tensor);
+    group->set_overlap(config.parallel.tensor_parallel_overlap);
+    parts.tensor_groups.push_back(std::move(group));
     tp = TensorParallel{parts.tensor_groups.back().get(), t, T, config.parallel.sequence_parallel};
     rc.parallel.tensor_parallel = T;
     rc.parallel.tensor_rank = t;

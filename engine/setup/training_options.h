@@ -38,6 +38,10 @@ struct TrainingOptions {
   // sequence (LayerNorms and residual adds on 1/T of the tokens; all-gather / reduce-scatter in
   // place of each all-reduce). Layers without a sequence ignore it.
   bool sequence_parallel = true;
+  // --tp-overlap (with --tp > 1): a layer's tensor-parallel collectives run beside its other
+  // work where the layer and the devices allow (the input gradient's all-reduce while the
+  // weight gradients are computed, Megatron-LM's); off: each where it is called.
+  bool tp_overlap = true;
   int microbatches = 1;     // M per replica
   ScheduleChoice schedule;  // 1f1b
   PartitionMethod partition{PartitionMethod::Kind::time,

@@ -51,6 +51,11 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
                  "tensor-parallel regions along the sequence (on | off; on needs --tp to divide "
                  "the sequence length)")
       ->capture_default_str();
+  app.add_option("--tp-overlap", f.tp_overlap,
+                 "with --tp > 1: run a layer's tensor-parallel collectives beside its other work "
+                 "where it can (the input gradient's all-reduce while weight gradients are "
+                 "computed; on | off)")
+      ->capture_default_str();
   app.add_option("--microbatches", f.microbatches,
                  "split each replica's batch into M micro-batches")
       ->capture_default_str()
@@ -163,12 +168,27 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
                  "--update async: lookahead (default: the optimizer's momentum in Nesterov's "
                  "form, which compensates a one-step delay) | plain (the optimizer as given)");
   // Text flags are never empty (an unset shell variable); the groups of --help.
-  for (const char* name :
-       {"--devices", "--precision",         "--schedule",     "--partition",
-        "--costs",   "--recompute",         "--plan",         "--write-costs",
-        "--trace",   "--timeline",          "--slow-worker",  "--flight-recorder",
-        "--update",  "--sequence-parallel", "--async-delay",  "--async-momentum",
-        "--shard",   "--shard-prefetch",    "--shard-reduce", "--reshard-after-forward"})
+  for (const char* name : {"--devices",
+                           "--precision",
+                           "--schedule",
+                           "--partition",
+                           "--costs",
+                           "--recompute",
+                           "--plan",
+                           "--write-costs",
+                           "--trace",
+                           "--timeline",
+                           "--slow-worker",
+                           "--flight-recorder",
+                           "--update",
+                           "--sequence-parallel",
+                           "--async-delay",
+                           "--async-momentum",
+                           "--tp-overlap",
+                           "--shard",
+                           "--shard-prefetch",
+                           "--shard-reduce",
+                           "--reshard-after-forward"})
     app.get_option(name)->check(kNotEmpty);
   set_group(app, "Parallelism",
             {"--devices",
@@ -178,6 +198,7 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
              "--dp",
              "--tp",
              "--sequence-parallel",
+             "--tp-overlap",
              "--bucket-mb",
              "--shard-optimizer",
              "--shard",
@@ -212,6 +233,9 @@ TrainingOptions training_options(const ParallelFlags& f) {
     throw UsageError(
         fmt::format("--sequence-parallel {} is not a choice: use on or off", f.sequence_parallel));
   o.sequence_parallel = f.sequence_parallel == "on";
+  if (f.tp_overlap != "on" && f.tp_overlap != "off")
+    throw UsageError(fmt::format("--tp-overlap {} is not a choice: use on or off", f.tp_overlap));
+  o.tp_overlap = f.tp_overlap == "on";
   o.microbatches = f.microbatches;
   o.schedule = ScheduleChoice::parse(f.schedule);
   o.partition = PartitionMethod::parse(f.partition);

@@ -1,6 +1,7 @@
 #include "layers/tensor_parallel/parallel_linear.h"
 
 #include <cmath>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -114,6 +115,34 @@ Tensor ColumnParallelLinear::backward_input(const Tensor& dy, LayerContext& ctx)
                                    "column-parallel linear: input gradient");
   all_reduce_input_gradient(tp_, ctx.backend(), dx, "column-parallel linear: input gradient");
   return dx;
+}
+
+Tensor ColumnParallelLinear::backward(const Tensor& dy, LayerContext& ctx) {
+  return backward_overlapped(dy, ctx, {});
+}
+
+// Megatron-LM's order (LinearWithGradAccumulationAndAsyncCommunication): start the input's
+// re-gather, compute dx, start dx's collective, compute dW (after `meanwhile`), wait for dx.
+// The same GEMMs on the same operands as backward_input + backward_weight: the same bits.
+Tensor ColumnParallelLinear::backward_overlapped(const Tensor& dy, LayerContext& ctx,
+                                                 const std::function<void()>& meanwhile) {
+  Backend& be = ctx.backend();
+  std::optional<PendingTensor> whole_input;
+  if (sequence())
+    whole_input.emplace(start_gather_sequence(tp_, be, saved_or_throw(*this, ctx, 0),
+                                              "column-parallel linear: sequence of the input, "
+                                              "again"));
+  const Tensor dx = slice_.backward_input(dy, ctx);
+  PendingTensor reduced =
+      sequence()
+          ? start_reduce_scatter_sequence(tp_, be, dx, "column-parallel linear: input gradient")
+          : start_all_reduce_input_gradient(tp_, be, dx, "column-parallel linear: input gradient");
+  if (meanwhile) meanwhile();
+  if (whole_input)
+    slice_.weight_gradient(dy, whole_input->wait(), ctx);
+  else
+    slice_.backward_weight(dy, ctx);
+  return reduced.wait();
 }
 
 void ColumnParallelLinear::backward_weight(const Tensor& dy, LayerContext& ctx) {

@@ -25,6 +25,7 @@
 // which it keeps for backward_weight (dW and the bias gradient from the whole sequence: the
 // same sums as without sequence parallelism, so the bias stays a replica with no extra sum).
 #include <cstdint>
+#include <functional>
 #include <string_view>
 
 #include "layers/layer.h"
@@ -50,6 +51,13 @@ class ColumnParallelLinear final : public Layer {
   Tensor forward(const Tensor& x, LayerContext& ctx) override;
   Tensor backward_input(const Tensor& dy, LayerContext& ctx) override;
   void backward_weight(const Tensor& dy, LayerContext& ctx) override;
+  // Both, overlapped: the input gradient's all-reduce (reduce-scatter) runs while dW is
+  // computed, and with sequence parallelism the input's re-gather while dx is.
+  Tensor backward(const Tensor& dy, LayerContext& ctx) override;
+  // backward, with `meanwhile` (a composite's other weight gradients, which must start no
+  // collective) run while the input gradient's collective is in flight, before this dW.
+  Tensor backward_overlapped(const Tensor& dy, LayerContext& ctx,
+                             const std::function<void()>& meanwhile);
   bool writes_unwritten_gradients() const override { return true; }
 
  private:

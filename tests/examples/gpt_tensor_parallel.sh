@@ -5,6 +5,7 @@
 #  - --sequence-parallel on and off end within 1e-5 (the LayerNorm gradients are summed chunk by
 #    chunk: tests/tensor_parallel/sequence_parallel_test.cpp bounds the difference at 1e-6);
 #  - --tp 1 from the same --tp 2 checkpoint within 1e-5, and text is sampled from a --tp run;
+#  - --tp-overlap off saves the same bits as on (the default), in one process and under mpirun;
 #  - refusals: heads or a context --tp does not divide.
 #
 #   gpt_tensor_parallel.sh <pipetrain-gpt> [--mpi]
@@ -51,6 +52,9 @@ grep -q "tensor-parallel ranks per stage" "$work/sp.txt" || fail "the start-up l
 grep -qa "^sample (16 bytes" "$work/sp.txt" || fail "no text sampled after a --tp run"
 run nosp -- "${st[@]}" --steps 4 --sample-bytes 0 --devices cpu:0..3 --sequence-parallel off --save "$work/nosp"
 close sp nosp 1e-5
+run serial -- "${st[@]}" --steps 4 --sample-bytes 16 --devices cpu:0..3 --tp-overlap off --save "$work/serial"
+same sp serial
+expect_refused "--tp-overlap maybe is not a choice" "${base[@]}" --context 32 --tp 2 --devices cpu:0..1 --steps 1 --tp-overlap maybe
 run half -- "${st[@]}" --sample-bytes 0 --devices cpu:0..3 --steps 2 --save "$work/half"
 run t1 -- --stages 2 --sample-bytes 0 --steps 4 --devices cpu:0..1 --resume "$work/half" --save "$work/t1"
 close sp t1 1e-5
@@ -59,6 +63,8 @@ if [ "$with_mpi" = --mpi ] && command -v mpirun >/dev/null; then
   same sp mpi_sp
   run mpi_nosp mpirun -np 4 --oversubscribe -- "${st[@]}" --steps 4 --sample-bytes 0 --sequence-parallel off --save "$work/mpi_nosp"
   same nosp mpi_nosp
+  run mpi_serial mpirun -np 4 --oversubscribe -- "${st[@]}" --steps 4 --sample-bytes 16 --tp-overlap off --save "$work/mpi_serial"
+  same sp mpi_serial
 fi
 
 echo "$fails failure(s)"

@@ -104,7 +104,7 @@ std::vector<std::vector<float>> whole_params(const Layer& layer, uint64_t seed, 
 }
 
 LayerRun run_layer(Layer& layer, Backend& be, const std::vector<std::vector<float>>& params,
-                   const Tensor& x, const std::vector<float>& dy) {
+                   const Tensor& x, const std::vector<float>& dy, bool together) {
   LayerRun r;
   r.bound = bind_slices(layer, be, params);
   const StepInfo info{/*seed=*/7, /*step=*/0, /*microbatch=*/0, /*training=*/true};
@@ -117,12 +117,12 @@ LayerRun run_layer(Layer& layer, Backend& be, const std::vector<std::vector<floa
   if (static_cast<int64_t>(dy.size()) != y.numel())
     throw std::logic_error("run_layer: dy has another size than y");
   be.copy_from_host(dyt.data(), dy.data(), dyt.bytes());
-  const Tensor dx = layer.backward_input(dyt, ctx);
+  const Tensor dx = together ? layer.backward(dyt, ctx) : layer.backward_input(dyt, ctx);
   if (dx.numel()) {
     r.dx.resize(static_cast<size_t>(dx.numel()));
     be.copy_to_host(r.dx.data(), dx.data(), dx.bytes());
   }
-  layer.backward_weight(dyt, ctx);
+  if (!together) layer.backward_weight(dyt, ctx);
   be.synchronize();
   return r;
 }

@@ -50,14 +50,15 @@ std::vector<float> uniform_values(uint64_t seed, int64_t n, float lo = -1.f, flo
 // in param_specs() order, shaped as the whole (unsplit) parameters.
 std::vector<std::vector<float>> whole_params(const Layer& layer, uint64_t seed, float scale = 0.5f);
 
-// One training micro-batch through a layer: forward x, backward_input dy, backward_weight dy.
-// The layer is bound (bind_slices) to `params`; its gradients stay readable through the layer.
+// One training micro-batch through a layer: forward x, backward_input dy, backward_weight dy
+// (with `together`: Layer::backward, both at once). The layer is bound (bind_slices) to
+// `params`; its gradients stay readable through the layer.
 struct LayerRun {
   std::vector<float> y, dx;  // dx empty when the layer gives no input gradient
   BoundSlices bound;
   size_t saved_bytes = 0;  // what forward left in the context for backward (LayerContext)
 };
 LayerRun run_layer(Layer& layer, Backend& be, const std::vector<std::vector<float>>& params,
-                   const Tensor& x, const std::vector<float>& dy);
+                   const Tensor& x, const std::vector<float>& dy, bool together = false);
 
 }  // namespace pt::test

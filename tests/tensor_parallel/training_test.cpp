@@ -121,12 +121,14 @@ std::map<std::string, std::vector<float>> whole_params(DataParallelTrainer& trai
 
 Run tensor_parallel(const std::function<Model()>& make, const Tensor& x, const Tensor& y,
                     const std::string& schedule, int R, int D, int T, int M,
-                    bool sequence_parallel = false, RecomputePolicy recompute = {}) {
+                    bool sequence_parallel = false, RecomputePolicy recompute = {},
+                    bool overlap = true) {
   CpuDevices devices(R * D * T);
   Model shape_model = make();
   PipelineConfig pc = pipeline_config(shape_model, trainer_config(M), schedule, D, M);
   pc.schedule = sched::add_grad_reduction(pc.schedule);
   pc.parallel.sequence_parallel = sequence_parallel;
+  pc.parallel.tensor_parallel_overlap = overlap;
   pc.recompute = recompute;
   auto trainer = make_local_data_parallel(make, devices.devices, pc, R, T);
   Run out;
@@ -327,4 +329,23 @@ TEST_CASE("a non-finite gradient skips the step on every tensor rank, as on one 
   got.params = whole_params(*trainer, 2, shape_model.param_count());
   want.params = params_by_name(one.stage_states());
   compare(got, want);
+}
+
+TEST_CASE("overlapped collectives change no bit: --tp-overlap on and off, a split backward") {
+  // The overlap moves when a collective runs, not what it sums: on and off give the same bits;
+  // and zb-h1's split backward (backward_input, later backward_weight, nothing overlapped)
+  // gives the bits of 1f1b's overlapped Layer::backward (one stage: the same micro-batch order).
+  const auto gpt_model = [] { return gpt(64, 8, 32, 2, 4); };
+  const TokenBatch b = token_batch(8, 8, 64);
+  for (const bool sp : {false, true}) {
+    CAPTURE(sp);
+    const Run on = tensor_parallel(gpt_model, b.x, b.t, "1f1b", 1, 1, 2, 2, sp, {}, true);
+    const Run off = tensor_parallel(gpt_model, b.x, b.t, "1f1b", 1, 1, 2, 2, sp, {}, false);
+    const Run split = tensor_parallel(gpt_model, b.x, b.t, "zb-h1", 1, 1, 2, 2, sp, {}, true);
+    CHECK(on.losses == off.losses);
+    CHECK(on.params == off.params);
+    CHECK(split.losses == on.losses);
+    CHECK(split.params == on.params);
+    compare(on, reference(gpt_model, b.x, b.t, 2));  // and it trains
+  }
 }
