@@ -418,9 +418,16 @@ std::unique_ptr<DataParallelTrainer> make_process_data_parallel(
   devices[static_cast<size_t>(d)] = &device;
   TensorParallel tp;
   if (tensor) {
-    // The layers' collectives and the gradient norm's completion share the one group of this
-    // device's T ranks (host buffers: MPI).
-    auto group = std::make_unique<CommunicatorTensorParallelGroup>(*tensor);
+    // The layers' collectives go through NCCL, in device memory, when each of this device's T
+    // ranks has a GPU of its own (as the gradient all-reduce above); otherwise, and for the
+    // gradient norm's completion and the checkpoints' gathers (host buffers), through MPI.
+    std::unique_ptr<Communicator> tensor_nccl;
+    if (device.device().kind == DeviceKind::cuda && nccl_usable(*tensor, device))
+      tensor_nccl = make_nccl_communicator(
+          *tensor, device, fmt::format("nccl tensor-parallel replica {} device {}", r, d));
+    auto group =
+        std::make_unique<CommunicatorTensorParallelGroup>(tensor_nccl ? *tensor_nccl : *tensor);
+    if (tensor_nccl) parts.communicators.push_back(std::move(tensor_nccl));
     group->set_overlap(config.parallel.tensor_parallel_overlap);
     parts.tensor_groups.push_back(std::move(group));
     tp = TensorParallel{parts.tensor_groups.back().get(), t, T, config.parallel.sequence_parallel};
