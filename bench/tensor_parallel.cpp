@@ -4,16 +4,20 @@
 // gpt(vocab 256, context 128, d_model 256, 4 layers, 4 heads), batch 16, M = 1, S = 1, R = 1.
 //
 // ---- throughput -------------------------------------------------------------------------------
-// Four setups, each built by make_local_data_parallel (R = 1, S = 1) and run the same way:
+// Six setups, each built by make_local_data_parallel (R = 1, S = 1) and run the same way:
 //   "TP=1, 1 device x 1 thread"    T = 1 on one 1-thread device
 //   "TP=2, 2 devices x 1 thread"   T = 2, each rank a 1-thread device (rank t: heads, MLP
 //                                  columns/rows and vocabulary rows t of 2)
 //   "TP=2 + sequence parallel, ..." the same with --sequence-parallel (Korthikanti et al. 2022;
 //                                  pipetrain-gpt's default with --tp)
 //   "TP=1, 1 device x 2 threads"   T = 1, the reference: the same two cores as intra-op threads
+//   "TP=2 [+ sequence parallel], overlap off, ..."  the T = 2 setups with --tp-overlap off: each
+//                                  collective runs where it is called (the ratio of the two is
+//                                  what overlapping the input gradient's collective with the
+//                                  weight gradients buys)
 // After --warmup steps each, --steps rounds; a round times one step of every setup in turn, so
 // a change in the machine's load hits all of them alike. Prints per setup
-//   {"bench":"tensor_parallel_step", "setup", "tp", "sequence_parallel", "devices",
+//   {"bench":"tensor_parallel_step", "setup", "tp", "sequence_parallel", "tp_overlap", "devices",
 //    "threads_per_device", "cores", "step_ms", "tokens_per_s" (each + _min, _max), "reps"}
 // and the ratios measured in this run, each round's ratio of step times (median and spread):
 //   {"bench":"tensor_parallel_ratio", "setup", "baseline", "speedup" (+ _min, _max),
@@ -114,9 +118,11 @@ pt::Model make_model(const Flags& f) {
   return pt::gpt(f.vocab, f.context, f.d_model, f.layers, f.heads);
 }
 
-pt::PipelineConfig pipeline_config(const Flags& f, bool sequence_parallel = false) {
+pt::PipelineConfig pipeline_config(const Flags& f, bool sequence_parallel = false,
+                                   bool overlap = true) {
   pt::PipelineConfig pc;
   pc.parallel.sequence_parallel = sequence_parallel;  // read with T > 1 only
+  pc.parallel.tensor_parallel_overlap = overlap;
   pc.trainer.microbatches = f.microbatches;
   pc.trainer.optimizer.kind = "adamw";
   pc.trainer.optimizer.lr = 3e-4f;
@@ -484,6 +490,7 @@ struct Setup {
   std::string name;
   int tp = 1, devices = 1, threads = 1;
   bool sequence_parallel = false;
+  bool overlap = true;  // --tp-overlap
   std::vector<std::unique_ptr<pt::Backend>> owned;
   std::unique_ptr<pt::DataParallelTrainer> trainer;
   double first_loss = 0;
@@ -496,6 +503,7 @@ void report_step(const Flags& f, const Setup& s) {
                         {"setup", s.name},
                         {"tp", int64_t{s.tp}},
                         {"sequence_parallel", int64_t{s.sequence_parallel}},
+                        {"tp_overlap", int64_t{s.tp > 1 && s.overlap}},
                         {"devices", int64_t{s.devices}},
                         {"threads_per_device", int64_t{s.threads}},
                         {"cores", int64_t{s.devices * s.threads}}};
@@ -568,7 +576,8 @@ int main(int argc, char** argv) {
        {"schedule", std::string("1f1b, 1 stage, 1 replica")}});
 
   std::vector<std::unique_ptr<Setup>> setups;
-  const auto add = [&](std::string name, int tp, int devices, int threads, bool sp) {
+  const auto add = [&](std::string name, int tp, int devices, int threads, bool sp,
+                       bool overlap = true) {
     auto s = std::make_unique<Setup>();
     s->name = std::move(name);
     s->tp = tp;
@@ -580,15 +589,19 @@ int main(int argc, char** argv) {
       list.push_back(s->owned.back().get());
     }
     s->sequence_parallel = sp;
+    s->overlap = overlap;
     s->trainer = pt::make_local_data_parallel([&] { return make_model(f); }, list,
-                                              pipeline_config(f, sp), 1, tp);
+                                              pipeline_config(f, sp, overlap), 1, tp);
     setups.push_back(std::move(s));
   };
   add("TP=1, 1 device x 1 thread", 1, 1, 1, false);
   add("TP=2, 2 devices x 1 thread", 2, 2, 1, false);
   add("TP=2 + sequence parallel, 2 devices x 1 thread", 2, 2, 1, true);
   add("TP=1, 1 device x 2 threads", 1, 1, 2, false);
-  Setup &tp1 = *setups[0], &tp2 = *setups[1], &tp2_sp = *setups[2], &threads2 = *setups[3];
+  add("TP=2, overlap off, 2 devices x 1 thread", 2, 2, 1, false, false);
+  add("TP=2 + sequence parallel, overlap off, 2 devices x 1 thread", 2, 2, 1, true, false);
+  Setup &tp1 = *setups[0], &tp2 = *setups[1], &tp2_sp = *setups[2], &threads2 = *setups[3],
+        &tp2_off = *setups[4], &tp2_sp_off = *setups[5];
 
   // Verify first: the first step's loss of each setup (the same model and batch), and the
   // counted runs'.
@@ -606,6 +619,8 @@ int main(int argc, char** argv) {
                    {"loss_tp2_sp", tp2_sp.first_loss},
                    {"loss_tp2_sp_counted", counted_sp},
                    {"tp2_vs_tp1_relative", relative(tp2.first_loss)},
+                   {"overlap_changes_no_bit", int64_t{tp2_off.first_loss == tp2.first_loss &&
+                                                      tp2_sp_off.first_loss == tp2_sp.first_loss}},
                    {"tp2_sp_vs_tp1_relative", relative(tp2_sp.first_loss)}});
 
   for (int k = 1; k < f.warmup; ++k)
@@ -622,5 +637,7 @@ int main(int argc, char** argv) {
   report_ratio(tp2_sp, tp1);
   report_ratio(tp2_sp, tp2);
   report_ratio(threads2, tp1);
+  report_ratio(tp2, tp2_off);
+  report_ratio(tp2_sp, tp2_sp_off);
   return 0;
 }
