@@ -46,12 +46,10 @@
 //                         MLP fc, and the LM head)                   (L+1) M x b s h
 //   all-gather, forward:  vocab-parallel cross-entropy: 4 softmax
 //                         partials per token (max, sum exp, label
-//                         logit, argmax index), twice: the loss's
-//                         forward, and count_correct, which the
-//                         executor calls every micro-batch and which
-//                         gathers the same partials again           2 M     x 4 b s floats
-//   => tensor group: (4 L + 2) B s h x 4 bytes all-reduced + 2 x 16 B s bytes gathered, in
-//      (4 L + 4) M calls; independent of M and T.
+//                         logit, argmax index), once: the loss's
+//                         forward also counts correct predictions   M       x 4 b s floats
+//   => tensor group: (4 L + 2) B s h x 4 bytes all-reduced + 16 B s bytes gathered, in
+//      (4 L + 3) M calls; independent of M and T.
 // With sequence parallelism (T = 2; a chunk = b s h / T floats) each all-reduce of a block,
 // and the LM head's, becomes a pair: forward all-gather of the chunk before the column layer
 // (attention, MLP fc, LM head: (2 L + 1) M calls) and reduce-scatter of b s h after the row
@@ -312,10 +310,9 @@ std::vector<Term> formula(const Flags& f, bool sequence_parallel) {
   const int64_t M = f.microbatches, L = f.layers, b = f.batch / f.microbatches;
   const int64_t act = b * f.context * f.d_model * 4;  // one micro-batch's (b, s, h) in f32
   const int64_t chunk = act / T;                      // a rank's part of the sequence
-  // Twice a micro-batch: the loss's forward, and count_correct (the executor counts correct
-  // predictions every micro-batch; it gathers the same partials again).
-  const Term loss{"all_gather", "vocab-parallel cross-entropy: softmax partials", 2 * M,
-                  2 * M * b * f.context * kSoftmaxPartialBytes};
+  // Once a micro-batch: the loss's forward, which also counts the correct predictions.
+  const Term loss{"all_gather", "vocab-parallel cross-entropy: softmax partials", M,
+                  M * b * f.context * kSoftmaxPartialBytes};
   if (!sequence_parallel)
     return {
         {"all_reduce", "vocab-parallel embedding: rows of the table", M, M * act},
@@ -463,7 +460,6 @@ double report_bytes(const Flags& f, const Batch& batch, bool sequence_parallel,
        {"all_gather_bytes_formula", formula_bytes["all_gather"]},
        {"reduce_scatter_bytes", group_bytes["reduce_scatter"]},
        {"reduce_scatter_bytes_formula", formula_bytes["reduce_scatter"]},
-       {"of_which_count_correct", f.batch * f.context * kSoftmaxPartialBytes},
        {"tensor_group_bytes", group_total},
        {"tensor_group_bytes_formula", formula_total},
        {"communicator_bytes",

@@ -260,6 +260,18 @@ class Loss {
     (void)backend;
     return -1;
   }
+  // forward, and count_correct of the same prediction: what a training step needs of each
+  // micro-batch. The default calls the two; a loss that gets both from one pass overrides it
+  // (the vocab-parallel loss: one all-gather of its partials, not two).
+  struct Counted {
+    double loss = 0;
+    int64_t correct = -1;
+  };
+  virtual Counted forward_counting(const Tensor& prediction, const Tensor& target,
+                                   int64_t global_batch, LayerContext& ctx) {
+    const double loss = forward(prediction, target, global_batch, ctx);
+    return {loss, count_correct(prediction, target, ctx.backend())};
+  }
 };
 
 // layer.backward_weight(dy, ctx) where `unwritten` says whether the layer's gradients were

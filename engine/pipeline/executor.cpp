@@ -220,10 +220,9 @@ void Executor::forward(const Action& a) {
   if (setup_.layout->is_last(s)) {
     const auto dev = static_cast<size_t>(device_);
     const Tensor target = rows(window ? run_.step_targets[k] : run_.targets);
-    const double loss = model.loss().forward(
+    const auto [loss, c] = model.loss().forward_counting(
         x, target, window ? run_.step_divisor[k] : run_.loss_divisor, st.ctx->loss());
     run_.loss[dev] += loss;
-    const int64_t c = model.loss().count_correct(x, target, backend_);
     int64_t& total = run_.correct[dev];
     total = c < 0 ? -1 : total + c;
     if (window) {

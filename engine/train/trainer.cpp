@@ -46,8 +46,8 @@ StepStats Trainer::train_step(const Tensor& inputs, const Tensor& targets) {
     const Tensor x =
         forward_layers(*model_, 0, L, upload_rows(*backend_, inputs, first, sizes[m]), ctx);
     const Tensor target = upload_rows(*backend_, targets, first, sizes[m]);
-    stats.loss += model_->loss().forward(x, target, batch, ctx.loss());
-    const int64_t correct = model_->loss().count_correct(x, target, *backend_);
+    const auto [loss, correct] = model_->loss().forward_counting(x, target, batch, ctx.loss());
+    stats.loss += loss;
     stats.correct = correct < 0 ? -1 : stats.correct + correct;
 
     // ---- backward: input gradient, then weight gradient, layer by layer ----
@@ -93,8 +93,8 @@ EvalStats Trainer::evaluate(const Tensor& inputs, const Tensor& targets, int64_t
     const Tensor x =
         forward_layers(*model_, 0, L, upload_rows(*backend_, inputs, first, count), ctx);
     const Tensor target = upload_rows(*backend_, targets, first, count);
-    out.loss += model_->loss().forward(x, target, n, ctx.loss());
-    const int64_t c = model_->loss().count_correct(x, target, *backend_);
+    const auto [loss, c] = model_->loss().forward_counting(x, target, n, ctx.loss());
+    out.loss += loss;
     correct = c < 0 ? -1 : correct + c;
   }
   out.accuracy = correct < 0 ? -1.0 : static_cast<double>(correct) / static_cast<double>(n);

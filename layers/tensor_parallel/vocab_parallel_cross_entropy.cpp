@@ -84,6 +84,12 @@ Tensor VocabParallelCrossEntropy::gathered_partials(const Tensor& prediction, co
 
 double VocabParallelCrossEntropy::forward(const Tensor& prediction, const Tensor& target,
                                           int64_t global_batch, LayerContext& ctx) {
+  return forward_counting(prediction, target, global_batch, ctx).loss;
+}
+
+Loss::Counted VocabParallelCrossEntropy::forward_counting(const Tensor& prediction,
+                                                          const Tensor& target,
+                                                          int64_t global_batch, LayerContext& ctx) {
   const int64_t rows = check_batch(prediction, target);
   if (global_batch <= 0 || prediction.shape()[0] > global_batch)
     throw UsageError(
@@ -100,7 +106,7 @@ double VocabParallelCrossEntropy::forward(const Tensor& prediction, const Tensor
     ctx.save(target);
     ctx.save(norm);
   }
-  return totals.loss_sum / divisor(prediction.shape());
+  return {totals.loss_sum / divisor(prediction.shape()), totals.correct};
 }
 
 Tensor VocabParallelCrossEntropy::backward(LayerContext& ctx) {

@@ -13,7 +13,8 @@
 //   dlogits_t = (exp(z_t - M) / S - onehot_t(label)) / divisor,
 // from the logits saved by reference and (M, S) per row; divisor as SoftmaxCrossEntropy's
 // (G, times T' for a sequence). count_correct: the first arg-max over the whole row (ties go
-// to the lowest class, as SoftmaxCrossEntropy's), from the same gathered partials.
+// to the lowest class, as SoftmaxCrossEntropy's), from the same gathered partials; a training
+// step asks for both at once (forward_counting: one all-gather a micro-batch).
 //
 // kind() is SoftmaxCrossEntropy's: the same function of the same whole logits, computed in
 // slices; what reads a loss's kind (the model summary, reports) sees the model's loss.
@@ -46,6 +47,9 @@ class VocabParallelCrossEntropy final : public Loss {
   Tensor backward(LayerContext& ctx) override;
   int64_t count_correct(const Tensor& prediction, const Tensor& target,
                         Backend& backend) const override;
+  // Both from one all-gather of the partials.
+  Counted forward_counting(const Tensor& prediction, const Tensor& target, int64_t global_batch,
+                           LayerContext& ctx) override;
 
  private:
   // Checks a micro-batch's slice of the logits and its labels; returns the rows (B or B T').

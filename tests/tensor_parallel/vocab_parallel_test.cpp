@@ -259,6 +259,7 @@ struct LossRun {
   double loss = 0;
   std::vector<float> dlogits;
   int64_t correct = 0;
+  Loss::Counted counted;  // forward_counting on the same micro-batch (one all-gather)
 };
 
 LossRun run_loss(Loss& loss, Backend& be, const LossData& d, const Shape& logits_shape,
@@ -271,6 +272,8 @@ LossRun run_loss(Loss& loss, Backend& be, const LossData& d, const Shape& logits
   run.loss = loss.forward(z, y, d.global_batch, ctx);
   run.dlogits = to_host(be, loss.backward(ctx));
   run.correct = loss.count_correct(z, y, be);
+  LayerContext again(be, info, /*key=*/1);
+  run.counted = loss.forward_counting(z, y, d.global_batch, again);
   return run;
 }
 
@@ -322,6 +325,9 @@ double check_loss(int T, const LossData& d, bool local_only = false) {
     INFO("loss: rank " << r << " " << run.loss << ", whole " << ref.loss);
     CHECK(rel <= kLossRtol);
     CHECK(run.correct == ref.correct);
+    // What a training step asks for: the same loss bits and count from one pass.
+    CHECK(std::memcmp(&run.counted.loss, &run.loss, sizeof(double)) == 0);
+    CHECK(run.counted.correct == ref.correct);
     for (int64_t row = 0; row < d.rows(); ++row)
       for (int64_t c = 0; c < per; ++c)
         dlogits[static_cast<size_t>(row * C + r * per + c)] =
