@@ -58,8 +58,8 @@
 // only their input's chunk for backward and all-gather it again for dW ((2 L + 1) M chunks, as
 // Megatron-Core: activation memory divided by T for one more all-gather); plus the first block's
 // input gradient gathered (M chunks), the embedding's all-reduce (M x b s h) and the loss's
-// all-gathers as above, and each layer norm's (gamma, beta) gradient all-reduced per
-// micro-batch ((2 L + 1) M x 2 h floats).
+// all-gathers as above, and each layer norm's (gamma, beta) gradient all-reduced once a
+// step ((2 L + 1) x 2 h floats, after the last micro-batch).
 //   gradient norm (the norm group, engine/train/training_engine.cpp): 1 all-reduce of P f64
 //      (one square sum per parameter tensor) = 8 P bytes.
 // (Megatron-LM counts the same: 2 all-reduces forward and 2 backward per block, Shoeybi et al.
@@ -339,9 +339,9 @@ std::vector<Term> formula(const Flags& f, bool sequence_parallel) {
       {"reduce_scatter", "column-parallel linear: input gradient", (L + 1) * M, (L + 1) * M * act},
       {"all_gather", "transformer block: input gradient", M, M * chunk},
       // Each layer norm (2 per block, ln_f) sums its (gamma, beta) gradients over the ranks'
-      // chunks of the sequence, once per micro-batch in backward.
-      {"all_reduce", "layernorm (sequence parallel): weight and bias gradients", (2 * L + 1) * M,
-       (2 * L + 1) * M * 2 * f.d_model * 4},
+      // chunks of the sequence once a step, after the last micro-batch's backward.
+      {"all_reduce", "layernorm (sequence parallel): weight and bias gradients", 2 * L + 1,
+       (2 * L + 1) * 2 * f.d_model * 4},
       loss,
   };
 }

@@ -212,6 +212,12 @@ class Layer {
   virtual Tensor backward(const Tensor& dy, LayerContext& ctx);
   // Whether backward_weight writes its gradients when LayerContext::gradients_unwritten says so.
   virtual bool writes_unwritten_gradients() const { return false; }
+  // Called once a step, after the step's last backward_weight and before the gradients are
+  // reduced across replicas, clipped or applied: a layer that deferred part of its gradients'
+  // reduction completes it (a sequence-parallel LayerNorm sums its parameters' gradients over
+  // the tensor-parallel ranks once a step, as Megatron-Core does). Composite layers pass it on;
+  // the default has nothing to complete.
+  virtual void complete_gradients(Backend& backend) { (void)backend; }
 
  protected:
   // For element-wise layers (activations): the same layer for the per-sample shape `in`

@@ -101,20 +101,24 @@ void LayerNorm::backward_weight(const Tensor& dy, LayerContext& ctx) {
   require_same_rows(*this, dys, x.shape());
   const int64_t rows = dys.rows();
   Backend& be = ctx.backend();
-  if (!sequence()) {
-    be.layernorm_backward_weight(dy.f32(), x.f32(), ctx.saved(1).f32(), ctx.saved(2).f32(),
-                                 grads_[0].f32(), grads_[1].f32(), rows, C_);
-    return;
-  }
-  // This chunk's sums (dgamma, dbeta), completed over the ranks, then accumulated.
-  Tensor part = ctx.alloc(Shape{2 * C_});
-  be.fill(part.f32(), 0.f, part.numel());
+  // With sequence parallelism these are this rank's chunks' sums: complete_gradients adds the
+  // ranks' once the step's micro-batches are in.
   be.layernorm_backward_weight(dy.f32(), x.f32(), ctx.saved(1).f32(), ctx.saved(2).f32(),
-                               part.f32(), part.f32() + C_, rows, C_);
-  tp_.group->all_reduce_sum(be, part.f32(), part.numel(),
+                               grads_[0].f32(), grads_[1].f32(), rows, C_);
+}
+
+void LayerNorm::complete_gradients(Backend& be) {
+  if (!sequence()) return;
+  require_bound(*this);
+  // (dgamma, dbeta) in one all-reduce.
+  Tensor both = be.empty(Shape{2 * C_});
+  const size_t bytes = static_cast<size_t>(C_) * sizeof(float);
+  be.copy_within(both.f32(), grads_[0].f32(), bytes);
+  be.copy_within(both.f32() + C_, grads_[1].f32(), bytes);
+  tp_.group->all_reduce_sum(be, both.f32(), both.numel(),
                             "layernorm (sequence parallel): weight and bias gradients");
-  be.add(grads_[0].f32(), part.f32(), grads_[0].f32(), C_);
-  be.add(grads_[1].f32(), part.f32() + C_, grads_[1].f32(), C_);
+  be.copy_within(grads_[0].f32(), both.f32(), bytes);
+  be.copy_within(grads_[1].f32(), both.f32() + C_, bytes);
 }
 
 }  // namespace pt

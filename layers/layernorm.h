@@ -11,11 +11,11 @@
 // Sequence parallelism (built with tp.sequence_parallel and T > 1: shard_for on a chunk of the
 // sequence, or a transformer block's norms): each rank normalises its chunk of the tokens, with
 // the parameters whole on every rank (a replica). Its dgamma and dbeta are then sums over its
-// chunk only, so backward_weight completes them: this micro-batch's partial sums (2 C floats)
-// are all-reduced over the group before they are added to the gradients (Megatron-Core
-// all-reduces the gradients of its sequence-parallel parameters once a step instead). Every rank
-// so adds the same bits, and the parameters stay equal. The addition order differs from one
-// device's (per rank, then over the ranks), so the gradients match it to rounding, not in bits.
+// chunk only: each rank accumulates its chunks' sums over the step's micro-batches, and
+// complete_gradients all-reduces them (2 C floats) over the group once a step, as Megatron-Core
+// does with the gradients of its sequence-parallel parameters. Every rank so ends with the same
+// bits, and the parameters stay equal. The addition order differs from one device's (per rank
+// and micro-batch, then over the ranks), so the gradients match it to rounding, not in bits.
 #include <string_view>
 
 #include "layers/layer.h"
@@ -38,6 +38,7 @@ class LayerNorm final : public Layer {
   std::unique_ptr<Layer> shard_for(const TensorParallel& tp, ActivationSplit input) const override;
   std::vector<ParamSpec> param_specs() const override;
   LayerCost cost() const override;
+  void complete_gradients(Backend& backend) override;
 
   Tensor forward(const Tensor& x, LayerContext& ctx) override;
   Tensor backward_input(const Tensor& dy, LayerContext& ctx) override;

@@ -114,4 +114,8 @@ void Residual::backward_weight(const Tensor& dy, LayerContext& ctx) {
   }
 }
 
+void Residual::complete_gradients(Backend& backend) {
+  for (auto& layer : body_) layer->complete_gradients(backend);
+}
+
 }  // namespace pt

@@ -37,6 +37,7 @@ class Residual final : public Layer {
   Tensor forward(const Tensor& x, LayerContext& ctx) override;
   Tensor backward_input(const Tensor& dy, LayerContext& ctx) override;
   void backward_weight(const Tensor& dy, LayerContext& ctx) override;
+  void complete_gradients(Backend& backend) override;
 
  private:
   std::vector<std::unique_ptr<Layer>> body_;

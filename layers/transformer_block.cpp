@@ -234,6 +234,10 @@ Tensor TransformerBlock::backward(const Tensor& dy, LayerContext& ctx) {
   return dx;
 }
 
+void TransformerBlock::complete_gradients(Backend& backend) {
+  for (Layer* part : parts()) part->complete_gradients(backend);
+}
+
 void TransformerBlock::backward_weight(const Tensor& dy, LayerContext& ctx) {
   check_sequence(*this, "gradient", dy, output_shape_[0], d_);
   require_bound(*this);

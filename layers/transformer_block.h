@@ -91,6 +91,8 @@ class TransformerBlock final : public Layer {
   // the fc's input-gradient collective runs while the proj's and the fc's weight gradients are
   // computed, the attention's while its own are (attention.h).
   Tensor backward(const Tensor& dy, LayerContext& ctx) override;
+  // The LayerNorms' (sequence parallelism: their gradients summed over the ranks).
+  void complete_gradients(Backend& backend) override;
 
  private:
   // The sub-layers in child-context order (ln1, attn, ln2, fc, gelu, proj).

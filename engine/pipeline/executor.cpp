@@ -283,6 +283,7 @@ void Executor::backward(const Action& a, bool with_weights) {
         else
           run_backward_weight(layer, dy, c, unwritten);
         c.clear();
+        if (final_wgrad) layer.complete_gradients(backend_);
         if (final_wgrad && reducer_) reducer_->layer_done(s, l);
       } else {
         if (wants_dx) dx = layer.backward_input(dy, c);
@@ -316,6 +317,7 @@ void Executor::weights(const Action& a) {
     if (residency_) residency_->before_compute(s, l, ParameterResidency::Pass::backward, true);
     run_backward_weight(setup_.model->layer(l), dy, c, parameters(s).take_unwritten(l));
     c.clear();
+    if (final_wgrad) setup_.model->layer(l).complete_gradients(backend_);
     if (final_wgrad && reducer_) reducer_->layer_done(s, l);
     if (residency_) residency_->after_backward(s, l, true, final_wgrad);
     dy = Tensor();

@@ -58,6 +58,7 @@ StepStats Trainer::train_step(const Tensor& inputs, const Tensor& targets) {
       // Nobody needs dL/d(input) of a layer with no parameters before it.
       Tensor dx = model_->needs_input_gradient(l) ? layer.backward_input(dy, c) : Tensor();
       run_backward_weight(layer, dy, c, params_->take_unwritten(l));
+      if (m + 1 == sizes.size()) layer.complete_gradients(*backend_);
       c.clear();
       dy = std::move(dx);
     }

@@ -123,6 +123,7 @@ LayerRun run_layer(Layer& layer, Backend& be, const std::vector<std::vector<floa
     be.copy_to_host(r.dx.data(), dx.data(), dx.bytes());
   }
   if (!together) layer.backward_weight(dyt, ctx);
+  layer.complete_gradients(be);  // the step's only micro-batch
   be.synchronize();
   return r;
 }

@@ -171,9 +171,8 @@ TEST_CASE("sequence parallelism: a transformer block is plain tensor parallelism
     // The block as written, on one device: what its activations cost without any split.
     TpRanks one_rank(1);
     const BlockRuns alone = run_block(
-        one_rank, [&](int) { return whole.shard_for(TensorParallel{}, ActivationSplit{}); },
-        params, [&](int, Backend& be) { return device_tensor(be, x, xs); },
-        [&](int) { return dy; });
+        one_rank, [&](int) { return whole.shard_for(TensorParallel{}, ActivationSplit{}); }, params,
+        [&](int, Backend& be) { return device_tensor(be, x, xs); }, [&](int) { return dy; });
     const size_t unsplit_bytes = alone.runs[0].saved_bytes;
 
     for (int r = 0; r < c.T; ++r) {
@@ -316,6 +315,7 @@ GptRun run_gpt(const TpRanks& ranks, bool sequence_parallel, const std::vector<i
       Layer& layer = model->layer(l);
       Tensor dx = layer.backward_input(dy, *ctx[static_cast<size_t>(l)]);
       layer.backward_weight(dy, *ctx[static_cast<size_t>(l)]);
+      layer.complete_gradients(be);  // the step's only micro-batch
       dy = dx;
     }
     be.synchronize();
