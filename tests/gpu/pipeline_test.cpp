@@ -1,17 +1,12 @@
 // Training on CUDA against training on the CPU: the same model, data and seeds, single device and
-// pipelined over two backends sharing one GPU (or two GPUs when there are), every schedule. The
-// arithmetic differs (cuBLASLt and cuDNN sum in other orders), so losses and parameters agree
-// within a tolerance, not bit for bit: after three steps of AdamW on the small models here,
-// |cuda - cpu| <= 1e-4 + 1e-3 |cpu| (measured drift is what the closing note reports).
+// pipelined over two backends sharing one GPU (or two GPUs when there are), every schedule,
+// within tests/gpu/cpu_parity.h's tolerance.
 #include <doctest/doctest.h>
 
-#include <cmath>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "engine/core/random.h"
 #include "engine/devices/cuda_plugin.h"
@@ -19,24 +14,15 @@
 #include "engine/train/trainer.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "layers/zoo.h"
+#include "tests/gpu/cpu_parity.h"
 #include "tests/pipeline/pipeline_test_util.h"
 
 using namespace pt;
+using pt::test::adamw_config;
+using pt::test::expect_same_training;
+using pt::test::Run;
 
 namespace {
-
-constexpr double kAtol = 1e-4, kRtol = 1e-3;
-
-TrainerConfig adamw_config(int M) {
-  TrainerConfig c;
-  c.microbatches = M;
-  c.seed = 5;
-  c.optimizer.kind = "adamw";
-  c.optimizer.lr = 1e-3f;
-  c.lr = {LrSchedule::Kind::constant, 1e-3f, 0, 0, 0.f};
-  c.clip_norm = 1.f;
-  return c;
-}
 
 // Parameters by checkpoint name, read through each stage's backend (device memory on CUDA).
 std::map<std::string, std::vector<float>> read_params(const std::vector<StageState>& stages) {
@@ -49,35 +35,6 @@ std::map<std::string, std::vector<float>> read_params(const std::vector<StageSta
       out[s.params->entries()[i].name] = std::move(host);
     }
   return out;
-}
-
-void expect_close(const std::map<std::string, std::vector<float>>& got,
-                  const std::map<std::string, std::vector<float>>& want) {
-  REQUIRE(got.size() == want.size());
-  for (const auto& item : want) {
-    const auto& name = std::get<0>(item);
-    const auto& ref = std::get<1>(item);
-    const std::vector<float>& g = got.at(name);
-    REQUIRE(g.size() == ref.size());
-    double worst = 0;
-    size_t worst_at = 0, bad = 0, nan = 0;
-    for (size_t i = 0; i < ref.size(); ++i) {
-      const double diff = std::fabs(static_cast<double>(g[i]) - ref[i]);
-      if (std::isnan(diff)) ++nan;
-      if (!(diff <= kAtol + kRtol * std::fabs(ref[i]))) ++bad;
-      if (diff > worst) worst = diff, worst_at = i;
-    }
-    INFO(fmt::format("{}: {} of {} elements off ({} NaN); worst at [{}]: cuda {} cpu {}", name, bad,
-                     ref.size(), nan, worst_at, g[worst_at], ref[worst_at]));
-    CHECK(nan == 0);
-    // A few elements may legitimately differ more: AdamW moves an element whose gradient is
-    // nearly zero (cancellation) by up to ±lr with a sign set by the gradient's last bits, and
-    // max pooling's argmax flips where two inputs tie within rounding (cuDNN and oneDNN sum in
-    // different orders). The first H200 run saw 14 of 18,432 second-conv weights off by
-    // 3.2e-4 (lr 1e-3); every other tensor was within tolerance. Training that did nothing
-    // would leave every element about 2·lr off.
-    CHECK(bad <= ref.size() / 1000);
-  }
 }
 
 // hx and hy borrow x and y (or ids): a copy would still point at the original's buffers, so a
@@ -133,11 +90,6 @@ struct CudaStages {
   }
 };
 
-struct Run {
-  std::vector<double> losses;
-  std::map<std::string, std::vector<float>> params;
-};
-
 Run train_single(Backend& backend, Model (*make)(), const std::vector<TrainBatch>& data, int M) {
   Model m = make();
   Trainer t(m, backend, adamw_config(M));
@@ -156,15 +108,6 @@ Run train_pipeline(const std::vector<Backend*>& devices, Model (*make)(),
   for (const TrainBatch& b : data) r.losses.push_back(t.train_step(b.hx, b.hy).loss);
   r.params = read_params(t.stage_states());
   return r;
-}
-
-void expect_same_training(const Run& got, const Run& want) {
-  REQUIRE(got.losses.size() == want.losses.size());
-  for (size_t i = 0; i < want.losses.size(); ++i) {
-    CAPTURE(i);
-    CHECK(std::fabs(got.losses[i] - want.losses[i]) <= kAtol + kRtol * std::fabs(want.losses[i]));
-  }
-  expect_close(got.params, want.params);
 }
 
 }  // namespace

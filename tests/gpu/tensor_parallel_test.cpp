@@ -2,18 +2,14 @@
 // T = 2 (heads, MLP and vocabulary split; with and without sequence parallelism), its two ranks
 // on two CUDA backends in one process (two GPUs when there are, else two slots of cuda:0), its
 // collectives through host buffers (the in-process group; started collectives run where they
-// are started on GPUs). Tolerance as pipeline_test.cpp's: cuBLASLt and cuDNN sum in other orders,
-// and the split adds T partial sums, so after three AdamW steps
-// |cuda - cpu| <= 1e-4 + 1e-3 |cpu|, with at most 1 element in 1,000 further off.
+// are started on GPUs), within tests/gpu/cpu_parity.h's tolerance (the split adds T partial
+// sums, another order again, well inside it).
 #include <doctest/doctest.h>
 
-#include <cmath>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "engine/core/random.h"
 #include "engine/devices/cuda_plugin.h"
@@ -22,25 +18,16 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "layers/tensor_parallel/param_slices.h"
 #include "layers/zoo.h"
+#include "tests/gpu/cpu_parity.h"
 #include "tests/pipeline/pipeline_test_util.h"
 
 using namespace pt;
+using pt::test::adamw_config;
+using pt::test::Run;
 
 namespace {
 
-constexpr double kAtol = 1e-4, kRtol = 1e-3;
 constexpr int64_t kVocab = 64, kContext = 16;
-
-TrainerConfig adamw_config(int M) {
-  TrainerConfig c;
-  c.microbatches = M;
-  c.seed = 5;
-  c.optimizer.kind = "adamw";
-  c.optimizer.lr = 1e-3f;
-  c.lr = {LrSchedule::Kind::constant, 1e-3f, 0, 0, 0.f};
-  c.clip_norm = 1.f;
-  return c;
-}
 
 Model tiny_gpt() { return gpt(kVocab, kContext, 32, 2, 2); }
 
@@ -68,11 +55,6 @@ std::vector<std::unique_ptr<Tokens>> batches() {
   return out;
 }
 
-struct Run {
-  std::vector<double> losses;
-  std::map<std::string, std::vector<float>> params;  // whole, by checkpoint name
-};
-
 // Each parameter put together from the T copies' slices (read through their backends).
 std::map<std::string, std::vector<float>> whole_params(DataParallelTrainer& trainer, int T) {
   std::map<std::string, std::vector<float>> whole;
@@ -95,30 +77,6 @@ std::map<std::string, std::vector<float>> whole_params(DataParallelTrainer& trai
       }
   }
   return whole;
-}
-
-void expect_close(const Run& got, const Run& want) {
-  REQUIRE(got.losses.size() == want.losses.size());
-  for (size_t i = 0; i < want.losses.size(); ++i) {
-    CAPTURE(i);
-    CHECK(std::fabs(got.losses[i] - want.losses[i]) <= kAtol + kRtol * std::fabs(want.losses[i]));
-  }
-  REQUIRE(got.params.size() == want.params.size());
-  for (const auto& item : want.params) {
-    const auto& name = std::get<0>(item);
-    const auto& ref = std::get<1>(item);
-    const std::vector<float>& g = got.params.at(name);
-    REQUIRE(g.size() == ref.size());
-    size_t bad = 0, nan = 0;
-    for (size_t i = 0; i < ref.size(); ++i) {
-      const double diff = std::fabs(static_cast<double>(g[i]) - ref[i]);
-      if (std::isnan(diff)) ++nan;
-      if (!(diff <= kAtol + kRtol * std::fabs(ref[i]))) ++bad;
-    }
-    INFO(fmt::format("{}: {} of {} elements off ({} NaN)", name, bad, ref.size(), nan));
-    CHECK(nan == 0);
-    CHECK(bad <= ref.size() / 1000);
-  }
 }
 
 }  // namespace
@@ -150,7 +108,7 @@ TEST_CASE("cuda: tensor parallelism (T = 2) over two CUDA backends trains as one
     Run got;
     for (const auto& b : data) got.losses.push_back(trainer->train_step(b->x, b->y).loss);
     got.params = whole_params(*trainer, 2);
-    expect_close(got, want);
+    test::expect_same_training(got, want);
     CHECK(want.losses.back() < want.losses.front());  // it trained
   }
 }
