@@ -42,11 +42,20 @@ CommunicatorTensorParallelGroup::Route& CommunicatorTensorParallelGroup::route(
 
 namespace {
 
-// A collective running on a route's thread.
+// A collective running on a route's thread. Dropped without a wait, it still waits: the
+// collective must not outlive the buffers it was started with.
 class ThreadedCollective final : public PendingCollective {
  public:
   explicit ThreadedCollective(std::shared_ptr<CollectiveThread::Work> work)
       : work_(std::move(work)) {}
+  ThreadedCollective(const ThreadedCollective&) = delete;
+  ThreadedCollective& operator=(const ThreadedCollective&) = delete;
+  ~ThreadedCollective() override {
+    try {
+      work_->wait();
+    } catch (...) {  // reported by wait() to whoever waited, or by a peer
+    }
+  }
   void wait() override { work_->wait(); }
 
  private:

@@ -23,6 +23,7 @@ namespace pt {
 // A collective in flight: its buffers are its own until wait() returns, when the result is in
 // place. wait() throws what the collective threw (a TimeoutError naming the rank it waited
 // for...); it never waits forever, as the collective itself gives up after the group's timeout.
+// Destroying one that was not waited for waits for it (and swallows its error).
 class PendingCollective {
  public:
   virtual ~PendingCollective() = default;

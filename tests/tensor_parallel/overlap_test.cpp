@@ -175,6 +175,22 @@ TEST_CASE("a started collective's failure is thrown by its wait, naming it") {
   }
 }
 
+TEST_CASE("a started collective dropped without a wait still completes before it goes") {
+  // Its buffers may be freed right after: the handle's destruction waits for the collective.
+  TwoRanks two(/*timeout_s=*/5);
+  std::vector<std::vector<float>> data{{1.f, 2.f}, {10.f, 20.f}};
+  std::thread rank1([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // joins late
+    two.groups[1]->all_reduce_sum(*two.devices[1], data[1].data(), 2, "test: late sum");
+  });
+  {
+    auto dropped =
+        two.groups[0]->start_all_reduce_sum(*two.devices[0], data[0].data(), 2, "test: late sum");
+  }
+  CHECK(data[0] == std::vector<float>{11.f, 22.f});
+  rank1.join();
+}
+
 TEST_CASE("Layer::backward overlaps: weight gradients are computed before the wait, same bits") {
   // Which weight gradients must be written when each input-gradient collective is waited for
   // (param_specs() order): the column layer's weight; the attention's qkv and proj weights; in
