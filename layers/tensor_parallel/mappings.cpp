@@ -128,50 +128,83 @@ int64_t context_chunk(const TensorParallel& tp, int64_t context, std::string_vie
   return context / tp.size;
 }
 
-PendingTensor start_gather_sequence(const TensorParallel& tp, Backend& backend, const Tensor& x,
-                                    std::string_view what) {
+namespace {
+
+// How a collective below runs: started on the group (waited for later), or blocking, here (a
+// blocking call does not pass through the group's thread: no hand-over on the hot path).
+enum class Run { started, blocking };
+
+std::unique_ptr<PendingCollective> all_gather_as(Run run, const TensorParallel& tp,
+                                                 Backend& backend, const float* in, float* out,
+                                                 int64_t n, std::string_view what) {
+  if (run == Run::started) return tp.group->start_all_gather(backend, in, out, n, what);
+  tp.group->all_gather(backend, in, out, n, what);
+  return std::make_unique<CompletedCollective>();
+}
+
+std::unique_ptr<PendingCollective> reduce_scatter_as(Run run, const TensorParallel& tp,
+                                                     Backend& backend, const float* in, float* out,
+                                                     int64_t n, std::string_view what) {
+  if (run == Run::started) return tp.group->start_reduce_scatter_sum(backend, in, out, n, what);
+  tp.group->reduce_scatter_sum(backend, in, out, n, what);
+  return std::make_unique<CompletedCollective>();
+}
+
+PendingTensor gather_sequence_as(Run run, const TensorParallel& tp, Backend& backend,
+                                 const Tensor& x, std::string_view what) {
   require_sequence(x, what);
   Shape whole = x.shape();
   whole[1] *= tp.size;
   Tensor out = backend.empty(whole);
   const SequenceBlocks k = blocks_of(x.shape(), x.shape()[1]);
   if (k.B == 1)  // (T, 1, T'/T, ...) is (1, T', ...)
-    return PendingTensor(tp.group->start_all_gather(backend, x.f32(), out.f32(), x.numel(), what),
+    return PendingTensor(all_gather_as(run, tp, backend, x.f32(), out.f32(), x.numel(), what),
                          [x, out] { return out; });
   Tensor ranks = backend.empty(Shape{whole.numel()});
-  auto gathered = tp.group->start_all_gather(backend, x.f32(), ranks.f32(), x.numel(), what);
+  auto gathered = all_gather_as(run, tp, backend, x.f32(), ranks.f32(), x.numel(), what);
   return PendingTensor(std::move(gathered), [x, ranks, out, k, T = tp.size, &backend] {
     reorder(backend, k, T, ranks.f32(), out.f32(), /*to_ranks=*/false);
     return out;
   });
 }
 
-PendingTensor start_reduce_scatter_sequence(const TensorParallel& tp, Backend& backend,
-                                            const Tensor& y, std::string_view what) {
+PendingTensor reduce_scatter_sequence_as(Run run, const TensorParallel& tp, Backend& backend,
+                                         const Tensor& y, std::string_view what) {
   require_sequence(y, what);
   Shape part = y.shape();
   part[1] = sequence_chunk(tp, part[1], what);
   Tensor out = backend.empty(part);
   const SequenceBlocks k = blocks_of(y.shape(), part[1]);
   if (k.B == 1)
-    return PendingTensor(
-        tp.group->start_reduce_scatter_sum(backend, y.f32(), out.f32(), out.numel(), what),
-        [y, out] { return out; });
+    return PendingTensor(reduce_scatter_as(run, tp, backend, y.f32(), out.f32(), out.numel(), what),
+                         [y, out] { return out; });
   Tensor ranks = backend.empty(Shape{y.numel()});
   reorder(backend, k, tp.size, y.f32(), ranks.f32(), /*to_ranks=*/true);
   return PendingTensor(
-      tp.group->start_reduce_scatter_sum(backend, ranks.f32(), out.f32(), out.numel(), what),
+      reduce_scatter_as(run, tp, backend, ranks.f32(), out.f32(), out.numel(), what),
       [ranks, out] { return out; });
+}
+
+}  // namespace
+
+PendingTensor start_gather_sequence(const TensorParallel& tp, Backend& backend, const Tensor& x,
+                                    std::string_view what) {
+  return gather_sequence_as(Run::started, tp, backend, x, what);
+}
+
+PendingTensor start_reduce_scatter_sequence(const TensorParallel& tp, Backend& backend,
+                                            const Tensor& y, std::string_view what) {
+  return reduce_scatter_sequence_as(Run::started, tp, backend, y, what);
 }
 
 Tensor gather_sequence(const TensorParallel& tp, Backend& backend, const Tensor& x,
                        std::string_view what) {
-  return start_gather_sequence(tp, backend, x, what).wait();
+  return gather_sequence_as(Run::blocking, tp, backend, x, what).wait();
 }
 
 Tensor reduce_scatter_sequence(const TensorParallel& tp, Backend& backend, const Tensor& y,
                                std::string_view what) {
-  return start_reduce_scatter_sequence(tp, backend, y, what).wait();
+  return reduce_scatter_sequence_as(Run::blocking, tp, backend, y, what).wait();
 }
 
 Tensor scatter_sequence(const TensorParallel& tp, Backend& backend, const Tensor& x,

@@ -83,7 +83,7 @@ Tensor gather_sequence(const TensorParallel& tp, Backend& backend, const Tensor&
 // this rank's chunk (reduce-scatter).
 Tensor reduce_scatter_sequence(const TensorParallel& tp, Backend& backend, const Tensor& y,
                                std::string_view what);
-// The two, started (the blocking ones are these, waited for at once).
+// The two, started (the blocking ones run where they are called; both share one body).
 PendingTensor start_gather_sequence(const TensorParallel& tp, Backend& backend, const Tensor& x,
                                     std::string_view what);
 PendingTensor start_reduce_scatter_sequence(const TensorParallel& tp, Backend& backend,
