@@ -63,6 +63,10 @@ struct ParallelContext {
   bool sequence_parallel = false;       // --sequence-parallel: the layers' TensorParallel says so
   bool tensor_parallel_overlap = true;  // --tp-overlap: the tensor groups run started collectives
                                         // beside the layer's compute
+  // --tp-overlap on: and a device's adjacent forwards take turns at their collectives
+  // (engine/comm/take_turns.h; with tensor_parallel_overlap and T > 1 only). Off by default:
+  // no gain measured on these machines (docs/tensor-parallelism.md).
+  bool tensor_parallel_overlap_forwards = false;
   Communicator* tensor_parallel_group = nullptr;
 
   bool uses_parameter_server() const { return !parameter_servers.empty(); }

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/comm/take_turns.h"
 #include "engine/core/error.h"
 #include "engine/parallel/all_reduce_gradients.h"
 
@@ -64,16 +65,31 @@ class ThreadedCollective final : public PendingCollective {
 
 }  // namespace
 
+// The route's thread reads and writes the buffers while the caller computes: only memory that is
+// the host's, handed to a communicator of host memory (no copy on a device stream).
+bool CommunicatorTensorParallelGroup::can_overlap(const Route& r, const Backend& backend) const {
+  return overlap_ && backend.host_accessible() && !r.comm->device_memory();
+}
+
 std::unique_ptr<PendingCollective> CommunicatorTensorParallelGroup::start(
     Route& r, const Backend& backend, std::function<void()> call) {
-  // The route's thread reads and writes the buffers while the caller computes: only memory
-  // that is the host's, handed to a communicator of host memory (no copy on a device stream).
-  if (!overlap_ || !backend.host_accessible() || r.comm->device_memory()) {
+  if (!can_overlap(r, backend)) {
     blocking(r, call);
     return std::make_unique<CompletedCollective>();
   }
   if (!r.thread) r.thread = std::make_unique<CollectiveThread>();
   return std::make_unique<ThreadedCollective>(r.thread->start(std::move(call)));
+}
+
+void CommunicatorTensorParallelGroup::in_turn(Route& r, const Backend& backend,
+                                              std::function<void()> call) {
+  if (TakeTurns::partner_running() && can_overlap(r, backend)) {
+    const std::unique_ptr<PendingCollective> pending = start(r, backend, std::move(call));
+    TakeTurns::pass();  // the other micro-batch computes while this collective runs
+    pending->wait();
+    return;
+  }
+  blocking(r, call);
 }
 
 void CommunicatorTensorParallelGroup::blocking(Route& r, const std::function<void()>& call) {
@@ -124,20 +140,20 @@ void CommunicatorTensorParallelGroup::reduce_scatter_on(Route& r, Backend& backe
 void CommunicatorTensorParallelGroup::all_reduce_sum(Backend& backend, float* data, int64_t n,
                                                      std::string_view what) {
   Route& r = route(backend);
-  blocking(r, [&] { all_reduce_on(r, backend, data, n, std::string(what)); });
+  in_turn(r, backend, [&] { all_reduce_on(r, backend, data, n, std::string(what)); });
 }
 
 void CommunicatorTensorParallelGroup::all_gather(Backend& backend, const float* in, float* out,
                                                  int64_t n, std::string_view what) {
   Route& r = route(backend);
-  blocking(r, [&] { all_gather_on(r, backend, in, out, n, std::string(what)); });
+  in_turn(r, backend, [&] { all_gather_on(r, backend, in, out, n, std::string(what)); });
 }
 
 void CommunicatorTensorParallelGroup::reduce_scatter_sum(Backend& backend, const float* in,
                                                          float* out, int64_t n,
                                                          std::string_view what) {
   Route& r = route(backend);
-  blocking(r, [&] { reduce_scatter_on(r, backend, in, out, n, std::string(what)); });
+  in_turn(r, backend, [&] { reduce_scatter_on(r, backend, in, out, n, std::string(what)); });
 }
 
 std::unique_ptr<PendingCollective> CommunicatorTensorParallelGroup::start_all_reduce_sum(

@@ -11,7 +11,9 @@
 // its device's route (engine/comm/collective_thread.h) while the layer computes; blocking calls
 // queue behind what was started. That needs memory both the communicator and the host thread
 // can read without the device's stream: the CPU backend's, with the in-process or MPI
-// communicators. Elsewhere (a GPU through host buffers, NCCL) a started collective runs where it
+// communicators. Where two micro-batches' forwards take turns (engine/comm/take_turns.h), a
+// blocking call is started the same way and waited for after the other micro-batch's turn.
+// Elsewhere (a GPU through host buffers, NCCL) a started collective runs where it
 // is started, as a blocking one.
 #include <functional>
 #include <memory>
@@ -59,8 +61,12 @@ class CommunicatorTensorParallelGroup final : public TensorParallelGroup {
   Route& route(const Backend& backend);
   // The collective `call` of route r: started on the route's thread where it can overlap, else
   // run here. blocking(): run here, after what the route started.
+  bool can_overlap(const Route& r, const Backend& backend) const;
   std::unique_ptr<PendingCollective> start(Route& r, const Backend& backend,
                                            std::function<void()> call);
+  // A blocking call: run here, or, while the device's forwards take turns
+  // (engine/comm/take_turns.h), started, the turn passed to the other micro-batch, then waited.
+  void in_turn(Route& r, const Backend& backend, std::function<void()> call);
   void blocking(Route& r, const std::function<void()>& call);
   void all_reduce_on(Route& r, Backend& backend, float* data, int64_t n, const std::string& what);
   void all_gather_on(Route& r, Backend& backend, const float* in, float* out, int64_t n,

@@ -1,7 +1,10 @@
 #include "engine/pipeline/executor.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
+#include "engine/comm/take_turns.h"
 #include "engine/core/error.h"
 #include "engine/train/trainer.h"
 
@@ -36,10 +39,6 @@ Executor::~Executor() = default;
 void Executor::run(const std::vector<Action>& actions, std::vector<ExecutedAction>* trace) {
   std::atomic<int>& position = run_.position[static_cast<size_t>(device_)];
   FlightRecorder& recorder = flight_recorder();
-  FlightEvent event;
-  event.kind = FlightKind::action;
-  event.list = setup_.flight_list;
-  event.device = setup_.flight_device_base + device_;
   // A trace marks each action's start and end in the device's queue with timing events and reads
   // them once the list is done: on a GPU a synchronisation per action would serialise the
   // streams (and the measured bubble with them). `anchor` ties device time to the run's clock.
@@ -49,17 +48,31 @@ void Executor::run(const std::vector<Action>& actions, std::vector<ExecutedActio
   if (trace) {
     anchor = backend_.record_timing_event();
     anchor_at = Clock::now();
-    marks.reserve(2 * actions.size());
+    marks.resize(2 * actions.size());
   }
-  for (size_t i = 0; i < actions.size(); ++i) {
-    position = static_cast<int>(i);
-    if (trace) marks.push_back(backend_.record_timing_event());
+  // Action i as one flight-recorder event between its two marks; `work` runs it.
+  const auto perform = [&](size_t i, const std::function<void()>& work) {
+    FlightEvent event;
+    event.kind = FlightKind::action;
+    event.list = setup_.flight_list;
+    event.device = setup_.flight_device_base + device_;
     event.op = static_cast<uint8_t>(actions[i].type);
     event.stage = actions[i].stage;
     event.microbatch = actions[i].microbatch;
     event.index = static_cast<int>(i);
-    recorder.record(event, [&] { execute(actions[i]); });
-    if (trace) marks.push_back(backend_.record_timing_event());
+    if (trace) marks[2 * i] = backend_.record_timing_event();
+    recorder.record(event, work);
+    if (trace) marks[2 * i + 1] = backend_.record_timing_event();
+  };
+  for (size_t i = 0; i < actions.size();) {
+    position = static_cast<int>(i);
+    if (const size_t n = forwards_to_pair(actions, i)) {
+      run_paired_forwards(actions, i, n, perform);
+      i += n;
+      continue;
+    }
+    perform(i, [&] { execute(actions[i]); });
+    ++i;
   }
   position = static_cast<int>(actions.size());
   if (residency_) residency_->finish_run();
@@ -69,14 +82,73 @@ void Executor::run(const std::vector<Action>& actions, std::vector<ExecutedActio
     // Microseconds from the run's start (ExecutedAction's time base).
     const double at = std::chrono::duration<double, std::micro>(anchor_at - run_.start).count();
     const auto micros = [&](size_t k) { return at + 1e6 * marks[k]->seconds_since(*anchor); };
-    for (size_t i = 0; i < actions.size(); ++i)
-      trace->push_back({actions[i], micros(2 * i), micros(2 * i + 1)});
+    // Paired forwards ran at once: each action is given the time after the one before it in the
+    // list, so that the device's busy time is its wall time, not the pair's counted twice.
+    double last_end = 0;
+    for (size_t i = 0; i < actions.size(); ++i) {
+      const double start = std::max(micros(2 * i), last_end);
+      last_end = std::max(micros(2 * i + 1), start);
+      trace->push_back({actions[i], start, last_end});
+    }
   }
   if (!states_.empty())
     throw std::logic_error(
         fmt::format("device {} finished its actions with {} micro-batch states still held: the "
                     "schedule is missing a {}",
                     device_, states_.size(), training_ ? "backward" : "send"));
+}
+
+// ---- paired forwards ---------------------------------------------------------------------------
+
+// Where the list has two forwards of different micro-batches one after the other (with at most
+// the first's SEND_F between them) and the second's input is here already (the data, or a
+// local hand-off from an earlier action), the two may take turns (engine/comm/take_turns.h):
+// while one waits for a tensor-parallel collective the other computes, so the forward's
+// collectives, which nothing of their own micro-batch can hide, hide behind the other's work.
+// The list's order is kept: the first starts first and its send follows it; only the compute of
+// the two interleaves, at the collectives, alike on every rank. Returns how many actions the
+// pair spans (2 or 3), or 0 where the forwards run one by one: not asked for, a device whose
+// memory the collective thread cannot read, gathered parameters (full sharding), a weight version
+// bound per action (asynchronous windows), or skip connections (a skip received in the second
+// forward could wait for a device that waits for this one).
+size_t Executor::forwards_to_pair(const std::vector<Action>& actions, size_t i) {
+  if (!setup_.forwards_take_turns || residency_ || run_.before_compute ||
+      !backend_.host_accessible() || !setup_.model->skip_edges().empty())
+    return 0;
+  const Action& first = actions[i];
+  if (first.type != ActionType::F) return 0;
+  size_t j = i + 1;
+  if (j < actions.size() && actions[j].type == ActionType::SEND_F &&
+      actions[j].stage == first.stage && actions[j].microbatch == first.microbatch)
+    ++j;
+  if (j >= actions.size()) return 0;
+  const Action& second = actions[j];
+  if (second.type != ActionType::F || second.microbatch == first.microbatch) return 0;
+  if (second.stage != 0) {  // its input must have been handed over already
+    const auto it = states_.find({second.stage, second.microbatch});
+    if (it == states_.end() || !it->second->input.defined()) return 0;
+  }
+  return j - i + 1;
+}
+
+void Executor::run_paired_forwards(const std::vector<Action>& actions, size_t i, size_t n,
+                                   const Perform& perform) {
+  const size_t j = i + n - 1;
+  // The two share this executor's state without locks: only one of them runs at a time.
+  std::optional<LossShare> shares[2];
+  TakeTurns::run(
+      [&] {
+        perform(i, [&] { shares[0] = forward(actions[i]); });
+        if (n == 3) perform(i + 1, [&] { execute(actions[i + 1]); });
+      },
+      [&] {
+        backend_.bind_current_thread();
+        perform(j, [&] { shares[1] = forward(actions[j]); });
+      });
+  add_loss(shares[0]);
+  add_loss(shares[1]);
+  maybe_release(actions[i].stage, actions[i].microbatch);
+  maybe_release(actions[j].stage, actions[j].microbatch);
 }
 
 // ---- state -------------------------------------------------------------------------------------
@@ -173,7 +245,7 @@ SkipIo Executor::skip_io(const Action& a) {
 
 // ---- compute -----------------------------------------------------------------------------------
 
-void Executor::forward(const Action& a) {
+std::optional<Executor::LossShare> Executor::forward(const Action& a) {
   const int s = a.stage, m = a.microbatch;
   Model& model = *setup_.model;
   State& st = state(s, m);
@@ -217,19 +289,12 @@ void Executor::forward(const Action& a) {
   }
   send_skips(Direction::forward, s, st.ctx->skips(), model, *setup_.layout, io);
   st.forward_done = true;
+  std::optional<LossShare> share;
   if (setup_.layout->is_last(s)) {
-    const auto dev = static_cast<size_t>(device_);
     const Tensor target = rows(window ? run_.step_targets[k] : run_.targets);
-    const auto [loss, c] = model.loss().forward_counting(
+    const Loss::Counted counted = model.loss().forward_counting(
         x, target, window ? run_.step_divisor[k] : run_.loss_divisor, st.ctx->loss());
-    run_.loss[dev] += loss;
-    int64_t& total = run_.correct[dev];
-    total = c < 0 ? -1 : total + c;
-    if (window) {
-      run_.step_loss[dev][k] += loss;
-      int64_t& step_total = run_.step_correct[dev][k];
-      step_total = c < 0 ? -1 : step_total + c;
-    }
+    share = LossShare{counted, k};
     if (training_) st.grad_output = model.loss().backward(st.ctx->loss());
     st.ctx->loss().clear();
   } else if (here(s + 1)) {
@@ -237,6 +302,20 @@ void Executor::forward(const Action& a) {
   } else {
     st.output = std::move(x);
   }
+  return share;
+}
+
+// In list order, so that the sums do not depend on how paired forwards interleaved.
+void Executor::add_loss(const std::optional<LossShare>& share) {
+  if (!share) return;
+  const auto dev = static_cast<size_t>(device_);
+  const auto add = [&](double& loss, int64_t& correct) {
+    loss += share->counted.loss;
+    correct = share->counted.correct < 0 ? -1 : correct + share->counted.correct;
+  };
+  add(run_.loss[dev], run_.correct[dev]);
+  if (!run_.mb_step.empty())
+    add(run_.step_loss[dev][share->step], run_.step_correct[dev][share->step]);
 }
 
 // Input gradient through stage s; with `with_weights` (a B action) each layer's weight gradient
@@ -338,7 +417,7 @@ void Executor::execute(const Action& a) {
   if (sched::is_compute(a.type) && run_.before_compute)
     run_.before_compute(a, step_of(a.microbatch));
   switch (a.type) {
-    case ActionType::F: forward(a); break;
+    case ActionType::F: add_loss(forward(a)); break;
     case ActionType::B: backward(a, true); break;
     case ActionType::I: backward(a, false); break;
     case ActionType::W: weights(a); break;

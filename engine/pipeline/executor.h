@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,9 @@ struct ExecutorSetup {
   RecomputePolicy recompute;
   Transport* transport = nullptr;
   double timeout_s = 60;
+  // Adjacent forwards of two micro-batches take turns at their tensor-parallel collectives
+  // (Executor::forwards_to_pair says where): --tp-overlap on with --tp > 1.
+  bool forwards_take_turns = false;
   // Every device's list with its current action marked, for error messages.
   std::function<std::string(const ScheduleRun&)> progress;
   // How the flight recorder names this run's list and its devices (device d: base + d).
@@ -93,8 +97,20 @@ class Executor {
   struct State;
   using Clock = ScheduleRun::Clock;
 
+  // What a last stage's forward adds to the run's loss and correct count (of its step, in an
+  // asynchronous window).
+  struct LossShare {
+    Loss::Counted counted;
+    size_t step = 0;
+  };
+
+  using Perform = std::function<void(size_t, const std::function<void()>&)>;
+  size_t forwards_to_pair(const std::vector<sched::Action>& actions, size_t i);
+  void run_paired_forwards(const std::vector<sched::Action>& actions, size_t i, size_t n,
+                           const Perform& perform);
   void execute(const sched::Action& a);
-  void forward(const sched::Action& a);
+  std::optional<LossShare> forward(const sched::Action& a);
+  void add_loss(const std::optional<LossShare>& share);
   void backward(const sched::Action& a, bool with_weights);
   void weights(const sched::Action& a);
   int step_of(int m) const;

@@ -102,6 +102,9 @@ void PipelineTrainer::run_schedule(const sched::Schedule& schedule, ScheduleRun&
   setup.recompute = config_.recompute;
   setup.transport = transport_.get();
   setup.timeout_s = config_.timeout_s;
+  const ParallelContext& par = config_.parallel;
+  setup.forwards_take_turns = par.tensor_parallel > 1 && par.tensor_parallel_overlap &&
+                              par.tensor_parallel_overlap_forwards;
   setup.progress = [&](const ScheduleRun& r) { return progress(schedule, r); };
   setup.flight_list = training ? FlightList::training : FlightList::evaluation;
   setup.flight_device_base = flight_device(0);

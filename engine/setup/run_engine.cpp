@@ -36,6 +36,7 @@ PipelineConfig pipeline_config(const TrainingRun& run, const TrainerConfig& trai
   pc.parallel.shard_reduce_every_microbatch = opt.resolved_reduce_every_microbatch();
   pc.parallel.sequence_parallel = opt.tp > 1 && opt.sequence_parallel;
   pc.parallel.tensor_parallel_overlap = opt.tp_overlap;
+  pc.parallel.tensor_parallel_overlap_forwards = opt.tp_overlap && opt.tp_overlap_forwards;
   pc.parallel.slow_replica = opt.slow_replica;
   pc.parallel.slow_factor = opt.slow_factor;
   return pc;

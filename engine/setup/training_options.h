@@ -42,6 +42,9 @@ struct TrainingOptions {
   // work where the layer and the devices allow (the input gradient's all-reduce while the
   // weight gradients are computed, Megatron-LM's); off: each where it is called.
   bool tp_overlap = true;
+  // And adjacent forwards of two micro-batches take turns at their collectives (--tp-overlap on;
+  // `backward`, the default: only the above). Needs tp_overlap.
+  bool tp_overlap_forwards = false;
   int microbatches = 1;     // M per replica
   ScheduleChoice schedule;  // 1f1b
   PartitionMethod partition{PartitionMethod::Kind::time,

@@ -52,9 +52,9 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
                  "the sequence length)")
       ->capture_default_str();
   app.add_option("--tp-overlap", f.tp_overlap,
-                 "with --tp > 1: run a layer's tensor-parallel collectives beside its other work "
-                 "where it can (the input gradient's all-reduce while weight gradients are "
-                 "computed; on | off)")
+                 "with --tp > 1: run tensor-parallel collectives beside other work where it can: "
+                 "backward (a layer's input-gradient all-reduce beside its weight gradients) | on "
+                 "(and two adjacent forwards taking turns at their collectives) | off")
       ->capture_default_str();
   app.add_option("--microbatches", f.microbatches,
                  "split each replica's batch into M micro-batches")
@@ -233,9 +233,11 @@ TrainingOptions training_options(const ParallelFlags& f) {
     throw UsageError(
         fmt::format("--sequence-parallel {} is not a choice: use on or off", f.sequence_parallel));
   o.sequence_parallel = f.sequence_parallel == "on";
-  if (f.tp_overlap != "on" && f.tp_overlap != "off")
-    throw UsageError(fmt::format("--tp-overlap {} is not a choice: use on or off", f.tp_overlap));
-  o.tp_overlap = f.tp_overlap == "on";
+  if (f.tp_overlap != "on" && f.tp_overlap != "backward" && f.tp_overlap != "off")
+    throw UsageError(
+        fmt::format("--tp-overlap {} is not a choice: use on, backward or off", f.tp_overlap));
+  o.tp_overlap = f.tp_overlap != "off";
+  o.tp_overlap_forwards = f.tp_overlap == "on";
   o.microbatches = f.microbatches;
   o.schedule = ScheduleChoice::parse(f.schedule);
   o.partition = PartitionMethod::parse(f.partition);

@@ -19,7 +19,7 @@ struct ParallelFlags {
   int threads = 0;  // per device; 0: the cores divided between devices (or processes)
   int stages = 1, dp = 1, tp = 1, microbatches = 1;
   std::string sequence_parallel = "on";
-  std::string tp_overlap = "on";
+  std::string tp_overlap = "backward";
   std::string schedule = "1f1b", partition = "time", recompute = "never", costs = "estimate";
   double mem_cap_mib = 0, timeout = 60, bucket_mb = 25;
   bool plan_only = false;

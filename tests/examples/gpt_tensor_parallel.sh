@@ -5,7 +5,9 @@
 #  - --sequence-parallel on and off end within 1e-5 (the LayerNorm gradients are summed chunk by
 #    chunk: tests/tensor_parallel/sequence_parallel_test.cpp bounds the difference at 1e-6);
 #  - --tp 1 from the same --tp 2 checkpoint within 1e-5, and text is sampled from a --tp run;
-#  - --tp-overlap off saves the same bits as on (the default), in one process and under mpirun;
+#  - --tp-overlap off and on (stage 0's adjacent forwards, across their SEND_F, take turns at
+#    their collectives) save the same bits as backward (the default), in one process and under
+#    mpirun;
 #  - refusals: heads or a context --tp does not divide.
 #
 #   gpt_tensor_parallel.sh <pipetrain-gpt> [--mpi]
@@ -54,6 +56,8 @@ run nosp -- "${st[@]}" --steps 4 --sample-bytes 0 --devices cpu:0..3 --sequence-
 close sp nosp 1e-5
 run serial -- "${st[@]}" --steps 4 --sample-bytes 16 --devices cpu:0..3 --tp-overlap off --save "$work/serial"
 same sp serial
+run turns -- "${st[@]}" --steps 4 --sample-bytes 0 --devices cpu:0..3 --tp-overlap on --save "$work/turns"
+same sp turns
 expect_refused "--tp-overlap maybe is not a choice" "${base[@]}" --context 32 --tp 2 --devices cpu:0..1 --steps 1 --tp-overlap maybe
 run half -- "${st[@]}" --sample-bytes 0 --devices cpu:0..3 --steps 2 --save "$work/half"
 run t1 -- --stages 2 --sample-bytes 0 --steps 4 --devices cpu:0..1 --resume "$work/half" --save "$work/t1"
@@ -65,6 +69,8 @@ if [ "$with_mpi" = --mpi ] && command -v mpirun >/dev/null; then
   same nosp mpi_nosp
   run mpi_serial mpirun -np 4 --oversubscribe -- "${st[@]}" --steps 4 --sample-bytes 16 --tp-overlap off --save "$work/mpi_serial"
   same sp mpi_serial
+  run mpi_turns mpirun -np 4 --oversubscribe -- "${st[@]}" --steps 4 --sample-bytes 0 --tp-overlap on --save "$work/mpi_turns"
+  same sp mpi_turns
 fi
 
 echo "$fails failure(s)"

@@ -3,7 +3,8 @@
 // order, reports a started collective's failure at its wait; the layers compute their weight
 // gradients between starting the input gradient's collective and waiting for it; and
 // Layer::backward (both halves at once, overlapped) gives the bits of backward_input followed
-// by backward_weight, for each layer that overlaps, with and without sequence parallelism.
+// by backward_weight, for each layer that overlaps, with and without sequence parallelism; and
+// while two forwards take turns, a blocking collective passes the turn before it waits.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "engine/comm/in_process.h"
+#include "engine/comm/take_turns.h"
 #include "engine/core/error.h"
 #include "engine/parallel/tensor_parallel_group.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -160,6 +162,40 @@ TEST_CASE("with overlap off a started collective runs where it is started") {
   CHECK_THROWS_AS(two.groups[0]->start_all_reduce_sum(*two.devices[0], mine.data(), 1,
                                                       "test: sum that runs at its start"),
                   TimeoutError);
+}
+
+TEST_CASE("while two forwards take turns a blocking collective lets the other compute first") {
+  // Rank 0 runs two pieces taking turns (engine/comm/take_turns.h); the first calls a blocking
+  // all-reduce, the second sets a flag. Rank 1 joins the all-reduce only once the flag is set:
+  // a call that held the turn until it was done would wait for rank 1, which waits for the
+  // flag (2 s). With overlap off the group never passes the turn, so the flag comes only after
+  // the sum (checked through the order the pieces ran in).
+  for (const bool overlap : {true, false}) {
+    CAPTURE(overlap);
+    TwoRanks two(/*timeout_s=*/5, overlap);
+    std::atomic<bool> second_ran{false};
+    std::vector<std::vector<float>> data{{1.f, 2.f}, {10.f, 20.f}};
+    std::vector<std::string> order;  // rank 0's pieces (one runs at a time)
+    bool in_time = true;
+    std::thread rank1([&] {
+      if (overlap) in_time = wait_for(second_ran, 2);  // then joins anyway: the test ends
+      two.groups[1]->all_reduce_sum(*two.devices[1], data[1].data(), 2, "test: turn sum");
+    });
+    TakeTurns::run(
+        [&] {
+          two.groups[0]->all_reduce_sum(*two.devices[0], data[0].data(), 2, "test: turn sum");
+          order.push_back("sum");
+        },
+        [&] {
+          order.push_back("other");
+          second_ran = true;
+        });
+    rank1.join();
+    CHECK(in_time);
+    for (const auto& d : data) CHECK(d == std::vector<float>{11.f, 22.f});
+    CHECK(order == (overlap ? std::vector<std::string>{"other", "sum"}
+                            : std::vector<std::string>{"sum", "other"}));
+  }
 }
 
 TEST_CASE("a started collective's failure is thrown by its wait, naming it") {

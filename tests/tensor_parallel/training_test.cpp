@@ -122,13 +122,14 @@ std::map<std::string, std::vector<float>> whole_params(DataParallelTrainer& trai
 Run tensor_parallel(const std::function<Model()>& make, const Tensor& x, const Tensor& y,
                     const std::string& schedule, int R, int D, int T, int M,
                     bool sequence_parallel = false, RecomputePolicy recompute = {},
-                    bool overlap = true) {
+                    bool overlap = true, bool forwards_take_turns = true) {
   CpuDevices devices(R * D * T);
   Model shape_model = make();
   PipelineConfig pc = pipeline_config(shape_model, trainer_config(M), schedule, D, M);
   pc.schedule = sched::add_grad_reduction(pc.schedule);
   pc.parallel.sequence_parallel = sequence_parallel;
   pc.parallel.tensor_parallel_overlap = overlap;
+  pc.parallel.tensor_parallel_overlap_forwards = forwards_take_turns;
   pc.recompute = recompute;
   auto trainer = make_local_data_parallel(make, devices.devices, pc, R, T);
   Run out;
@@ -348,4 +349,28 @@ TEST_CASE("overlapped collectives change no bit: --tp-overlap on and off, a spli
     CHECK(split.params == on.params);
     compare(on, reference(gpt_model, b.x, b.t, 2));  // and it trains
   }
+}
+
+TEST_CASE("forwards taking turns change no bit: gpipe, --tp-overlap on, backward and off") {
+  // gpipe's adjacent forwards take turns at their collectives (paired_forwards_test.cpp says
+  // which): on one stage every pair, on two the first stage's (across its SEND_F). What runs
+  // between a collective's start and its wait is the other micro-batch's work, so nothing a
+  // micro-batch computes changes, nor the order of the loss shares.
+  const auto gpt_model = [] { return gpt(64, 8, 32, 2, 4); };
+  const TokenBatch b = token_batch(8, 8, 64);
+  for (const int D : {1, 2})
+    for (const bool sp : {false, true}) {
+      CAPTURE(D);
+      CAPTURE(sp);
+      const Run on = tensor_parallel(gpt_model, b.x, b.t, "gpipe", 1, D, 2, 4, sp, {}, true, true);
+      const Run backward =
+          tensor_parallel(gpt_model, b.x, b.t, "gpipe", 1, D, 2, 4, sp, {}, true, false);
+      const Run off =
+          tensor_parallel(gpt_model, b.x, b.t, "gpipe", 1, D, 2, 4, sp, {}, false, false);
+      CHECK(on.losses == backward.losses);
+      CHECK(on.params == backward.params);
+      CHECK(on.losses == off.losses);
+      CHECK(on.params == off.params);
+      if (D == 1 && !sp) compare(on, reference(gpt_model, b.x, b.t, 4));  // and it trains
+    }
 }
