@@ -415,8 +415,8 @@ TrainingState load_checkpoint(const fs::path& path, const Model& model,
         throw FileError(fmt::format(
             "checkpoint {} has no weight stash ('{}'): it was not written by --update async with "
             "this delay (step t of this stage needs the weights of step t - 1; --async-delay "
-            "per-stage keeps none on the last stage); resume it with --update sync, or with the "
-            "--async-delay it was written with",
+            "per-stage and per-microbatch keep none on the last stage); resume it with --update "
+            "sync, or with the --async-delay it was written with",
             path.string(), name));
       load(name, s.params->stash(i), s.params->backend());
     }

@@ -49,7 +49,11 @@ void say_what_async_changes(const TrainingOptions& opt, const OptimizerConfig& g
   fmt::print(
       "--update async: no flush between steps; {}{}; PipeDream-2BW's exact update: "
       "--async-delay uniform --async-momentum plain\n",
-      opt.async_delay == AsyncDelay::per_stage
+      opt.async_delay == AsyncDelay::per_microbatch
+          ? "each micro-batch computes with the newest weights its stage has when it starts: on "
+            "a stage before the last, those that start before the stage's previous update with "
+            "the weights of one step before (--async-delay per-microbatch)"
+      : opt.async_delay == AsyncDelay::per_stage
           ? "the last stage computes with the newest weights, the others with the weights of "
             "one step before (--async-delay per-stage)"
           : "every stage computes with the weights of one step before (--async-delay uniform)",

@@ -13,6 +13,11 @@
 //   (W_0..W_{S-2} of t - 1, W_{S-1} of t), as PipeDream's weight stashing does per stage.
 //   Measured (docs/update-strategies.md): less accuracy lost than uniform on
 //   Fashion-MNIST with 2 stages, and half the second-version memory.
+// per_microbatch: the least delay the lists allow each micro-batch (sched::
+//   least_microbatch_delays): on stage s only the first S - 1 - s micro-batches of step t start
+//   before the stage's UPDATE of step t - 1 and compute with W(t - 1); the others with W(t). The
+//   gradient of step t then mixes the two versions on those stages, as PipeDream's weight
+//   stashing does per micro-batch; the same two versions are held as with per_stage.
 #include <string_view>
 
 namespace pt {
@@ -20,11 +25,17 @@ namespace pt {
 enum class AsyncDelay {
   uniform,
   per_stage,
+  per_microbatch,
 };
 
-// The flag's spelling: "uniform" or "per-stage".
+// The flag's spelling: "uniform", "per-stage" or "per-microbatch".
 constexpr std::string_view async_delay_name(AsyncDelay d) {
-  return d == AsyncDelay::uniform ? "uniform" : "per-stage";
+  switch (d) {
+    case AsyncDelay::uniform: return "uniform";
+    case AsyncDelay::per_stage: return "per-stage";
+    case AsyncDelay::per_microbatch: return "per-microbatch";
+  }
+  return "?";
 }
 
 }  // namespace pt

@@ -46,12 +46,13 @@ void all_reduce_stage_gradients(StageParameters& params, Communicator& group, in
 AsyncUpdate::AsyncUpdate(const UpdateContext& context, int window, AsyncDelay delay, int64_t step)
     : context_(context), window_(window) {
   check();  // before the shards' collectives
-  delays_ = stage_delays(delay);
+  delays_ = microbatch_delays(delay);
   make_missing_optimizers(context_, optimizers_);
   versions_.resize(context_.stages.size());
   for (size_t s = 0; s < context_.stages.size(); ++s)
     if (StageParameters* p = context_.stages[s])
-      versions_[s] = std::make_unique<WeightVersions>(*context_.model, *p, step, delays_[s] > 0);
+      versions_[s] = std::make_unique<WeightVersions>(*context_.model, *p, step,
+                                                      stage_delay(static_cast<int>(s)) > 0);
 }
 
 void AsyncUpdate::check() const {
@@ -90,14 +91,25 @@ void AsyncUpdate::check() const {
             context_.stage_of_layer(m.layer)));
 }
 
-std::vector<int> AsyncUpdate::stage_delays(AsyncDelay delay) const {
-  const sched::Schedule window =
-      sched::one_f_one_b_async(context_.num_devices, context_.trainer.microbatches, /*K=*/2);
-  std::vector<int> least;
-  for (int s = 0; s < window.num_stages; ++s) least.push_back(sched::least_weight_delay(window, s));
-  if (delay == AsyncDelay::per_stage) return least;
-  // uniform: every stage as old as the oldest (PipeDream-2BW's one step).
-  return std::vector<int>(least.size(), *std::max_element(least.begin(), least.end()));
+std::vector<std::vector<int>> AsyncUpdate::microbatch_delays(AsyncDelay delay) const {
+  const int M = context_.trainer.microbatches;
+  const sched::Schedule window = sched::one_f_one_b_async(context_.num_devices, M, /*K=*/2);
+  std::vector<std::vector<int>> delays;
+  int oldest = 0;
+  for (int s = 0; s < window.num_stages; ++s) {
+    delays.push_back(sched::least_microbatch_delays(window, s));
+    if (delay == AsyncDelay::per_stage)  // every micro-batch as old as the stage's oldest
+      delays.back().assign(static_cast<size_t>(M), sched::least_weight_delay(window, s));
+    for (int d : delays.back()) oldest = std::max(oldest, d);
+  }
+  if (delay == AsyncDelay::uniform)  // every stage as old as the oldest (PipeDream-2BW's one step)
+    for (auto& d : delays) d.assign(static_cast<size_t>(M), oldest);
+  return delays;
+}
+
+int AsyncUpdate::stage_delay(int stage) const {
+  const auto& d = delays_.at(static_cast<size_t>(stage));
+  return *std::max_element(d.begin(), d.end());
 }
 
 EpilogueResult AsyncUpdate::end_step(int64_t /*step*/, const EpilogueConfig& /*epilogue*/) {
@@ -114,7 +126,10 @@ const sched::Schedule& AsyncUpdate::window_schedule(int steps) {
 }
 
 int64_t AsyncUpdate::before_compute(const sched::Action& a, int64_t step) {
-  const int64_t version = step - stage_delay(a.stage);  // W(t - 1) or W(t); W(-1) = W(0)
+  // Micro-batch m of step t (m: its index within the step) computes with W(t - delay); W(-1) =
+  // W(0). Its backward binds what its forward did: the delays are fixed per (stage, m).
+  const int M = context_.trainer.microbatches;
+  const int64_t version = step - delays_.at(at(a.stage)).at(at(a.microbatch % M));
   versions_[at(a.stage)]->bind(version);
   return version;
 }

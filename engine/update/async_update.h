@@ -2,7 +2,7 @@
 // The asynchronous update (--update async, PipeDream-2BW): train_steps runs up to `window` steps
 // as one schedule (schedule/one_f_one_b_async: 1F1B without a flush between the steps). Step t's
 // micro-batches compute with W(t - delay) forward and backward (two versions per stage,
-// weight_versions.h; delay 1, or 0 on the last stage with --async-delay per-stage, async_delay.h)
+// weight_versions.h; delay 1, or less where the lists allow it: async_delay.h)
 // and each stage applies its own UPDATE as soon as its gradient of a step is complete:
 // W(t + 1) = W(t) - lr * update(g(W(t - delay))). No global norm, no clipping; tied parameters
 // must sit on one stage; with --dp R each UPDATE first all-reduces the stage's gradient.
@@ -34,17 +34,19 @@ class AsyncUpdate final : public UpdateStrategy {
   void set_step(int64_t step) override;
   size_t optimizer_state_bytes() const override { return held_optimizer_bytes(optimizers_); }
   size_t weight_stash_bytes() const override;
-  int stage_delay(int stage) const override { return delays_.at(static_cast<size_t>(stage)); }
+  // The oldest version a stage's micro-batches compute with (0: it keeps no second version).
+  int stage_delay(int stage) const override;
 
  private:
   void check() const;
-  // The delays the window's lists allow (two steps show the steady state; every window, however
-  // short, binds the same versions, so the trajectory does not depend on where windows are cut).
-  std::vector<int> stage_delays(AsyncDelay delay) const;
+  // Per stage and micro-batch of a step, the delay `delay` binds, from what the window's lists
+  // allow (two steps show the steady state; every window, however short, binds the same
+  // versions, so the trajectory does not depend on where windows are cut).
+  std::vector<std::vector<int>> microbatch_delays(AsyncDelay delay) const;
 
   UpdateContext context_;
   int window_;
-  std::vector<int> delays_;                                // per stage
+  std::vector<std::vector<int>> delays_;                   // per stage, per micro-batch of a step
   std::vector<std::unique_ptr<Optimizer>> optimizers_;     // per stage held here
   std::vector<std::unique_ptr<WeightVersions>> versions_;  // per stage held here
   std::map<int, sched::Schedule> window_schedules_;        // lowered, per window length

@@ -162,8 +162,10 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
   app.add_option("--async-delay", f.async_delay,
                  "--update async: per-stage (default: the last stage, whose backward follows its "
                  "forward at once, uses the weights of t and keeps no second version; the others "
-                 "those of t-1) | uniform (PipeDream-2BW: every stage computes step t with the "
-                 "weights of t-1)");
+                 "those of t-1) | per-microbatch (as per-stage, but on the other stages only the "
+                 "micro-batches that start before the stage's update of t-1 use the weights of "
+                 "t-1) | uniform (PipeDream-2BW: every stage computes step t with the weights of "
+                 "t-1)");
   app.add_option("--async-momentum", f.async_momentum,
                  "--update async: lookahead (default: the optimizer's momentum in Nesterov's "
                  "form, which compensates a one-step delay) | plain (the optimizer as given)");
@@ -344,10 +346,13 @@ TrainingOptions training_options(const ParallelFlags& f) {
       o.async_delay = AsyncDelay::uniform;
     else if (f.async_delay == async_delay_name(AsyncDelay::per_stage))
       o.async_delay = AsyncDelay::per_stage;
+    else if (f.async_delay == async_delay_name(AsyncDelay::per_microbatch))
+      o.async_delay = AsyncDelay::per_microbatch;
     else
       throw UsageError(fmt::format(
-          "--async-delay {} is not a delay: use per-stage (the last stage none, the others one "
-          "step) or uniform (every stage one step, PipeDream-2BW)",
+          "--async-delay {} is not a delay: use per-microbatch (only the micro-batches that start "
+          "before their stage's previous update one step), per-stage (the last stage none, the "
+          "others one step) or uniform (every stage one step, PipeDream-2BW)",
           f.async_delay));
   }
   if (!f.async_momentum.empty()) {

@@ -2,7 +2,9 @@
 // update written here in a few lines — step t's gradient g_t taken at W(t - 1) by a Trainer whose
 // weights are set to W(t - 1), then W(t + 1) = W(t) - lr * update(g_t) by an Optimizer — bit for
 // bit on the CPU; with --async-delay per-stage the reference takes g_t with the last stage's
-// layers at W(t) instead; every backward runs with its forward's weight version; the refusals.
+// layers at W(t) instead, with per-microbatch micro-batch by micro-batch with each stage's
+// layers at the version the lists allow; every backward runs with its forward's weight
+// version; the refusals.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -17,6 +19,7 @@
 #include "engine/core/error.h"
 #include "engine/replicas/data_parallel_trainer.h"
 #include "engine/report/compare.h"
+#include "engine/train/forward_pass.h"
 #include "engine/train/trainer.h"
 #include "engine/update/weight_versions.h"
 #include "layers/builder.h"
@@ -253,6 +256,73 @@ TEST_CASE("async pipeline with --dp 2 == the delayed update over 2*M micro-batch
       }
 }
 
+// --async-delay per-microbatch over S stages: micro-batch m of step t computes with W(t - 1) on
+// the stages s < S - 1 - m (it starts there before their UPDATE of step t - 1) and with W(t) on
+// the others. The gradient is accumulated micro-batch by micro-batch as Trainer::train_step
+// does, each stage's slice of the weights set before each micro-batch.
+Result reference_per_microbatch(const std::string& optimizer, Data& data, int S) {
+  auto backend = make_cpu_backend(0, 1);
+  Model gm = dropout_mlp(), wm = dropout_mlp();
+  const int L = gm.num_layers(), M = 4;
+  TrainerConfig gc = trainer_config("sgd");
+  Trainer grad(gm, *backend, gc);  // its parameters and contexts; its step is not used
+  const TrainerConfig wc = trainer_config(optimizer);
+  StageParameters weights(wm, 0, L, *backend, wc.seed);
+  Optimizer opt(wc.optimizer, *backend, weights.layout());
+  // Stage s's weights: [offset[s], offset[s + 1]) of the arena (the layers' global order).
+  std::vector<size_t> offset{0};
+  int first_layer = 0;
+  for (const int64_t n : split_sizes(L, S)) {
+    const int last = first_layer + static_cast<int>(n);
+    offset.push_back(
+        offset.back() +
+        static_cast<size_t>(
+            StageParameters(wm, first_layer, last, *backend, wc.seed).params_flat().numel()));
+    first_layer = last;
+  }
+  StageParameters& gp = grad.parameters();
+  std::vector<float> previous = host(weights.params_flat());  // W(-1) = W(0)
+  Result r;
+  for (int t = 0; t < kSteps; ++t) {
+    const HostBatch b = data.batch(t);
+    const std::vector<float> latest = host(weights.params_flat());  // W(t)
+    const auto sizes = split_sizes(kBatch, M);
+    gp.start_gradients();
+    double loss = 0;
+    int64_t first = 0;
+    for (int m = 0; m < M; ++m) {
+      for (int st = 0; st < S; ++st) {
+        const std::vector<float>& v = m < S - 1 - st ? previous : latest;
+        const auto at = static_cast<size_t>(st);
+        std::memcpy(gp.params_flat().f32() + offset[at], v.data() + offset[at],
+                    (offset[at + 1] - offset[at]) * sizeof(float));
+      }
+      MicrobatchContexts ctx(*backend, StepInfo{gc.seed, t, m, true}, 0, L, /*with_loss=*/true);
+      const Tensor x =
+          forward_layers(gm, 0, L, upload_rows(*backend, b.inputs, first, sizes[m]), ctx);
+      const Tensor target = upload_rows(*backend, b.targets, first, sizes[m]);
+      loss += gm.loss().forward_counting(x, target, kBatch, ctx.loss()).loss;
+      Tensor dy = gm.loss().backward(ctx.loss());
+      for (int l = L - 1; l >= 0; --l) {
+        LayerContext& c = ctx.layer(l);
+        Layer& layer = gm.layer(l);
+        Tensor dx = gm.needs_input_gradient(l) ? layer.backward_input(dy, c) : Tensor();
+        run_backward_weight(layer, dy, c, gp.take_unwritten(l));
+        if (m + 1 == M) layer.complete_gradients(*backend);
+        c.clear();
+        dy = std::move(dx);
+      }
+      first += sizes[m];
+    }
+    gp.finish_gradients();
+    r.losses.push_back(loss);
+    opt.step(weights.params_flat(), gp.grads_flat(), wc.lr.at(t));
+    previous = latest;
+  }
+  r.params = host(weights.params_flat());
+  return r;
+}
+
 TEST_CASE("async pipeline == the delayed update on one device, bit for bit") {
   for (const std::string optimizer : {"sgd", "adamw"}) {
     Data data;
@@ -297,8 +367,29 @@ TEST_CASE(
     }
 }
 
+TEST_CASE(
+    "async pipeline, --async-delay per-microbatch == its delayed update on one device, bit for "
+    "bit") {
+  for (const std::string optimizer : {"sgd", "adamw"})
+    for (int S : {2, 3, 4}) {
+      CAPTURE(optimizer);
+      CAPTURE(S);
+      Data data;
+      const Result ref = reference_per_microbatch(optimizer, data, S);
+      // Fresher than per-stage (or the test would prove nothing).
+      CHECK(ref.params != reference(optimizer, data, 4, S).params);
+      const Result got = pipelined(optimizer, S, data, nullptr, AsyncDelay::per_microbatch);
+      CHECK(got.losses == ref.losses);
+      REQUIRE(got.params.size() == ref.params.size());
+      for (float v : got.params) REQUIRE(std::isfinite(v));
+      CHECK(std::memcmp(got.params.data(), ref.params.data(), ref.params.size() * sizeof(float)) ==
+            0);
+    }
+}
+
 TEST_CASE("async pipeline: every backward uses its forward's weight version, two at a time") {
-  for (const AsyncDelay delay : {AsyncDelay::uniform, AsyncDelay::per_stage})
+  for (const AsyncDelay delay :
+       {AsyncDelay::uniform, AsyncDelay::per_stage, AsyncDelay::per_microbatch})
     for (int S : {2, 3, 4}) {
       CAPTURE(async_delay_name(delay));
       CAPTURE(S);
@@ -307,14 +398,20 @@ TEST_CASE("async pipeline: every backward uses its forward's weight version, two
       pipelined("sgd", S, data, &uses, delay);
       for (int s = 0; s < S; ++s) {
         CAPTURE(s);
-        const int stage_delay = delay == AsyncDelay::per_stage && s == S - 1 ? 0 : 1;
+        // uniform: 1; per-stage: 0 on the last stage; per-microbatch: 1 only for the first
+        // S - 1 - s micro-batches of a step.
+        const auto expected_delay = [&](int m) {
+          if (delay == AsyncDelay::uniform) return 1;
+          if (delay == AsyncDelay::per_stage) return s == S - 1 ? 0 : 1;
+          return m < S - 1 - s ? 1 : 0;
+        };
         const auto& list = uses[static_cast<size_t>(s)];
         REQUIRE(list.size() == static_cast<size_t>(2 * 4 * kSteps));  // an F and a B each
         std::map<int64_t, int64_t> forward_version;  // global micro-batch -> version
         int64_t newest = -1;
         std::set<int64_t> seen;
         for (const VersionUse& u : list) {
-          CHECK(u.version == u.step - stage_delay);
+          CHECK(u.version == u.step - expected_delay(u.action.microbatch % 4));
           const int64_t g = u.step * 4 + u.action.microbatch % 4;
           if (u.action.type == sched::ActionType::F) {
             forward_version[g] = u.version;
@@ -326,7 +423,9 @@ TEST_CASE("async pipeline: every backward uses its forward's weight version, two
           CHECK(newest - u.version <= 1);  // never older than the one before the newest
           seen.insert(u.version);
         }
-        CHECK(seen.size() == static_cast<size_t>(kSteps));  // W(-1) .. W(5), or W(0) .. W(6)
+        // W(-1) .. W(5), or W(0) .. W(6); per-microbatch before the last stage W(-1) .. W(6).
+        const bool both = delay == AsyncDelay::per_microbatch && S - 1 - s > 0;
+        CHECK(seen.size() == static_cast<size_t>(kSteps + (both ? 1 : 0)));
         // In the steady state versions really interleave (an older one after a newer one).
         bool interleaved = false;
         int64_t top = -1;
@@ -408,7 +507,9 @@ TEST_CASE("async pipeline: a checkpoint at a window end resumes the same traject
   // the latest and the previous version, so both arrangements are saved and resumed.
   for (const auto& item :
        {std::tuple{2, AsyncDelay::uniform, 4}, std::tuple{2, AsyncDelay::uniform, 3},
-        std::tuple{3, AsyncDelay::uniform, 4}, std::tuple{2, AsyncDelay::per_stage, 3}}) {
+        std::tuple{3, AsyncDelay::uniform, 4}, std::tuple{2, AsyncDelay::per_stage, 3},
+        std::tuple{3, AsyncDelay::per_microbatch, 3},
+        std::tuple{3, AsyncDelay::per_microbatch, 4}}) {
     const auto& S = std::get<0>(item);
     const auto& delay = std::get<1>(item);
     const auto& split = std::get<2>(item);

@@ -102,6 +102,27 @@ TEST_CASE("least_weight_delay: 0 on 1F1B's last stage, 1 before it; more when UP
   CHECK(least_weight_delay(s, 0) == 1);
 }
 
+// --async-delay per-microbatch: on stage s only the first D - 1 - s micro-batches of a step start
+// before the stage's UPDATE of the step before; the stage's delay is the largest of them.
+TEST_CASE("least_microbatch_delays: 1 for a step's first D - 1 - stage micro-batches, else 0") {
+  for (int D = 1; D <= 5; ++D)
+    for (int M = std::max(1, D - 1); M <= 6; ++M)
+      for (int K = 1; K <= 3; ++K) {
+        CAPTURE(D);
+        CAPTURE(M);
+        CAPTURE(K);
+        const Schedule s = one_f_one_b_async(D, M, K);
+        for (int stage = 0; stage < D; ++stage) {
+          CAPTURE(stage);
+          const std::vector<int> d = least_microbatch_delays(s, stage);
+          REQUIRE(d.size() == static_cast<size_t>(M));
+          for (int m = 0; m < M; ++m)
+            CHECK(d[static_cast<size_t>(m)] == (K > 1 && m < D - 1 - stage ? 1 : 0));
+          CHECK(*std::max_element(d.begin(), d.end()) == least_weight_delay(s, stage));
+        }
+      }
+}
+
 TEST_CASE("one_f_one_b_async refuses M < D - 1 and K < 1") {
   CHECK_THROWS_AS(one_f_one_b_async(4, 2, 3), std::invalid_argument);
   CHECK_THROWS_AS(one_f_one_b_async(2, 4, 0), std::invalid_argument);
