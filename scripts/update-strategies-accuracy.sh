@@ -18,12 +18,13 @@
 # asynchronous parameter server (T = 1) with the cosine schedule, per seed: at a constant rate the
 # last iterate's accuracy varies by about a point between runs, and the server's (whose pushes
 # interleave as timing decides) even between runs of one seed.
-# The fifth (defaults): what a user gets with no flag but --update async (per-stage delay, the
-# optimizer's momentum in its look-ahead form) against the synchronous pipeline with the same
-# flags, per seed on Fashion-MNIST (heavy-ball SGD, constant rate: the MLP's defaults) and once
-# on the GPT (AdamW, constant rate: its defaults; --untied --clip 0 for both runs): the
-# README's async-defaults table. The rows before it name their delay and momentum explicitly
-# (2BW's exact update is --async-delay uniform --async-momentum plain).
+# The fifth (defaults): what a user gets with no flag but --update async (per-microbatch delay,
+# the optimizer's momentum in its look-ahead form) against the synchronous pipeline with the
+# same flags, and the per-stage delay (the default before it) beside them, per seed on
+# Fashion-MNIST (heavy-ball SGD, constant rate: the MLP's defaults) and once on the GPT (AdamW,
+# constant rate: its defaults; --untied --clip 0 for all runs): the README's async-defaults
+# table. The rows before it name their delay and momentum explicitly (2BW's exact update is
+# --async-delay uniform --async-momentum plain).
 #   [SEEDS="0 1 2 3 4"] scripts/update-strategies-accuracy.sh [build dir] [epochs] [all|base|nesterov|delay|cosine|defaults]
 #   (all: about 60 min on 2 cores; SEEDS: the second and third parts' seeds, default 0 1 2;
 #   SKIP_GPT=1: the Fashion-MNIST rows only)
@@ -122,10 +123,12 @@ if [[ $part == all || $part == defaults ]]; then
   for seed in ${SEEDS:-0 1 2 3 4}; do
     fashion_run pipeline_sync default "$fashion" "${pipe[@]}" --seed "$seed"
     fashion_run pipeline_async default "$fashion" "${pipe[@]}" --seed "$seed" --update async
+    fashion_run pipeline_async_per_stage default "$fashion" "${pipe[@]}" --seed "$seed" --update async --async-delay per-stage
   done
   if [[ -x $gpt && -z ${SKIP_GPT:-} ]]; then
     gpt_run pipeline_sync default "$gpt" "${pipe[@]}"
     gpt_run pipeline_async default "$gpt" "${pipe[@]}" --update async
+    gpt_run pipeline_async_per_stage default "$gpt" "${pipe[@]}" --update async --async-delay per-stage
     gpt_run pipeline_async_plain default "$gpt" "${pipe[@]}" "${async_plain[@]}"
   fi
 fi

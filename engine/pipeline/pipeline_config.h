@@ -26,7 +26,7 @@ struct PipelineConfig {
   // steps per schedule run.
   bool async_update = false;
   int async_window = 8;
-  AsyncDelay async_delay = AsyncDelay::per_stage;  // as TrainingOptions' (uniform: 2BW's exactly)
+  AsyncDelay async_delay = AsyncDelay::per_microbatch;  // as TrainingOptions' (uniform: 2BW's)
 };
 
 // Throws UsageError, naming what is wrong and what would fix it, unless `config` can run on

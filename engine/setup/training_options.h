@@ -101,9 +101,10 @@ struct TrainingOptions {
   // schedule run. Only with 1f1b, --stages >= 2, --dp 1, --microbatches >= stages - 1, no --clip.
   bool async_update = false;
   int async_window = 8;
-  // --async-delay: per-stage (the default: the last stage none, the others one step) or uniform
-  // (PipeDream-2BW, every stage one step): engine/update/async_delay.h.
-  AsyncDelay async_delay = AsyncDelay::per_stage;
+  // --async-delay: per-microbatch (the default: only the micro-batches that start before their
+  // stage's previous update one step), per-stage (the last stage none, the others one step) or
+  // uniform (PipeDream-2BW, every stage one step): engine/update/async_delay.h.
+  AsyncDelay async_delay = AsyncDelay::per_microbatch;
   // --async-momentum: lookahead (the default: Nesterov's form of the optimizer's momentum) or
   // plain (the optimizer as configured): engine/update/async_momentum.h. With both at the
   // other value, the update is PipeDream-2BW's exactly.

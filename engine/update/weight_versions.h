@@ -6,9 +6,11 @@
 // at W(t - 1) = W(L - 1), over the stash (the optimizer's out-of-place step: no copy of W(L)
 // first) and the two arenas trade roles.
 //
-// With --async-delay per-stage the last stage keeps no previous version: its backward of a
-// micro-batch follows its forward at once, so its UPDATE(t - 1) runs before step t's first
-// forward and step t can compute with W(t) itself (delay 0; async_delay.h).
+// With --async-delay per-stage or per-microbatch the last stage keeps no previous version: its
+// backward of a micro-batch follows its forward at once, so its UPDATE(t - 1) runs before step
+// t's first forward and step t can compute with W(t) itself (delay 0; async_delay.h). With
+// per-microbatch the other stages bind W(t - 1) or W(t) micro-batch by micro-batch: the UPDATE
+// writes over W(L - 1) only after the last backward that used it.
 //
 // Switching versions rebinds the stage's layers to views of the other arena (Layer::bind: a
 // handful of tensor handles per layer, no copy); it happens only when the version a stage's next

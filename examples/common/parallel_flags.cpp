@@ -160,12 +160,12 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
                  "default 8)")
       ->check(integer_text<int>("between 1 and 1048576"));
   app.add_option("--async-delay", f.async_delay,
-                 "--update async: per-stage (default: the last stage, whose backward follows its "
-                 "forward at once, uses the weights of t and keeps no second version; the others "
-                 "those of t-1) | per-microbatch (as per-stage, but on the other stages only the "
-                 "micro-batches that start before the stage's update of t-1 use the weights of "
-                 "t-1) | uniform (PipeDream-2BW: every stage computes step t with the weights of "
-                 "t-1)");
+                 "--update async: per-microbatch (default: each micro-batch of step t uses the "
+                 "newest weights its stage has when it starts: those of t-1 only for the "
+                 "micro-batches that start before the stage's update of t-1, and the last stage, "
+                 "whose backward follows its forward at once, keeps no second version) | "
+                 "per-stage (the last stage the weights of t, the others those of t-1) | uniform "
+                 "(PipeDream-2BW: every stage computes step t with the weights of t-1)");
   app.add_option("--async-momentum", f.async_momentum,
                  "--update async: lookahead (default: the optimizer's momentum in Nesterov's "
                  "form, which compensates a one-step delay) | plain (the optimizer as given)");

@@ -44,8 +44,8 @@ struct ParallelFlags {
   std::string slow_worker;
   std::string update = "sync";   // sync | async (PipeDream-2BW)
   int async_window = kNotGiven;  // TrainingOptions' default when left out
-  std::string async_delay;       // per-stage | uniform ("": left out, per-stage)
-  std::string async_momentum;    // lookahead | plain ("": left out, lookahead)
+  std::string async_delay;  // per-microbatch | per-stage | uniform ("": left out, per-microbatch)
+  std::string async_momentum;  // lookahead | plain ("": left out, lookahead)
 };
 
 // Registers --devices --precision --threads --stages --dp --microbatches --schedule --partition

@@ -8,9 +8,10 @@
 #  - --dp 2 (one process, and mpirun -np 4): resume and the multi-process run bit for bit;
 #  - --async-delay per-stage (the last stage keeps no second version): resume, mpirun -np 2 ==
 #    one process, and its checkpoint is refused by a uniform-delay resume;
-#  - the defaults (--async-delay per-stage, --async-momentum lookahead) are said at start-up and
-#    are what they say: bit for bit the run with both given explicitly, not the plain one.
-# The uniform runs (2BW's delay) give --async-delay uniform: per-stage is the default.
+#  - the defaults (--async-delay per-microbatch, --async-momentum lookahead) are said at start-up
+#    and are what they say: bit for bit the run with both given explicitly, not the plain one;
+#    windows cut at checkpoints train the same bits, and mpirun -np 2 == one process.
+# The uniform runs (2BW's delay) give --async-delay uniform: per-microbatch is the default.
 #
 #   fashion_async.sh <pipetrain-fashion> [data dir]
 # Needs the Fashion-MNIST files; exits 77 (skip) without them.
@@ -39,7 +40,7 @@ expect_refused "--async-window 0 must be an integer between 1 and" "${common[@]}
 expect_refused "--async-window 4 applies to --update async only" --data "$data" --stages 2 --devices cpu:0,cpu:1 --async-window 4 --steps 1
 expect_refused "--parity-check compares with synchronous" "${common[@]}" --parity-check --steps 1
 expect_refused "--async-delay per-stage applies to --update async only" --data "$data" --stages 2 --devices cpu:0,cpu:1 --async-delay per-stage --steps 1
-expect_refused "--async-delay last is not a delay: use per-stage" "${common[@]}" --async-delay last --steps 1
+expect_refused "--async-delay last is not a delay: use per-microbatch" "${common[@]}" --async-delay last --steps 1
 expect_refused "--async-momentum heavy is not a form: use lookahead" "${common[@]}" --async-momentum heavy --steps 1
 expect_refused "--async-momentum plain applies to --update async only" --data "$data" --stages 2 --devices cpu:0,cpu:1 --async-momentum plain --steps 1
 
@@ -108,8 +109,16 @@ expect_error "the --async-delay it was written with" "${common[@]}" "${uniform[@
 # The defaults are what the start-up line says: the same bits as both given explicitly (the
 # look-ahead form is --nesterov), and not those of the plain optimizer.
 check_run "async defaults" "saved checkpoint" "$exe" "${common[@]}" --async-window 4 --steps 12 --save "$work/defaults"
-check_run "async per-stage + --nesterov" "saved checkpoint" "$exe" "${common[@]}" --async-delay per-stage --nesterov --async-window 4 --steps 12 --save "$work/explicit"
-compare "the async defaults == --async-delay per-stage --nesterov" "$work/defaults" "$work/explicit"
+check_run "async per-microbatch + --nesterov" "saved checkpoint" "$exe" "${common[@]}" --async-delay per-microbatch --nesterov --async-window 4 --steps 12 --save "$work/explicit"
+compare "the async defaults == --async-delay per-microbatch --nesterov" "$work/defaults" "$work/explicit"
+check_run "async defaults, --save-every 6" "saved checkpoint" "$exe" "${common[@]}" --async-window 4 --steps 12 --save "$work/defaults_every" --save-every 6
+compare "the defaults with windows cut at checkpoints == uninterrupted" "$work/defaults" "$work/defaults_every/step-00000012"
+python3 "$here/compare_checkpoints.py" "$work/defaults" "$work/ps_whole" --weights-only >"$work/cmp.txt" 2>&1
+if grep -q "tensors differ" "$work/cmp.txt"; then
+  echo "ok: per-microbatch and per-stage delays train differently: $(tail -1 "$work/cmp.txt")"
+else
+  echo "FAIL: --async-delay per-microbatch vs per-stage:"; cat "$work/cmp.txt"; fails=$((fails+1))
+fi
 check_run "async --async-momentum plain" "saved checkpoint" "$exe" "${common[@]}" --async-momentum plain --async-window 4 --steps 12 --save "$work/plain"
 python3 "$here/compare_checkpoints.py" "$work/defaults" "$work/plain" --weights-only >"$work/cmp.txt" 2>&1
 if grep -q "tensors differ" "$work/cmp.txt"; then
@@ -123,6 +132,10 @@ if command -v mpirun >/dev/null; then
         --microbatches 4 --no-shuffle --update async --async-delay per-stage --async-window 4 --steps 12 --save "$work/mpi_ps" 2>&1); rc=$?
   if [ $rc -ne 0 ]; then echo "FAIL: mpirun -np 2 async per-stage: rc=$rc"; echo "$out" | tail -20; fails=$((fails+1)); fi
   compare "mpirun -np 2 async per-stage == one process" "$work/ps_whole" "$work/mpi_ps"
+  out=$(timeout 300 mpirun -np 2 --oversubscribe --bind-to none "$exe" --data "$data" --stages 2 --threads 1 --batch 32 \
+        --microbatches 4 --no-shuffle --update async --async-window 4 --steps 12 --save "$work/mpi_defaults" 2>&1); rc=$?
+  if [ $rc -ne 0 ]; then echo "FAIL: mpirun -np 2 async defaults: rc=$rc"; echo "$out" | tail -20; fails=$((fails+1)); fi
+  compare "mpirun -np 2 async defaults == one process" "$work/defaults" "$work/mpi_defaults"
   out=$(timeout 300 mpirun -np 2 --oversubscribe --bind-to none "$exe" --data "$data" --stages 2 --threads 1 --batch 32 \
         --microbatches 4 --no-shuffle --update async --async-delay uniform --async-window 4 --steps 12 --save "$work/mpi" 2>&1); rc=$?
   if [ $rc -ne 0 ]; then echo "FAIL: mpirun -np 2 async: rc=$rc"; echo "$out" | tail -20; fails=$((fails+1)); fi
