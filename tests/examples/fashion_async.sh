@@ -61,6 +61,14 @@ compare() {  # compare NAME A B
     echo "FAIL: $1"; cat "$work/cmp.txt"; fails=$((fails+1))
   fi
 }
+differ() {  # differ NAME A B: the same parameter names, other values
+  python3 "$here/compare_checkpoints.py" "$2" "$3" --weights-only >"$work/cmp.txt" 2>&1
+  if grep -q "tensors differ" "$work/cmp.txt"; then
+    echo "ok: $1: $(tail -1 "$work/cmp.txt" | sed 's/^FAIL: //')"
+  else
+    echo "FAIL: $1:"; cat "$work/cmp.txt"; fails=$((fails+1))
+  fi
+}
 
 # 12 steps in windows of 4: the whole run, and 8 steps + resume (a checkpoint at a window end).
 uniform=(--async-delay uniform)
@@ -94,13 +102,8 @@ check_run "async per-stage run" "delay per-stage" "$exe" "${common[@]}" --async-
 check_run "async per-stage first 8 steps" "saved checkpoint" "$exe" "${common[@]}" --async-delay per-stage --async-window 4 --steps 8 --save "$work/ps_part"
 check_run "async per-stage resume to 12" "resumed from" "$exe" "${common[@]}" --async-delay per-stage --async-window 4 --steps 12 --resume "$work/ps_part" --save "$work/ps_resumed"
 compare "per-stage resume at a window end == uninterrupted" "$work/ps_whole" "$work/ps_resumed"
-# The same parameter names, other values; and the last stage (layers 3..) has no stash.
-python3 "$here/compare_checkpoints.py" "$work/whole" "$work/ps_whole" --weights-only >"$work/cmp.txt" 2>&1
-if grep -q "tensors differ" "$work/cmp.txt"; then
-  echo "ok: per-stage and uniform delays train differently: $(tail -1 "$work/cmp.txt")"
-else
-  echo "FAIL: --async-delay per-stage vs uniform:"; cat "$work/cmp.txt"; fails=$((fails+1))
-fi
+# Other values than uniform's; and the last stage (layers 3..) has no stash.
+differ "per-stage and uniform delays train differently" "$work/whole" "$work/ps_whole"
 stashes() { grep -oE '"stash\.[0-9]+' "$1/manifest.json" | sort -u | tr '\n' ' '; }
 echo "stash layers: uniform $(stashes "$work/whole"), per-stage $(stashes "$work/ps_whole")"
 [ "$(stashes "$work/ps_whole")" != "$(stashes "$work/whole")" ] && [ -n "$(stashes "$work/ps_whole")" ] ||
@@ -113,19 +116,9 @@ check_run "async per-microbatch + --nesterov" "saved checkpoint" "$exe" "${commo
 compare "the async defaults == --async-delay per-microbatch --nesterov" "$work/defaults" "$work/explicit"
 check_run "async defaults, --save-every 6" "saved checkpoint" "$exe" "${common[@]}" --async-window 4 --steps 12 --save "$work/defaults_every" --save-every 6
 compare "the defaults with windows cut at checkpoints == uninterrupted" "$work/defaults" "$work/defaults_every/step-00000012"
-python3 "$here/compare_checkpoints.py" "$work/defaults" "$work/ps_whole" --weights-only >"$work/cmp.txt" 2>&1
-if grep -q "tensors differ" "$work/cmp.txt"; then
-  echo "ok: per-microbatch and per-stage delays train differently: $(tail -1 "$work/cmp.txt")"
-else
-  echo "FAIL: --async-delay per-microbatch vs per-stage:"; cat "$work/cmp.txt"; fails=$((fails+1))
-fi
+differ "per-microbatch and per-stage delays train differently" "$work/defaults" "$work/ps_whole"
 check_run "async --async-momentum plain" "saved checkpoint" "$exe" "${common[@]}" --async-momentum plain --async-window 4 --steps 12 --save "$work/plain"
-python3 "$here/compare_checkpoints.py" "$work/defaults" "$work/plain" --weights-only >"$work/cmp.txt" 2>&1
-if grep -q "tensors differ" "$work/cmp.txt"; then
-  echo "ok: the look-ahead default trains differently from --async-momentum plain: $(tail -1 "$work/cmp.txt")"
-else
-  echo "FAIL: --async-momentum lookahead vs plain:"; cat "$work/cmp.txt"; fails=$((fails+1))
-fi
+differ "the look-ahead default trains differently from --async-momentum plain" "$work/defaults" "$work/plain"
 
 if command -v mpirun >/dev/null; then
   out=$(timeout 300 mpirun -np 2 --oversubscribe --bind-to none "$exe" --data "$data" --stages 2 --threads 1 --batch 32 \
