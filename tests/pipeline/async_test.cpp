@@ -208,62 +208,16 @@ void save(const std::filesystem::path& path, const Model& m, TrainingEngine& eng
   save_checkpoint(path, m, stages, state);
 }
 
-}  // namespace
-
-// Each replica's UPDATE(k) all-reduces (sums) the stage's gradient with the other replicas
-// before stepping: R replicas == the delayed update over R*M micro-batches. The sum adds the
-// replicas' partial sums, so (as in data_parallel_test.cpp) it is bit-identical to the
-// single-device accumulation only when that is the same order (R = 2, M = 1); otherwise within
-// kDpTolerance. Every replica ends identical to replica 0, weights and stash, bit for bit. Both
-// delays.
-TEST_CASE("async pipeline with --dp 2 == the delayed update over 2*M micro-batches") {
-  constexpr double kDpTolerance = 1e-6;  // absolute; parameters are ~0.1 in magnitude
-  for (const AsyncDelay delay : {AsyncDelay::uniform, AsyncDelay::per_stage})
-    for (const std::string optimizer : {"sgd", "adamw"})
-      for (const auto& item : {std::pair{2, 4}, std::pair{3, 4}, std::pair{2, 1}}) {
-        const auto& S = std::get<0>(item);
-        const auto& M = std::get<1>(item);
-        CAPTURE(async_delay_name(delay));
-        CAPTURE(optimizer);
-        CAPTURE(S);
-        CAPTURE(M);
-        constexpr int R = 2;
-        Data data;
-        const Result ref =
-            reference(optimizer, data, R * M, delay == AsyncDelay::per_stage ? S : 0);
-        const DpResult got = data_parallel(optimizer, S, R, M, data, delay);
-        REQUIRE(got.params[0].size() == ref.params.size());
-        for (float v : got.params[0]) REQUIRE(std::isfinite(v));
-        for (int r = 1; r < R; ++r) {
-          const auto i = static_cast<size_t>(r);
-          CHECK(std::memcmp(got.params[i].data(), got.params[0].data(),
-                            ref.params.size() * sizeof(float)) == 0);
-          REQUIRE(got.stash[i].size() == got.stash[0].size());
-          CHECK(std::memcmp(got.stash[i].data(), got.stash[0].data(),
-                            got.stash[0].size() * sizeof(float)) == 0);
-        }
-        const double diff = compare_tensors(got.params[0], ref.params).max_abs;
-        MESSAGE("max |dp - reference| = " << diff);
-        if (M == 1) {
-          CHECK(diff == 0.0);
-          CHECK(got.losses == ref.losses);
-        } else {
-          CHECK(diff <= kDpTolerance);
-          REQUIRE(got.losses.size() == ref.losses.size());
-          for (size_t k = 0; k < ref.losses.size(); ++k)
-            CHECK(std::fabs(got.losses[k] - ref.losses[k]) <= 1e-6);
-        }
-      }
-}
-
 // --async-delay per-microbatch over S stages: micro-batch m of step t computes with W(t - 1) on
 // the stages s < S - 1 - m (it starts there before their UPDATE of step t - 1) and with W(t) on
 // the others. The gradient is accumulated micro-batch by micro-batch as Trainer::train_step
-// does, each stage's slice of the weights set before each micro-batch.
-Result reference_per_microbatch(const std::string& optimizer, Data& data, int S) {
+// does, each stage's slice of the weights set before each micro-batch. `microbatches`: R * M
+// for R replicas of `per_replica` = M each (m: the index within its replica's M).
+Result reference_per_microbatch(const std::string& optimizer, Data& data, int S,
+                                int microbatches = 4, int per_replica = 4) {
   auto backend = make_cpu_backend(0, 1);
   Model gm = dropout_mlp(), wm = dropout_mlp();
-  const int L = gm.num_layers(), M = 4;
+  const int L = gm.num_layers(), M = microbatches;
   TrainerConfig gc = trainer_config("sgd");
   Trainer grad(gm, *backend, gc);  // its parameters and contexts; its step is not used
   const TrainerConfig wc = trainer_config(optimizer);
@@ -292,7 +246,7 @@ Result reference_per_microbatch(const std::string& optimizer, Data& data, int S)
     int64_t first = 0;
     for (int m = 0; m < M; ++m) {
       for (int st = 0; st < S; ++st) {
-        const std::vector<float>& v = m < S - 1 - st ? previous : latest;
+        const std::vector<float>& v = m % per_replica < S - 1 - st ? previous : latest;
         const auto at = static_cast<size_t>(st);
         std::memcpy(gp.params_flat().f32() + offset[at], v.data() + offset[at],
                     (offset[at + 1] - offset[at]) * sizeof(float));
@@ -321,6 +275,57 @@ Result reference_per_microbatch(const std::string& optimizer, Data& data, int S)
   }
   r.params = host(weights.params_flat());
   return r;
+}
+
+}  // namespace
+
+// Each replica's UPDATE(k) all-reduces (sums) the stage's gradient with the other replicas
+// before stepping: R replicas == the delayed update over R*M micro-batches. The sum adds the
+// replicas' partial sums, so (as in data_parallel_test.cpp) it is bit-identical to the
+// single-device accumulation only when that is the same order (R = 2, M = 1); otherwise within
+// kDpTolerance. Every replica ends identical to replica 0, weights and stash, bit for bit. Every
+// delay.
+TEST_CASE("async pipeline with --dp 2 == the delayed update over 2*M micro-batches") {
+  constexpr double kDpTolerance = 1e-6;  // absolute; parameters are ~0.1 in magnitude
+  for (const AsyncDelay delay :
+       {AsyncDelay::uniform, AsyncDelay::per_stage, AsyncDelay::per_microbatch})
+    for (const std::string optimizer : {"sgd", "adamw"})
+      for (const auto& item : {std::pair{2, 4}, std::pair{3, 4}, std::pair{2, 1}}) {
+        const auto& S = std::get<0>(item);
+        const auto& M = std::get<1>(item);
+        CAPTURE(async_delay_name(delay));
+        CAPTURE(optimizer);
+        CAPTURE(S);
+        CAPTURE(M);
+        constexpr int R = 2;
+        Data data;
+        const Result ref =
+            delay == AsyncDelay::per_microbatch
+                ? reference_per_microbatch(optimizer, data, S, R * M, M)
+                : reference(optimizer, data, R * M, delay == AsyncDelay::per_stage ? S : 0);
+        const DpResult got = data_parallel(optimizer, S, R, M, data, delay);
+        REQUIRE(got.params[0].size() == ref.params.size());
+        for (float v : got.params[0]) REQUIRE(std::isfinite(v));
+        for (int r = 1; r < R; ++r) {
+          const auto i = static_cast<size_t>(r);
+          CHECK(std::memcmp(got.params[i].data(), got.params[0].data(),
+                            ref.params.size() * sizeof(float)) == 0);
+          REQUIRE(got.stash[i].size() == got.stash[0].size());
+          CHECK(std::memcmp(got.stash[i].data(), got.stash[0].data(),
+                            got.stash[0].size() * sizeof(float)) == 0);
+        }
+        const double diff = compare_tensors(got.params[0], ref.params).max_abs;
+        MESSAGE("max |dp - reference| = " << diff);
+        if (M == 1) {
+          CHECK(diff == 0.0);
+          CHECK(got.losses == ref.losses);
+        } else {
+          CHECK(diff <= kDpTolerance);
+          REQUIRE(got.losses.size() == ref.losses.size());
+          for (size_t k = 0; k < ref.losses.size(); ++k)
+            CHECK(std::fabs(got.losses[k] - ref.losses[k]) <= 1e-6);
+        }
+      }
 }
 
 TEST_CASE("async pipeline == the delayed update on one device, bit for bit") {
