@@ -36,6 +36,7 @@
 #include <fmt/format.h>
 
 #include "bench/json_line.h"
+#include "bench/positive.h"
 #include "bench/repeated_seconds.h"
 #include "engine/comm/in_process.h"
 #include "engine/comm/mpi.h"
@@ -215,10 +216,10 @@ int main(int argc, char** argv) {
   bool quick = false;
   double timeout_s = 300;
   app.add_option("--max-mb", max_mb, "largest all-reduce, MiB (sizes are 1 KiB * 4^k)")
-      ->check(CLI::PositiveNumber);
+      ->check(pt::bench::kPositive);
   app.add_flag("--quick", quick, "sizes up to 1 MiB, 5 timed calls each (a smoke run)");
   app.add_option("--timeout", timeout_s, "communicator timeout, seconds")
-      ->check(CLI::PositiveNumber);
+      ->check(pt::bench::kPositive);
   CLI11_PARSE(app, argc, argv);
 
   const size_t max_bytes =

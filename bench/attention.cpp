@@ -17,6 +17,7 @@
 
 #include "bench/best_seconds.h"
 #include "bench/json_line.h"
+#include "bench/positive.h"
 #include "bench/repeated_seconds.h"
 #include "engine/core/random.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -25,21 +26,23 @@ int main(int argc, char** argv) {
   CLI::App app{"bench/attention: causal attention forward+backward GFLOP/s (JSON line)"};
   int64_t B = 16, T = 128, H = 4, Dh = 64;
   int threads = 1, reps = 7, iters = 20;
-  app.add_option("--batch", B, "batch size")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--batch", B, "batch size")->capture_default_str()->check(pt::bench::kPositive);
   app.add_option("--context", T, "sequence length")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--heads", H, "heads")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--head-size", Dh, "head size")->capture_default_str()->check(CLI::PositiveNumber);
+      ->check(pt::bench::kPositive);
+  app.add_option("--heads", H, "heads")->capture_default_str()->check(pt::bench::kPositive);
+  app.add_option("--head-size", Dh, "head size")
+      ->capture_default_str()
+      ->check(pt::bench::kPositive);
   app.add_option("--threads", threads, "threads")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(pt::bench::kPositive);
   app.add_option("--reps", reps, "timed repetitions (median and range reported)")
       ->capture_default_str()
       ->check(CLI::Range(5, 1000));
   app.add_option("--iters", iters, "fwd+bwd calls per repetition")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(pt::bench::kPositive);
   CLI11_PARSE(app, argc, argv);
 
   auto be = pt::make_cpu_backend(0, threads);

@@ -43,6 +43,7 @@
 #include <fmt/format.h>
 
 #include "bench/json_line.h"
+#include "bench/positive.h"
 #include "bench/synthetic_batch.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/manifest.h"
@@ -308,18 +309,18 @@ int main(int argc, char** argv) {
   CLI::App app{"checkpoint save and load time per MiB and per process"};
   Flags f;
   app.add_option("--width", f.width, "MLP width (default 2560: ~166 MiB with momentum)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--layers", f.layers, "hidden layers of the MLP")->check(CLI::PositiveNumber);
-  app.add_option("--stages", f.stages, "pipeline stages S")->check(CLI::PositiveNumber);
+      ->check(pt::bench::kPositive);
+  app.add_option("--layers", f.layers, "hidden layers of the MLP")->check(pt::bench::kPositive);
+  app.add_option("--stages", f.stages, "pipeline stages S")->check(pt::bench::kPositive);
   app.add_option("--dp", f.dp, "replicas R (default 1; under mpirun: processes / stages)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--reps", f.reps, "timed saves and loads")->check(CLI::PositiveNumber);
+      ->check(pt::bench::kPositive);
+  app.add_option("--reps", f.reps, "timed saves and loads")->check(pt::bench::kPositive);
   app.add_option("--dir", f.dir,
                  "folder for the checkpoint DIR/ckpt, left there (default: a temporary folder "
                  "under /tmp, removed at the end)");
   app.add_flag("--quick", f.quick, "a tiny model and 2 reps (a smoke run)");
   app.add_option("--timeout", f.timeout, "communicator timeout, seconds")
-      ->check(CLI::PositiveNumber);
+      ->check(pt::bench::kPositive);
   CLI11_PARSE(app, argc, argv);
   if (f.quick) {
     f.width = std::min<int64_t>(f.width, 64);

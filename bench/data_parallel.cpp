@@ -33,6 +33,7 @@
 #include <fmt/format.h>
 
 #include "bench/json_line.h"
+#include "bench/positive.h"
 #include "bench/repeated_seconds.h"
 #include "bench/synthetic_batch.h"
 #include "engine/comm/mpi.h"
@@ -199,7 +200,7 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->capture_default_str();
   app.add_option("--steps", f.steps, "timed steps (median and spread)")
-      ->check(CLI::PositiveNumber)
+      ->check(pt::bench::kPositive)
       ->capture_default_str();
   app.add_option("--warmup", f.warmup, "untimed steps first")->capture_default_str();
   app.add_flag("--shard-optimizer", f.shard_optimizer,

@@ -76,6 +76,7 @@
 #include <fmt/format.h>
 
 #include "bench/json_line.h"
+#include "bench/positive.h"
 #include "bench/repeated_seconds.h"
 #include "bench/synthetic_batch.h"
 #include "engine/core/arena.h"
@@ -290,22 +291,22 @@ int main(int argc, char** argv) {
       "--dp 2, --shard-optimizer and a 2-stage pipeline on CPU devices (JSON lines)"};
   Flags f;
   app.add_option("--hidden-layers", f.hidden_layers, "deep_mlp's hidden layers")
-      ->check(CLI::PositiveNumber)
+      ->check(pt::bench::kPositive)
       ->capture_default_str();
   app.add_option("--width", f.width, "deep_mlp's hidden width")
-      ->check(CLI::PositiveNumber)
+      ->check(pt::bench::kPositive)
       ->capture_default_str();
   app.add_option("--batch", f.batch, "global batch (samples per step, every setup)")
-      ->check(CLI::PositiveNumber)
+      ->check(pt::bench::kPositive)
       ->capture_default_str();
   app.add_option("--microbatches", f.microbatches, "M per replica (every setup)")
-      ->check(CLI::PositiveNumber)
+      ->check(pt::bench::kPositive)
       ->capture_default_str();
   app.add_option("--steps", f.steps, "timed rounds (one step of each setup per round)")
-      ->check(CLI::PositiveNumber)
+      ->check(pt::bench::kPositive)
       ->capture_default_str();
   app.add_option("--warmup", f.warmup, "untimed steps of each setup first (at least 1)")
-      ->check(CLI::PositiveNumber)
+      ->check(pt::bench::kPositive)
       ->capture_default_str();
   app.add_flag("--quick", f.quick,
                "smoke run: deep_mlp(2, 64), batch 16, 2 rounds, 1 warm-up (unless given)");

@@ -22,6 +22,7 @@
 
 #include "bench/best_seconds.h"  // process_cpu_seconds
 #include "bench/json_line.h"
+#include "bench/positive.h"
 #include "bench/repeated_seconds.h"
 #include "engine/core/random.h"
 #include "engine/data/batching.h"
@@ -120,7 +121,7 @@ int main(int argc, char** argv) {
   CLI::App app{"bench/gpt: GPT training tokens/s and model FLOP/s vs the sgemm limit (JSON lines)"};
   int steps = 5;
   app.add_option("--steps", steps, "timed steps per measurement (median and spread)")
-      ->check(CLI::PositiveNumber)
+      ->check(pt::bench::kPositive)
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 

@@ -37,6 +37,7 @@
 #include <fmt/format.h>
 
 #include "bench/json_line.h"
+#include "bench/positive.h"
 #include "bench/repeated_seconds.h"
 #include "bench/tensor_parallel_bytes.h"
 #include "bench/tensor_parallel_common.h"
@@ -106,27 +107,27 @@ int main(int argc, char** argv) {
       "bench/tensor_parallel: GPT tokens/s at --tp 2 vs 1 on CPU devices, and the "
       "tensor-parallel bytes per step vs the formula (JSON lines)"};
   Flags f;
-  app.add_option("--vocab", f.vocab)->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--context", f.context)->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--d-model", f.d_model)->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--layers", f.layers)->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--vocab", f.vocab)->check(pt::bench::kPositive)->capture_default_str();
+  app.add_option("--context", f.context)->check(pt::bench::kPositive)->capture_default_str();
+  app.add_option("--d-model", f.d_model)->check(pt::bench::kPositive)->capture_default_str();
+  app.add_option("--layers", f.layers)->check(pt::bench::kPositive)->capture_default_str();
   app.add_option("--heads", f.heads, "divisible by 2 (--tp 2)")
-      ->check(CLI::PositiveNumber)
+      ->check(pt::bench::kPositive)
       ->capture_default_str();
   app.add_option("--batch", f.batch, "sequences per step")
-      ->check(CLI::PositiveNumber)
+      ->check(pt::bench::kPositive)
       ->capture_default_str();
   app.add_option("--microbatches", f.microbatches, "M, dividing --batch")
-      ->check(CLI::PositiveNumber)
+      ->check(pt::bench::kPositive)
       ->capture_default_str();
   app.add_option("--steps", f.steps, "timed rounds (one step of each setup per round)")
-      ->check(CLI::PositiveNumber)
+      ->check(pt::bench::kPositive)
       ->capture_default_str();
   app.add_option("--warmup", f.warmup, "untimed steps of each setup first (at least 1)")
-      ->check(CLI::PositiveNumber)
+      ->check(pt::bench::kPositive)
       ->capture_default_str();
   app.add_option("--count-steps", f.count_steps, "steps whose bytes are counted")
-      ->check(CLI::PositiveNumber)
+      ->check(pt::bench::kPositive)
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (f.batch % f.microbatches != 0) {

@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "bench/json_line.h"
+#include "bench/positive.h"
 #include "bench/repeated_seconds.h"
 #include "engine/core/random.h"
 #include "engine/partition/layer_costs.h"
@@ -106,15 +107,17 @@ int main(int argc, char** argv) {
   int steps = 10, microbatches = 1, reps = 5;
   bool breakdown = false;
   std::vector<int> threads{1, 2};
-  app.add_option("--batch", batch)->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--microbatches", microbatches)->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--batch", batch)->capture_default_str()->check(pt::bench::kPositive);
+  app.add_option("--microbatches", microbatches)
+      ->capture_default_str()
+      ->check(pt::bench::kPositive);
   app.add_option("--steps", steps, "timed steps per repetition (their median counts)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(pt::bench::kPositive);
   app.add_option("--reps", reps, "repetitions of (sgemm, steps); medians and spread over them")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--gemm-n", n)->capture_default_str()->check(CLI::PositiveNumber);
+      ->check(pt::bench::kPositive);
+  app.add_option("--gemm-n", n)->capture_default_str()->check(pt::bench::kPositive);
   app.add_option("--threads", threads, "thread counts to measure")->capture_default_str();
   app.add_flag("--breakdown", breakdown, "also print the median time of each op of the step");
   CLI11_PARSE(app, argc, argv);
