@@ -17,7 +17,8 @@
 //   {"bench":"update_strategy", "strategy", "straggler", "steps_per_s", "steps_per_s_min",
 //    "steps_per_s_max", "reps", "samples_per_s", ...}   one per strategy and straggler setting
 //     strategy: allreduce | sharded_optimizer | ps_sync | ps_async_t1 | ps_async_t4 |
-//               pipeline_1f1b_flush | pipeline_async_2bw | pipeline_async_per_stage
+//               pipeline_1f1b_flush | pipeline_async_2bw | pipeline_async_per_stage |
+//               pipeline_async_per_microbatch
 //     steps_per_s: global steps (one global batch each) per second, the median of --reps
 //       repetitions. All-reduce and pipeline rows: rank 0's timed steps. PS rows: the server's
 //       applied pushes per second / R while every worker still ran (an asynchronous fast worker
@@ -190,19 +191,22 @@ struct Bench {
   }
 
   // Two stages on rank 0 (cpu:0, cpu:1): 1F1B with a flush per step, and PipeDream-2BW with one
-  // window of --steps steps per repetition (--async-delay uniform, and per-stage: the same
-  // schedule, a second weight version on both stages or on the first only). The repetitions
-  // alternate between the three, so that a drift of the machine's speed during the benchmark
-  // falls on every row alike and the async / flush ratio compares like with like.
+  // window of --steps steps per repetition (--async-delay uniform, per-stage and per-microbatch,
+  // the default: the same schedule, a second weight version on both stages or on the first
+  // only, bound per stage or per micro-batch). The repetitions alternate between the four, so
+  // that a drift of the machine's speed during the benchmark falls on every row alike and the
+  // async / flush ratio compares like with like.
   void pipelines() {
     struct Spec {
       std::string name;
       bool async;
       pt::AsyncDelay delay;
     };
-    const std::vector<Spec> specs = {{"pipeline_1f1b_flush", false, pt::AsyncDelay::uniform},
-                                     {"pipeline_async_2bw", true, pt::AsyncDelay::uniform},
-                                     {"pipeline_async_per_stage", true, pt::AsyncDelay::per_stage}};
+    const std::vector<Spec> specs = {
+        {"pipeline_1f1b_flush", false, pt::AsyncDelay::uniform},
+        {"pipeline_async_2bw", true, pt::AsyncDelay::uniform},
+        {"pipeline_async_per_stage", true, pt::AsyncDelay::per_stage},
+        {"pipeline_async_per_microbatch", true, pt::AsyncDelay::per_microbatch}};
     std::vector<Row> measured;
     for (const Spec& s : specs) measured.push_back({s.name, "none", {}, {}});
     if (speaker()) {
