@@ -33,6 +33,7 @@ struct BackendOptions {
   int slot = 0;
   int threads = 1;  // threads for ops that run on host threads (>= 1)
   Precision precision = Precision::fp32;
+  AttentionKernel attention = AttentionKernel::automatic;
 };
 
 // Opens one device; throws UsageError naming the device and the reason.

@@ -77,4 +77,11 @@ struct SoftmaxTotals {
 // Values match PtCudaPrecision (engine/cuda/plugin_abi.h).
 enum class Precision { fp32 = 0, tf32 = 1, bf16 = 2 };
 
+// Which causal-attention kernel a device runs (--attention). automatic: cuDNN's fused flash
+// attention where the device has it, the precision is bf16 and the shape suits it, else the
+// backend's own kernel; native: always the backend's own; cudnn: cuDNN's or a clear error;
+// cudnn_deterministic: cuDNN's with a backward that gives the same bits every run. Backends
+// without cuDNN (the CPU) refuse the last two when opened. Values match PtCudaAttention.
+enum class AttentionKernel { automatic = 0, native = 1, cudnn = 2, cudnn_deterministic = 3 };
+
 }  // namespace pt

@@ -53,8 +53,12 @@ int create_backend(const PtCudaBackendOptions* options, void** backend_out, char
     *backend_out = nullptr;
     if (options->precision < PT_CUDA_FP32 || options->precision > PT_CUDA_BF16)
       throw UsageError("unknown precision " + std::to_string(options->precision));
+    if (options->attention < PT_CUDA_ATTENTION_AUTO ||
+        options->attention > PT_CUDA_ATTENTION_CUDNN_DETERMINISTIC)
+      throw UsageError("unknown attention kernel " + std::to_string(options->attention));
     auto* backend =
-        new CudaBackend(options->device, options->slot, static_cast<Precision>(options->precision));
+        new CudaBackend(options->device, options->slot, static_cast<Precision>(options->precision),
+                        static_cast<AttentionKernel>(options->attention));
     *backend_out = static_cast<Backend*>(backend);
   });
 }

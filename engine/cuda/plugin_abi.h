@@ -32,7 +32,7 @@
 extern "C" {
 #endif
 
-#define PT_CUDA_PLUGIN_ABI_VERSION 2
+#define PT_CUDA_PLUGIN_ABI_VERSION 3
 
 /* The file name the engine looks for and the one symbol the plugin exports. */
 #define PT_CUDA_PLUGIN_FILE_NAME "libpipetrain_cuda.so"
@@ -67,10 +67,19 @@ typedef enum PtCudaPrecision {
   PT_CUDA_BF16 = 2  /* GEMM operands converted to bf16, fp32 accumulation and output */
 } PtCudaPrecision;
 
+/* The causal-attention kernel (pt::AttentionKernel, engine/core/op_params.h). */
+typedef enum PtCudaAttention {
+  PT_CUDA_ATTENTION_AUTO = 0,               /* cuDNN's in bf16 where the shape suits, else native */
+  PT_CUDA_ATTENTION_NATIVE = 1,             /* kernels/cuda/attention.cu */
+  PT_CUDA_ATTENTION_CUDNN = 2,              /* cuDNN's fused flash attention, or an error */
+  PT_CUDA_ATTENTION_CUDNN_DETERMINISTIC = 3 /* the same, with a deterministic backward */
+} PtCudaAttention;
+
 typedef struct PtCudaBackendOptions {
   int device;    /* the GPU, cuda:<device> */
   int slot;      /* 0 for the first backend on this GPU, 1 for the next, ... (own streams) */
   int precision; /* a PtCudaPrecision */
+  int attention; /* a PtCudaAttention */
 } PtCudaBackendOptions;
 
 typedef struct PtCudaPluginApi {

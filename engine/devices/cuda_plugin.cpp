@@ -165,7 +165,7 @@ CudaStatus probe_plugin(const PtCudaPluginApi* api, const std::string& path) {
 // built by whichever registration runs first.
 namespace {
 const BackendRegistration cuda_registration("cuda", [](const BackendOptions& options) {
-  return make_cuda_backend(options.index, options.slot, options.precision);
+  return make_cuda_backend(options);
 });
 }  // namespace
 
@@ -266,13 +266,25 @@ std::string cuda_unavailable_line() {
 
 std::unique_ptr<Backend> make_cuda_backend(int device, int slot, CudaPrecision precision,
                                            const CudaStatus& cuda) {
+  BackendOptions options;
+  options.index = device;
+  options.slot = slot;
+  options.precision = precision;
+  return make_cuda_backend(options, cuda);
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& backend_options,
+                                           const CudaStatus& cuda) {
+  const int device = backend_options.index;
   const std::string name = fmt::format("cuda:{}", device);
   if (!cuda.available) throw UsageError(fmt::format("cannot open {}: {}", name, cuda.message));
   if (device < 0 || device >= static_cast<int>(cuda.devices.size()))
     throw UsageError(fmt::format("cannot open {}: this machine has {} GPU{} (cuda:0..cuda:{})",
                                  name, cuda.devices.size(), cuda.devices.size() == 1 ? "" : "s",
                                  static_cast<int>(cuda.devices.size()) - 1));
-  PtCudaBackendOptions options{device, slot, static_cast<int>(precision)};
+  PtCudaBackendOptions options{device, backend_options.slot,
+                               static_cast<int>(backend_options.precision),
+                               static_cast<int>(backend_options.attention)};
   void* out = nullptr;
   char message[kMessageSize] = {};
   const int rc = cuda.api->create_backend(&options, &out, message, sizeof(message));
@@ -361,6 +373,23 @@ CudaPrecision parse_precision(std::string_view text) {
   if (text == "tf32") return CudaPrecision::tf32;
   if (text == "bf16") return CudaPrecision::bf16;
   throw UsageError(fmt::format("unknown precision '{}': use fp32, tf32 or bf16", text));
+}
+
+const char* attention_name(AttentionKernel a) {
+  switch (a) {
+    case AttentionKernel::native: return "native";
+    case AttentionKernel::cudnn: return "cudnn";
+    case AttentionKernel::cudnn_deterministic: return "cudnn-deterministic";
+    default: return "auto";
+  }
+}
+
+AttentionKernel parse_attention(std::string_view text) {
+  for (AttentionKernel a : {AttentionKernel::automatic, AttentionKernel::native,
+                            AttentionKernel::cudnn, AttentionKernel::cudnn_deterministic})
+    if (text == attention_name(a)) return a;
+  throw UsageError(fmt::format(
+      "unknown attention kernel '{}': use auto, native, cudnn or cudnn-deterministic", text));
 }
 
 }  // namespace pt

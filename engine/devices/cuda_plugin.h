@@ -22,6 +22,7 @@
 
 #include "engine/comm/communicator.h"
 #include "engine/core/backend.h"
+#include "engine/core/backend_registry.h"
 
 struct PtCudaPluginApi;  // engine/cuda/plugin_abi.h
 
@@ -79,12 +80,19 @@ const char* precision_name(CudaPrecision p);
 // "fp32" | "tf32" | "bf16"; throws UsageError otherwise.
 CudaPrecision parse_precision(std::string_view text);
 
+const char* attention_name(AttentionKernel a);
+// "auto" | "native" | "cudnn" | "cudnn-deterministic"; throws UsageError otherwise.
+AttentionKernel parse_attention(std::string_view text);
+
 // A Backend for GPU `device` from the plugin. The engine opens GPUs through the backend registry
 // (kind "cuda", registered by cuda_plugin.cpp), which calls this. `slot` > 0 opens another backend
 // on the same GPU (its own streams and accounting: several stages on one GPU). Throws UsageError
 // with the plugin's reason ("cannot open cuda:1: ...") when CUDA is unavailable or the GPU fails.
 // `status` is the process's (tests pass another).
 std::unique_ptr<Backend> make_cuda_backend(int device, int slot, CudaPrecision precision,
+                                           const CudaStatus& status = cuda_status());
+// The same with every option the registry passes (index, slot, precision, attention).
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options,
                                            const CudaStatus& status = cuda_status());
 
 // An NCCL communicator over the ranks of `bootstrap` (same ranks, same order, same world ranks),

@@ -45,7 +45,8 @@ std::vector<DeviceId> resolve(std::string_view spec, int count, std::string& not
 
 }  // namespace
 
-DeviceSet open_devices(std::string_view spec, int count, int threads, CudaPrecision precision) {
+DeviceSet open_devices(std::string_view spec, int count, int threads, CudaPrecision precision,
+                       AttentionKernel attention) {
   DeviceSet out;
   const std::vector<DeviceId> ids = resolve(spec, count, out.note);
   const auto is_cuda = [](const DeviceId& d) { return d.kind == DeviceKind::cuda; };
@@ -58,6 +59,12 @@ DeviceSet open_devices(std::string_view spec, int count, int threads, CudaPrecis
         fmt::format("--precision {} needs CUDA devices (the CPU backend computes in fp32): use "
                     "--precision fp32 or --devices cuda:N",
                     precision_name(precision)));
+  if (cuda_devices == 0 &&
+      (attention == AttentionKernel::cudnn || attention == AttentionKernel::cudnn_deterministic))
+    throw UsageError(fmt::format(
+        "--attention {} needs CUDA devices (cuDNN's fused flash attention); the CPU backend has "
+        "one attention kernel: use --attention auto or native, or --devices cuda:N",
+        attention_name(attention)));
   // A GPU may be listed more than once (stages sharing it); a CPU device may not, because its
   // threads are its cores.
   for (size_t i = 0; i < ids.size(); ++i)
@@ -78,6 +85,7 @@ DeviceSet open_devices(std::string_view spec, int count, int threads, CudaPrecis
     options.slot = slots[{id.kind, id.index}]++;
     options.threads = per_device;
     options.precision = precision;
+    options.attention = attention;
     out.backends.push_back(open_backend(kind_name(id.kind), options));
   }
   return out;

@@ -20,9 +20,11 @@ struct DeviceSet {
 
 // `count` = how many devices "auto" should open. `threads` = OpenMP threads per CPU device
 // (0: the machine's cores divided evenly between the CPU devices, at least 1). `precision`
-// other than fp32 needs CUDA devices. Throws UsageError naming the fix.
+// other than fp32 needs CUDA devices, and so does `attention` cudnn or cudnn_deterministic.
+// Throws UsageError naming the fix.
 DeviceSet open_devices(std::string_view spec, int count, int threads,
-                       CudaPrecision precision = CudaPrecision::fp32);
+                       CudaPrecision precision = CudaPrecision::fp32,
+                       AttentionKernel attention = AttentionKernel::automatic);
 
 // Cores available to this process (sched_getaffinity), at least 1.
 int available_cores();

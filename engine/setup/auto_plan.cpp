@@ -33,8 +33,8 @@ namespace {
 PlanCandidate one_device_with_all_threads(const Backend& first, int threads, const Model& model,
                                           const PlannerRequest& request,
                                           const OptimizerConfig& optimizer, int64_t measured_params,
-                                          Precision precision) {
-  DeviceSet one = open_devices(first.device().str(), 1, threads, precision);
+                                          Precision precision, AttentionKernel attention) {
+  DeviceSet one = open_devices(first.device().str(), 1, threads, precision, attention);
   Backend& device = *one.backends[0];
   PlannerRequest alone = request;
   alone.devices = 1;
@@ -182,7 +182,7 @@ AutoPlan plan_automatically(const TrainingOptions& opt, const std::vector<Backen
   std::optional<PlanCandidate> merged;
   if (can_merge && profiling)
     merged = one_device_with_all_threads(first, merged_threads, model, request, optimizer,
-                                         measured_params, opt.precision);
+                                         measured_params, opt.precision, opt.attention);
   // The registry and ScheduleChoice are kept in step; a name only the registry knows cannot be
   // run, so it is passed over (and said so) rather than chosen.
   std::optional<ScheduleChoice> schedule;

@@ -42,9 +42,9 @@ DeviceSet open_run_devices(const TrainingOptions& opt, Communicator* world) {
     const NodePlacement node =
         (opt.devices == "auto" || opt.threads <= 0) ? node_placement(*world) : NodePlacement{};
     devices = open_devices(process_devices(opt.devices, node), wanted,
-                           mpi_threads(opt.threads, node), opt.precision);
+                           mpi_threads(opt.threads, node), opt.precision, opt.attention);
   } else {
-    devices = open_devices(opt.devices, wanted, opt.threads, opt.precision);
+    devices = open_devices(opt.devices, wanted, opt.threads, opt.precision, opt.attention);
   }
   if (opt.print && !devices.note.empty()) fmt::print("{}\n", devices.note);
   if (static_cast<int>(devices.backends.size()) != wanted)
@@ -64,7 +64,7 @@ DeviceSet open_devices_to_plan(const TrainingOptions& opt) {
     throw UsageError(
         "--plan auto plans over the devices it is given: list them, e.g. --devices cpu:0,cpu:1 "
         "(or cpu:0..3)");
-  DeviceSet devices = open_devices(opt.devices, 1, opt.threads, opt.precision);
+  DeviceSet devices = open_devices(opt.devices, 1, opt.threads, opt.precision, opt.attention);
   if (opt.print && !devices.note.empty()) fmt::print("{}\n", devices.note);
   return devices;
 }

@@ -25,7 +25,8 @@ inline constexpr double kMaxTimeoutS = 1e6;
 struct TrainingOptions {
   std::string devices =
       "auto";  // one per stage and replica: "cpu:0,cpu:1" | "cpu:0..3" | "cuda:0" | "auto"
-  CudaPrecision precision = CudaPrecision::fp32;  // GEMM arithmetic on CUDA devices
+  CudaPrecision precision = CudaPrecision::fp32;           // GEMM arithmetic on CUDA devices
+  AttentionKernel attention = AttentionKernel::automatic;  // --attention (CUDA devices)
   int threads = 0;  // per device; 0: the cores divided between devices (or processes)
   int stages = 1;   // S
   int dp = 1;       // R pipeline replicas (in this process, or one process per device under mpirun)

@@ -31,6 +31,11 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
                  "GEMM/conv arithmetic on CUDA devices: fp32 | tf32 | bf16 (fp32 weights and "
                  "optimizer state)")
       ->capture_default_str();
+  app.add_option("--attention", f.attention,
+                 "causal attention kernel on CUDA devices: auto (cuDNN's fused flash attention "
+                 "with --precision bf16 where the shape suits, else native) | native | cudnn | "
+                 "cudnn-deterministic (the same bits every run)")
+      ->capture_default_str();
   app.add_option("--threads", f.threads, "threads per device (0: cores / devices)")
       ->capture_default_str()
       ->check(integer_text<int>(">= 0 (0: the cores divided between the devices)"));
@@ -172,6 +177,7 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
   // Text flags are never empty (an unset shell variable); the groups of --help.
   for (const char* name : {"--devices",
                            "--precision",
+                           "--attention",
                            "--schedule",
                            "--partition",
                            "--costs",
@@ -195,6 +201,7 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
   set_group(app, "Parallelism",
             {"--devices",
              "--precision",
+             "--attention",
              "--threads",
              "--stages",
              "--dp",
@@ -227,6 +234,7 @@ TrainingOptions training_options(const ParallelFlags& f) {
   TrainingOptions o;
   o.devices = f.devices;
   o.precision = parse_precision(f.precision);
+  o.attention = parse_attention(f.attention);
   o.threads = f.threads;
   o.stages = f.stages;
   o.dp = f.dp;

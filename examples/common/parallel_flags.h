@@ -16,6 +16,7 @@ namespace pt::examples {
 struct ParallelFlags {
   std::string devices = "auto";
   std::string precision = "fp32";  // GEMM arithmetic on CUDA devices: fp32 | tf32 | bf16
+  std::string attention = "auto";  // attention kernel on CUDA devices
   int threads = 0;  // per device; 0: the cores divided between devices (or processes)
   int stages = 1, dp = 1, tp = 1, microbatches = 1;
   std::string sequence_parallel = "on";

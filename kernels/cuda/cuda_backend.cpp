@@ -13,6 +13,7 @@
 #include "engine/core/error.h"
 #include "kernels/cuda/cublaslt_gemm.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cudnn_attention.h"
 #include "kernels/cuda/cudnn_conv.h"
 #include "kernels/cuda/fill.h"
 
@@ -96,8 +97,8 @@ void fence(int stream_device, cudaStream_t stream, cudaStream_t waiter, const st
 
 }  // namespace
 
-CudaBackend::CudaBackend(int device, int slot, Precision precision)
-    : device_(device), slot_(slot), precision_(precision) {
+CudaBackend::CudaBackend(int device, int slot, Precision precision, AttentionKernel attention)
+    : device_(device), slot_(slot), precision_(precision), attention_(attention) {
   name_ = slot == 0 ? fmt::format("cuda:{}", device) : fmt::format("cuda:{} slot {}", device, slot);
   int count = 0;
   check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
@@ -146,7 +147,9 @@ CudaBackend::~CudaBackend() {
     (void)cudaStreamSynchronize(copy_);
     gemm_.reset();
     conv_.reset();
-    for (Scratch* s : {&gemm_workspace_, &operands_, &conv_workspace_, &partials_})
+    cudnn_attention_.reset();
+    for (Scratch* s : {&gemm_workspace_, &operands_, &conv_workspace_, &partials_,
+                       &attention_operands_, &attention_workspace_})
       if (s->data != nullptr) allocator_->deallocate(s->data, s->bytes);
     allocator_.reset();
     (void)cudaStreamDestroy(copy_);

@@ -28,10 +28,12 @@ namespace pt::cuda {
 
 class LtGemm;
 class CudnnConv;
+class CudnnAttention;
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, int slot, Precision precision);
+  CudaBackend(int device, int slot, Precision precision,
+              AttentionKernel attention = AttentionKernel::automatic);
   ~CudaBackend() override;
 
   DeviceId device() const override { return DeviceId{DeviceKind::cuda, device_}; }
@@ -146,6 +148,14 @@ class CudaBackend final : public Backend {
   // Copies `bytes` of device memory to the host and waits (for results of reductions).
   void read_back(void* host, const void* src, size_t bytes);
   void check(cudaError_t e, const char* call) const;
+  // True when this attention call goes to cuDNN (--attention, the precision, the head size);
+  // throws UsageError when cuDNN was asked for and the head size cannot be run there.
+  bool cudnn_attention_wanted(int64_t Dh) const;
+  // After cuDNN refused a shape: an error when cuDNN was asked for, else says why once and
+  // turns to the native kernel for the rest of the run.
+  void cudnn_attention_refused(const std::exception& e, int64_t B, int64_t T, int64_t H,
+                               int64_t Dh);
+  CudnnAttention& cudnn_attention();
   void lt_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                int64_t ldc, const float* bias);
@@ -160,7 +170,11 @@ class CudaBackend final : public Backend {
   std::unique_ptr<CachingAllocator> allocator_;
   std::unique_ptr<LtGemm> gemm_;
   std::unique_ptr<CudnnConv> conv_;
+  AttentionKernel attention_;
+  std::unique_ptr<CudnnAttention> cudnn_attention_;  // made on first use
+  bool cudnn_attention_off_ = false;  // auto: cuDNN refused once, native from then on
   Scratch gemm_workspace_, operands_, conv_workspace_, partials_;
+  Scratch attention_operands_, attention_workspace_;  // bf16 copies; cuDNN's workspace
   std::mutex copy_mutex_;      // copy_to_peer from several threads shares the copy stream
   bool bias_epilogue_ = true;  // false once cuBLASLt had no algorithm with the bias epilogue
 };

@@ -1,11 +1,10 @@
 // CudaBackend's ops of particular layers: layer norm, convolution (cuDNN) and pooling, embedding
-// (which checks its token ids) and attention (its head dimension), apart from the generic ops.
+// (which checks its token ids), apart from the generic ops; attention has its own file.
 #include "kernels/cuda/cuda_backend.h"
 
 #include <fmt/format.h>
 
 #include "engine/core/error.h"
-#include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cudnn_conv.h"
 #include "kernels/cuda/embedding.h"
@@ -135,36 +134,6 @@ void CudaBackend::embedding_backward_weight_slice(const int32_t* ids, const floa
   check(launch_embedding_backward_weight_slice(ids, dy, dtable, n, dim, range.first, range.count,
                                                compute_),
         "launch_embedding_backward_weight_slice");
-}
-
-// ---- attention ------------------------------------------------------------------------------
-
-namespace {
-void check_head_dim(int64_t Dh) {
-  if (Dh < 1 || Dh > kMaxAttentionHeadDim)
-    throw UsageError(
-        fmt::format("the CUDA attention kernels support head dimensions 1..{}, got {}: use more "
-                    "heads (d_model / heads <= {})",
-                    kMaxAttentionHeadDim, Dh, kMaxAttentionHeadDim));
-}
-}  // namespace
-
-void CudaBackend::attention_forward(const float* qkv, float* out, float* lse, int64_t B, int64_t T,
-                                    int64_t H, int64_t Dh, float scale) {
-  check_head_dim(Dh);
-  DeviceGuard guard(device_);
-  check(launch_attention_forward(qkv, out, lse, B, T, H, Dh, scale, compute_),
-        "launch_attention_forward");
-}
-void CudaBackend::attention_backward(const float* qkv, const float* out, const float* dout,
-                                     const float* lse, float* dqkv, int64_t B, int64_t T, int64_t H,
-                                     int64_t Dh, float scale) {
-  check_head_dim(Dh);
-  DeviceGuard guard(device_);
-  auto* d = static_cast<float*>(scratch(partials_, static_cast<size_t>(B * H * T) * sizeof(float),
-                                        "attention backward scratch"));
-  check(launch_attention_backward(qkv, out, dout, lse, dqkv, d, B, T, H, Dh, scale, compute_),
-        "launch_attention_backward");
 }
 
 }  // namespace pt::cuda

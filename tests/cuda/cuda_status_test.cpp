@@ -10,6 +10,8 @@
 #include <optional>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "engine/core/error.h"
 #include "engine/cuda/plugin_abi.h"
 #include "engine/devices/cuda_plugin.h"
@@ -315,4 +317,27 @@ TEST_CASE("precision names and device lists that cannot work") {
       UsageError);
   CHECK_THROWS_WITH_AS(open_devices("cpu:1,cpu:1", 2, 1),
                        "device cpu:1 is listed twice in --devices cpu:1,cpu:1", UsageError);
+}
+
+TEST_CASE("attention kernel names, and cuDNN's asked of the CPU") {
+  for (AttentionKernel a : {AttentionKernel::automatic, AttentionKernel::native,
+                            AttentionKernel::cudnn, AttentionKernel::cudnn_deterministic})
+    CHECK(parse_attention(attention_name(a)) == a);
+  CHECK(std::string(attention_name(AttentionKernel::cudnn_deterministic)) == "cudnn-deterministic");
+  CHECK_THROWS_WITH_AS(parse_attention("flash"),
+                       "unknown attention kernel 'flash': use auto, native, cudnn or "
+                       "cudnn-deterministic",
+                       UsageError);
+  for (AttentionKernel a : {AttentionKernel::cudnn, AttentionKernel::cudnn_deterministic})
+    CHECK_THROWS_WITH_AS(
+        open_devices("cpu:0", 1, 1, CudaPrecision::fp32, a),
+        fmt::format("--attention {} needs CUDA devices (cuDNN's fused flash attention); the CPU "
+                    "backend has one attention kernel: use --attention auto or native, or "
+                    "--devices cuda:N",
+                    attention_name(a))
+            .c_str(),
+        UsageError);
+  // auto and native are what the CPU has: they open.
+  for (AttentionKernel a : {AttentionKernel::automatic, AttentionKernel::native})
+    CHECK(open_devices("cpu:0", 1, 1, CudaPrecision::fp32, a).backends.size() == 1);
 }

@@ -26,6 +26,8 @@ expect_error "unknown device 'tpu:0'" --devices tpu:0 --steps 1
 expect_error "cannot open cuda:0" --devices cuda:0 --steps 1
 expect_error "--precision bf16 needs CUDA devices" --devices cpu:0 --precision bf16 --steps 1
 expect_error "unknown precision 'fp8'" --precision fp8 --steps 1
+expect_error "--attention cudnn needs CUDA devices" --devices cpu:0 --attention cudnn --steps 1
+expect_error "unknown attention kernel 'flash'" --attention flash --steps 1
 expect_error "mixes CPU and CUDA devices" --devices cpu:0,cuda:0 --stages 2 --steps 1
 
 # Every numeric flag has a stated range, checked before any data is read (exit 2, no step).

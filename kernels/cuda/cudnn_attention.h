@@ -1,0 +1,69 @@
+#pragma once
+// Causal flash attention through cuDNN's fused engine, reached by the backend graph API
+// (kernels/cuda/cudnn_graph.h): the graph below is the pattern of the cuDNN frontend's composite
+// SDPA node (Q·Kᵀ, scale, causal mask, softmax with its log-sum-exp statistics, P·V; and its
+// backward), built once per shape and cached. Inside the plugin only.
+//
+// Layouts are the backend's (engine/core/backend.h), in bf16 (bits as uint16_t):
+//   qkv (B, T, 3, H, Dh), out (B, T, H, Dh), lse (B, H, T) fp32, dqkv (B, T, 3, H, Dh).
+// Q, K and V are strided views of qkv (no copies); the log-sum-exp is exactly the backend's lse.
+#include <cuda_runtime_api.h>
+#include <cudnn_graph.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+
+namespace pt::cuda {
+
+namespace cudnn_graph {
+struct Plan;
+}
+
+// Device scratch of at least `bytes` for work queued on the stream (the backend owns it).
+using AttentionWorkspaceFn = std::function<void*(size_t bytes)>;
+
+class CudnnAttention {
+ public:
+  // One cuDNN handle queueing on `stream`; create it with the stream's device current. Throws
+  // cudnn_graph::Refused when the handle cannot be created.
+  explicit CudnnAttention(cudaStream_t stream);
+  ~CudnnAttention();
+  CudnnAttention(const CudnnAttention&) = delete;
+  CudnnAttention& operator=(const CudnnAttention&) = delete;
+
+  // Why cuDNN's fused engine cannot take this shape, or "" when it may (the engine decides
+  // at the first call): the head dimension must be a multiple of 8 and at most 128.
+  static std::string unsupported_shape(int64_t Dh);
+  // The cuDNN library loaded at run time, as a number (9.19.0 = 91900).
+  static size_t version();
+
+  // out = attention(qkv), lse = its log-sum-exp. Builds the plan on the first call for a shape;
+  // throws cudnn_graph::Refused when cuDNN refuses it (nothing is queued then).
+  void forward(const uint16_t* qkv, uint16_t* out, float* lse, int64_t B, int64_t T, int64_t H,
+               int64_t Dh, float scale, const AttentionWorkspaceFn& workspace);
+  // dqkv = the gradient for dout, overwriting all of it. `deterministic` builds the graph whose
+  // dQ is written by one matmul (no fp32 accumulator updated from several thread blocks) and
+  // takes only engines that cuDNN does not mark non-deterministic.
+  void backward(const uint16_t* qkv, const uint16_t* out, const uint16_t* dout, const float* lse,
+                uint16_t* dqkv, int64_t B, int64_t T, int64_t H, int64_t Dh, float scale,
+                bool deterministic, const AttentionWorkspaceFn& workspace);
+
+  // Plans built so far (for tests and diagnostics).
+  size_t cached_plans() const;
+
+ private:
+  struct Cached;
+  // (backward?, deterministic?, B, T, H, Dh, scale bits)
+  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, uint32_t>;
+  Cached& plan(const Key& key);
+
+  cudaStream_t stream_;
+  cudnnHandle_t handle_ = nullptr;
+  std::map<Key, std::unique_ptr<Cached>> plans_;
+};
+
+}  // namespace pt::cuda
