@@ -13,6 +13,19 @@
 //       an MLP (784-2048x8-10, batch 4096) and a GPT (d 768, 12 layers, context 512) training on
 //       cuda:0, AdamW; model FLOPs as bench/gpt counts them (6 N per sample/token, plus 12 L d T
 //       for attention)
+//   {"bench":"gpu_attention", "kernel", "B", "T", "H", "Dh", "fwd_ms", "fwd_bwd_ms" (+ _min, _max),
+//    "tflops" (+ _min, _max), "reps"}
+//       causal attention alone at GPT-2 124M's shape (B 16, T 1024, 12 heads of 64): the native
+//       kernel (fp32) and cuDNN's fused flash attention (bf16, fast and deterministic backward),
+//       fp32 <-> bf16 conversions included as the engine pays them; FLOPs are the causal ones
+//       (7 products of 2 Dh FLOPs per (query, key <= query) pair, FlashAttention's count)
+//   {"bench":"gpu_gpt2", "stages", "microbatches", "schedule", "step_ms" (+ _min, _max),
+//    "tokens_per_s" (+ _min, _max), "mfu", "peak_mib", "ratio_to_one_stage", "reps"}
+//       the GPT-2 124M shape of issue 36 and llm.c (vocab 50257 padded to 50304, T 1024, d 768,
+//       12 layers, 12 heads, batch 16, bf16, AdamW, random tokens): one stage, then two stages
+//       on slots of cuda:0 (1F1B, M = 8); MFU with llm.c's formula (6 N + 6 L d T FLOPs per
+//       token, N all parameters) over the bf16 datasheet peak (989.4; llm.c's mfu.h gives 988.9
+//       for the H100 SXM); peak_mib: the largest device's peak allocation in the timed steps
 //   {"bench":"gpu_pipeline", "schedule", "stages", "microbatches", "step_ms", "single_ms",
 //    "predicted_ms", "predicted_over_measured"}
 //       the GPT pipelined over two backends (slots of cuda:0, or two GPUs); the prediction is the
@@ -32,6 +45,7 @@
 
 #include "bench/best_seconds.h"
 #include "bench/json_line.h"
+#include "bench/repeated_seconds.h"
 #include "engine/core/random.h"
 #include "engine/devices/cuda_plugin.h"
 #include "engine/pipeline/pipeline_trainer.h"
@@ -140,6 +154,70 @@ void bench_copies(int reps) {
          best_seconds(1, reps, [&] { a->copy_to_host(host.data(), src.data(), bytes); }), 1.0);
 }
 
+void bench_attention(int reps) {
+  const int64_t B = 16, T = 1024, H = 12, Dh = 64, n_out = B * T * H * Dh;
+  const float scale = 0.125f;
+  std::vector<float> host(static_cast<size_t>(3 * n_out));
+  pt::CounterRng rng(3);
+  for (float& x : host) x = static_cast<float>(2.0 * rng.next_double() - 1.0);
+  const double pairs = static_cast<double>(B * H) * static_cast<double>(T * (T + 1) / 2);
+  const double flops = 7.0 * 2.0 * static_cast<double>(Dh) * pairs;
+  struct Kernel {
+    const char* name;
+    CudaPrecision precision;
+    pt::AttentionKernel kernel;
+  };
+  for (const Kernel& k : {Kernel{"native_fp32", CudaPrecision::fp32, pt::AttentionKernel::native},
+                          Kernel{"cudnn_bf16", CudaPrecision::bf16, pt::AttentionKernel::cudnn},
+                          Kernel{"cudnn_deterministic_bf16", CudaPrecision::bf16,
+                                 pt::AttentionKernel::cudnn_deterministic}}) {
+    try {
+      pt::BackendOptions o;
+      o.precision = k.precision;
+      o.attention = k.kernel;
+      auto b = pt::make_cuda_backend(o);
+      pt::Tensor qkv = b->empty({3 * n_out}), dout = b->empty({n_out}), out = b->empty({n_out});
+      pt::Tensor lse = b->empty({B * H * T}), dqkv = b->empty({3 * n_out});
+      b->copy_from_host(qkv.data(), host.data(), host.size() * sizeof(float));
+      b->copy_from_host(dout.data(), host.data(), static_cast<size_t>(n_out) * sizeof(float));
+      auto forward = [&] {
+        b->attention_forward(qkv.f32(), out.f32(), lse.f32(), B, T, H, Dh, scale);
+      };
+      const auto fwd = pt::bench::spread_of(pt::bench::repeated_seconds(2, reps, [&] {
+        forward();
+        b->synchronize();
+      }));
+      const auto both = pt::bench::spread_of(pt::bench::repeated_seconds(2, reps, [&] {
+        forward();
+        b->attention_backward(qkv.f32(), out.f32(), dout.f32(), lse.f32(), dqkv.f32(), B, T, H, Dh,
+                              scale);
+        b->synchronize();
+      }));
+      const auto tflops = pt::bench::rate_of(both, flops / 1e12);
+      emit({{"bench", std::string("gpu_attention")},
+            {"kernel", std::string(k.name)},
+            {"B", B},
+            {"T", T},
+            {"H", H},
+            {"Dh", Dh},
+            {"fwd_ms", fwd.median * 1e3},
+            {"fwd_ms_min", fwd.min * 1e3},
+            {"fwd_ms_max", fwd.max * 1e3},
+            {"fwd_bwd_ms", both.median * 1e3},
+            {"fwd_bwd_ms_min", both.min * 1e3},
+            {"fwd_bwd_ms_max", both.max * 1e3},
+            {"tflops", tflops.median},
+            {"tflops_min", tflops.min},
+            {"tflops_max", tflops.max},
+            {"reps", int64_t{both.reps}}});
+    } catch (const std::exception& e) {  // cuDNN refused: say so in the JSON, go on
+      emit({{"bench", std::string("gpu_attention")},
+            {"kernel", std::string(k.name)},
+            {"error", std::string(e.what())}});
+    }
+  }
+}
+
 pt::TrainerConfig adamw(int M) {
   pt::TrainerConfig c;
   c.microbatches = M;
@@ -225,6 +303,67 @@ double bench_train(const std::string& gpu, int reps) {
   return gpt_single_s;
 }
 
+void bench_gpt2(const std::string& gpu, int reps) {
+  constexpr int64_t kVocabPadded = 50304, kT = 1024, kB = 16, kD = 768;
+  constexpr int kL = 12, kH = 12;
+  const Tokens data(kB, kT, 50257);
+  const auto peak = peak_tflops(gpu, CudaPrecision::bf16);
+  double one_stage_s = 0;
+  for (const int S : {1, 2}) {
+    try {
+      const int M = S == 1 ? 1 : 8;
+      std::vector<std::unique_ptr<pt::Backend>> owned;
+      std::vector<pt::Backend*> devices;
+      for (int d = 0; d < S; ++d) {
+        owned.push_back(pt::make_cuda_backend(0, d, CudaPrecision::bf16));
+        devices.push_back(owned.back().get());
+      }
+      pt::Model m = pt::gpt(kVocabPadded, kT, kD, kL, kH);
+      const double flops_per_token =
+          6.0 * static_cast<double>(m.param_count()) + 6.0 * kL * kD * static_cast<double>(kT);
+      pt::PipelineConfig pc;
+      pc.trainer = adamw(M);
+      pc.schedule = pt::sched::add_communication(pt::sched::generate("1f1b", S, M));
+      const int per_stage = m.num_layers() / S;
+      pc.layers_per_stage = S == 1 ? std::vector<int>{m.num_layers()}
+                                   : std::vector<int>{per_stage, m.num_layers() - per_stage};
+      pt::PipelineTrainer pipeline(m, devices, pc);
+      auto step = [&] {
+        pipeline.train_step(data.hx, data.hy);
+        for (pt::Backend* d : devices) d->synchronize();
+      };
+      step();  // warm-up, outside the peak
+      for (pt::Backend* d : devices) d->reset_peak();
+      const auto t = pt::bench::spread_of(pt::bench::repeated_seconds(1, reps, step));
+      size_t peak_bytes = 0;
+      for (pt::Backend* d : devices)
+        peak_bytes = std::max(peak_bytes, d->memory_stats().peak_bytes);
+      if (S == 1) one_stage_s = t.median;
+      const auto tokens = pt::bench::rate_of(t, static_cast<double>(kB * kT));
+      emit({{"bench", std::string("gpu_gpt2")},
+            {"stages", int64_t{S}},
+            {"microbatches", int64_t{M}},
+            {"schedule", std::string("1f1b")},
+            {"step_ms", t.median * 1e3},
+            {"step_ms_min", t.min * 1e3},
+            {"step_ms_max", t.max * 1e3},
+            {"tokens_per_s", tokens.median},
+            {"tokens_per_s_min", tokens.min},
+            {"tokens_per_s_max", tokens.max},
+            {"mfu",
+             or_null(peak ? std::optional<double>(tokens.median * flops_per_token / 1e12 / *peak)
+                          : std::nullopt)},
+            {"peak_mib", static_cast<double>(peak_bytes) / (1 << 20)},
+            {"ratio_to_one_stage", one_stage_s > 0 ? one_stage_s / t.median : kNaN},
+            {"reps", int64_t{t.reps}}});
+    } catch (const std::exception& e) {  // out of memory, say: in the JSON, and go on
+      emit({{"bench", std::string("gpu_gpt2")},
+            {"stages", int64_t{S}},
+            {"error", std::string(e.what())}});
+    }
+  }
+}
+
 void bench_pipeline(double single_s, int reps) {
   const int S = 2, M = 8;
   const bool two_gpus = pt::cuda_status().devices.size() >= 2;
@@ -287,7 +426,9 @@ int main(int argc, char** argv) {
         {"runtime", cuda.message}});
   bench_gemm(gpu, reps);
   bench_copies(reps);
+  bench_attention(std::max(reps, 5));
   const double single_s = bench_train(gpu, reps);
   bench_pipeline(single_s, reps);
+  bench_gpt2(gpu, std::max(reps, 5));
   return 0;
 }
