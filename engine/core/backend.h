@@ -262,7 +262,13 @@ class Backend {
 
   // ---- reductions and optimizer updates ---------------------------------------------------
   virtual double sum_squares(const float* x, int64_t n) = 0;  // host value, double accumulation
-  virtual bool all_finite(const float* x, int64_t n) = 0;     // host value
+  // sums[k] = sum_squares(xs[k], ns[k]) for k < count, the same bits, with one wait for the
+  // device instead of one per tensor (the gradient norm reads every tensor's sum at once).
+  virtual void sum_squares_each(const float* const* xs, const int64_t* ns, size_t count,
+                                double* sums) {
+    for (size_t k = 0; k < count; ++k) sums[k] = sum_squares(xs[k], ns[k]);
+  }
+  virtual bool all_finite(const float* x, int64_t n) = 0;  // host value
   // param_out = param updated by grad (and the state): param_out is param itself (in place) or
   // a buffer that does not overlap it (PipeDream-2BW writes the new version over the stash
   // instead of copying the latest there first); anything between is a UsageError.

@@ -130,6 +130,8 @@ class CudaBackend final : public Backend {
                           float* dqkv, int64_t B, int64_t T, int64_t H, int64_t Dh,
                           float scale) override;
   double sum_squares(const float* x, int64_t n) override;
+  void sum_squares_each(const float* const* xs, const int64_t* ns, size_t count,
+                        double* sums) override;
   bool all_finite(const float* x, int64_t n) override;
   void sgd_update(const float* param, const float* grad, float* param_out, float* momentum_buf,
                   int64_t n, const SgdParams& p) override;

@@ -26,6 +26,24 @@ double CudaBackend::sum_squares(const float* x, int64_t n) {
   read_back(host.data(), partials, host.size() * sizeof(double));
   return std::accumulate(host.begin(), host.end(), 0.0);
 }
+void CudaBackend::sum_squares_each(const float* const* xs, const int64_t* ns, size_t count,
+                                   double* sums) {
+  if (count == 0) return;
+  DeviceGuard guard(device_);
+  // Every tensor's partials queued side by side, one read-back; each sum adds its own partials
+  // in index order, as sum_squares does, so the bits are sum_squares'.
+  auto* partials = static_cast<double*>(
+      scratch(partials_, count * kReduceBlocks * sizeof(double), "norm partials"));
+  for (size_t k = 0; k < count; ++k)
+    check(launch_sum_squares(xs[k], ns[k], partials + k * kReduceBlocks, compute_),
+          "launch_sum_squares");
+  std::vector<double> host(count * kReduceBlocks);
+  read_back(host.data(), partials, host.size() * sizeof(double));
+  for (size_t k = 0; k < count; ++k) {
+    const auto first = host.begin() + static_cast<std::ptrdiff_t>(k * kReduceBlocks);
+    sums[k] = ns[k] == 0 ? 0.0 : std::accumulate(first, first + kReduceBlocks, 0.0);
+  }
+}
 bool CudaBackend::all_finite(const float* x, int64_t n) {
   if (n == 0) return true;
   DeviceGuard guard(device_);

@@ -671,6 +671,28 @@ TEST_CASE("cuda vs cpu: sum_squares and all_finite") {
   }
 }
 
+TEST_CASE("cuda: sum_squares_each gives sum_squares' bits for every tensor, in one wait") {
+  auto gpu = make_cuda_backend(0, 0, CudaPrecision::fp32);
+  const std::vector<int64_t> ns{1, 0, 1000, (int64_t{1} << 20) + 5, 77};
+  std::vector<Tensor> xs;
+  std::vector<const float*> ptrs;
+  for (size_t k = 0; k < ns.size(); ++k) {
+    const auto host = randf(sz(std::max<int64_t>(ns[k], 1)), 70 + k, -3.f, 3.f);
+    xs.push_back(gpu->empty(Shape{std::max<int64_t>(ns[k], 1)}));
+    gpu->copy_from_host(xs.back().data(), host.data(), host.size() * sizeof(float));
+    ptrs.push_back(xs.back().f32());
+  }
+  std::vector<double> each(ns.size(), kNaN);
+  gpu->sum_squares_each(ptrs.data(), ns.data(), ns.size(), each.data());
+  for (size_t k = 0; k < ns.size(); ++k) {
+    CAPTURE(k);
+    const double one = gpu->sum_squares(ptrs[k], ns[k]);
+    CHECK(std::memcmp(&each[k], &one, sizeof(double)) == 0);
+  }
+  CHECK(each[1] == 0.0);
+  CHECK(each[3] > 0.0);
+}
+
 TEST_CASE("cuda vs cpu: sgd_update (momentum, nesterov, weight decay, first step)") {
   Pair P;
   const int64_t n = 100003;
