@@ -18,7 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-all_targets=(safetensors manifest idx schedule text_corpus fashion_flags gpt_flags plan_inputs plan_flags)
+all_targets=(safetensors manifest idx schedule text_corpus token_file fashion_flags gpt_flags plan_inputs plan_flags)
 runs=20000 max_time=300 timeout=10 keep_corpus=0 targets=() build=build-fuzz
 # The IDX target is the slowest (~300 inputs/s against 1000-3000): zlib's buffers (the reader's
 # 128 KiB gzbuffer, the target's deflate) are large allocations, which ASan maps and unmaps on

@@ -17,11 +17,11 @@
 #include <optional>
 #include <span>
 #include <system_error>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "engine/core/error.h"
-#include "engine/core/random.h"
 #include "engine/io/atomic_file.h"
 #include "engine/io/crc32.h"
 
@@ -35,31 +35,6 @@ constexpr size_t kBibleMinBytes = 4'000'000;
 constexpr const char* kBibleRange = "Gen1:1-Rev22:21";
 // Not "bible-kjv.txt": caches written before the checksum header existed are not read.
 constexpr const char* kBibleCacheName = "bible-kjv.cache";
-
-void check_window(std::string_view what, int64_t batch, int64_t context) {
-  if (batch < 1 || context < 1)
-    throw UsageError(
-        fmt::format("{}: batch {} and context {} must be at least 1", what, batch, context));
-}
-
-// Writes window [start, start + T) into row b of the batch.
-void put_window(const std::vector<uint8_t>& bytes, int64_t start, int64_t b, TextBatch& out) {
-  const int64_t T = out.context;
-  for (int64_t t = 0; t < T; ++t) {
-    const auto i = static_cast<size_t>(start + t);
-    out.input_ids[static_cast<size_t>(b * T + t)] = bytes[i];
-    out.target_ids[static_cast<size_t>(b * T + t)] = bytes[i + 1];
-  }
-}
-
-TextBatch empty_batch(int64_t batch, int64_t context) {
-  TextBatch out;
-  out.batch = batch;
-  out.context = context;
-  out.input_ids.resize(static_cast<size_t>(batch * context));
-  out.target_ids.resize(static_cast<size_t>(batch * context));
-  return out;
-}
 
 // "a folder", "a FIFO", ... for the message that refuses it.
 const char* file_kind(std::filesystem::file_type type) {
@@ -215,106 +190,19 @@ void write_cache(const std::filesystem::path& path, std::span<const uint8_t> byt
 
 }  // namespace
 
-// ---- batches ---------------------------------------------------------------------------------
-Tensor TextBatch::inputs() const {
-  return Tensor::borrow(const_cast<int32_t*>(input_ids.data()), Shape{batch, context}, DType::i32);
-}
-Tensor TextBatch::targets() const {
-  return Tensor::borrow(const_cast<int32_t*>(target_ids.data()), Shape{batch, context}, DType::i32);
-}
-
-TextCorpus::TextCorpus(std::vector<uint8_t> bytes, std::string source)
-    : bytes_(std::move(bytes)), source_(std::move(source)) {}
-
-TextCorpus::Split TextCorpus::split(double validation_fraction) const {
-  if (!(validation_fraction > 0.0 && validation_fraction < 1.0))
-    throw UsageError(
-        fmt::format("the validation fraction must be between 0 and 1 (exclusive) but "
-                    "got {}",
-                    validation_fraction));
-  const auto n_val = static_cast<int64_t>(static_cast<double>(size()) * validation_fraction);
-  const int64_t n_train = size() - n_val;
-  if (n_val < 2 || n_train < 2)
-    throw UsageError(
-        fmt::format("{} has {} bytes: too few to split {} / {} into training and "
-                    "validation; use a longer text or another fraction",
-                    source_, size(), n_train, n_val));
-  const auto cut = bytes_.begin() + n_train;
-  return {TextCorpus({bytes_.begin(), cut}, source_ + " (training part)"),
-          TextCorpus({cut, bytes_.end()}, source_ + " (validation part)")};
-}
-
-TextBatch TextCorpus::sample_batch(int64_t batch, int64_t context, uint64_t seed,
-                                   int64_t step) const {
-  check_window("sample_batch", batch, context);
-  if (size() < context + 1)
-    throw UsageError(
-        fmt::format("{} has {} bytes but a window of context {} needs {} (inputs and "
-                    "targets shifted by one); use a shorter --context or a longer text",
-                    source_, size(), context, context + 1));
-  // Starts in [0, size - T - 1]: the last target is bytes[start + T] < size.
-  const auto starts = static_cast<uint64_t>(size() - context);
-  CounterRng rng(hash_keys(hash_keys(seed, 0x7e47), static_cast<uint64_t>(step)));
-  TextBatch out = empty_batch(batch, context);
-  for (int64_t b = 0; b < batch; ++b)
-    put_window(bytes_, static_cast<int64_t>(rng.next_below(starts)), b, out);
-  return out;
-}
-
-int64_t TextCorpus::window_count(int64_t context) const {
-  check_window("window_count", 1, context);
-  return size() < 1 ? 0 : (size() - 1) / context;
-}
-
-TextBatch TextCorpus::windows(int64_t first, int64_t count, int64_t context) const {
-  check_window("windows", count, context);
-  if (first < 0 || first + count > window_count(context))
-    throw UsageError(fmt::format("windows [{}, {}) of context {}: {} has only {}", first,
-                                 first + count, context, source_, window_count(context)));
-  TextBatch out = empty_batch(count, context);
-  for (int64_t b = 0; b < count; ++b) put_window(bytes_, (first + b) * context, b, out);
-  return out;
-}
-
-// ---- evaluation windows ----------------------------------------------------------------------
-WindowIterator::WindowIterator(const TextCorpus& corpus, int64_t batch, int64_t context,
-                               int64_t max_windows)
-    : corpus_(&corpus), batch_(batch), context_(context) {
-  check_window("evaluation windows", batch, context);
-  if (max_windows < 0)
-    throw UsageError(fmt::format(
-        "the number of evaluation windows must be >= 0 (0: all) but got {}", max_windows));
-  const int64_t total = corpus.window_count(context);
-  if (total < 1)
-    throw UsageError(
-        fmt::format("{} has {} bytes: no evaluation window of context {} fits (it "
-                    "needs {}); use a shorter context or more validation text",
-                    corpus.source(), corpus.size(), context, context + 1));
-  if (max_windows > 0 && max_windows < total) {
-    stride_ = total / max_windows;
-    selected_ = std::min(max_windows, (total + stride_ - 1) / stride_);
-  } else {
-    selected_ = total;
-  }
-}
-
-bool WindowIterator::next(TextBatch& out) {
-  if (done_ >= selected_) return false;
-  const int64_t count = std::min(batch_, selected_ - done_);
-  out = empty_batch(count, context_);
-  for (int64_t b = 0; b < count; ++b)
-    put_window(corpus_->bytes(), (done_ + b) * stride_ * context_, b, out);
-  done_ += count;
-  return true;
+TokenCorpus byte_corpus(std::span<const uint8_t> bytes, std::string source) {
+  // Every byte is below 256: the corpus's check of the ids cannot fail.
+  return TokenCorpus(std::vector<uint16_t>(bytes.begin(), bytes.end()), kByteVocab,
+                     std::move(source));
 }
 
 // ---- loading -----------------------------------------------------------------------------------
-TextCorpus load_text_corpus(const std::filesystem::path& path) {
-  std::vector<uint8_t> bytes = read_file_bytes(path);
+TokenCorpus load_text_corpus(const std::filesystem::path& path) {
+  const std::vector<uint8_t> bytes = read_file_bytes(path);
   if (bytes.empty())
     throw FileError(
         fmt::format("text corpus '{}' is empty; give a file with some text", path.string()));
-  return TextCorpus(std::move(bytes), fmt::format("file '{}'", path.string()));
+  return byte_corpus(bytes, fmt::format("file '{}'", path.string()));
 }
 
 std::filesystem::path default_cache_dir() {
@@ -325,10 +213,10 @@ std::filesystem::path default_cache_dir() {
   return std::filesystem::temp_directory_path() / "pipetrain-cache";
 }
 
-TextCorpus bible_corpus(const std::filesystem::path& cache_dir, const std::string& program,
-                        double timeout_seconds) {
+TokenCorpus bible_corpus(const std::filesystem::path& cache_dir, const std::string& program,
+                         double timeout_seconds) {
   const std::filesystem::path cached = cache_dir / kBibleCacheName;
-  if (auto bytes = read_verified_cache(cached)) return TextCorpus(std::move(*bytes), "bible-kjv");
+  if (auto bytes = read_verified_cache(cached)) return byte_corpus(*bytes, "bible-kjv");
   if (!program_exists(program))
     throw FileError(
         fmt::format("the program '{}' was not found; it comes with Debian's package "
@@ -343,7 +231,7 @@ TextCorpus bible_corpus(const std::filesystem::path& cache_dir, const std::strin
     write_cache(cached, bytes);
   } catch (const std::exception&) {
   }
-  return TextCorpus(std::move(bytes), "bible-kjv");
+  return byte_corpus(bytes, "bible-kjv");
 }
 
 }  // namespace pt

@@ -4,6 +4,7 @@
 
 #include "engine/core/error.h"
 #include "engine/core/option_range.h"
+#include "engine/data/token_file.h"
 #include "engine/io/output_path.h"
 #include "engine/update/async_update_limits.h"
 #include "examples/common/command_line.h"
@@ -71,8 +72,17 @@ void add_gpt_flags(CLI::App& app, GptFlags& f) {
       ->capture_default_str()
       ->check(kUint64Text);
   app.add_option("--data", f.data,
-                 "a text file to train on (default: the King James Bible from `bible`)")
+                 "a text or token file to train on (default: the King James Bible from `bible`)")
       ->check(kNotEmpty);
+  app.add_option("--data-format", f.data_format,
+                 "text (bytes), llmc (llm.c's token file), uint16 (nanoGPT's raw tokens) or auto: "
+                 "llmc when the file starts with llm.c's magic, else uint16 for a .bin name, else "
+                 "text")
+      ->capture_default_str();
+  app.add_option("--vocab", f.vocab,
+                 "the vocabulary of a token file, up to 65536 (default: 50257, GPT-2's, for llm.c "
+                 "files; required for uint16 ones); the model pads it to a multiple of 128")
+      ->check(integer_text<int64_t>("between 1 and 65536"));
   app.add_option("--val-fraction", f.val_fraction, "the tail of the text held out for validation")
       ->capture_default_str();
   app.add_option("--eval-every", f.eval_every, "validation loss every N steps (0: only at the end)")
@@ -112,7 +122,9 @@ void add_gpt_flags(CLI::App& app, GptFlags& f) {
   set_group(app, "Training",
             {"--steps", "--batch", "--optim", "--lr", "--momentum", "--nesterov", "--weight-decay",
              "--clip", "--lr-schedule", "--warmup", "--min-lr", "--seed"});
-  set_group(app, "Data", {"--data", "--val-fraction", "--eval-every", "--eval-windows"});
+  set_group(
+      app, "Data",
+      {"--data", "--data-format", "--vocab", "--val-fraction", "--eval-every", "--eval-windows"});
   set_group(app, "Sampling", {"--prompt", "--temperature", "--top-k", "--sample-bytes"});
   set_group(app, "Diagnostics", {"--parity-check", "--metrics", "--log-every"});
 }
@@ -143,6 +155,17 @@ GptOptions check_gpt_flags(const GptFlags& f) {
     throw UsageError(
         fmt::format("--eval-every {} must be >= 0 (0: only at the end)", f.eval_every));
   check_integer("--eval-windows", f.eval_windows, 0, INT64_MAX, "0: all");
+  // Token files: the rest (--vocab for text read by auto, a raw file without it) once the file
+  // is opened (load_corpus).
+  const DataFormat data_format = parse_data_format(f.data_format);
+  if (f.vocab) check_integer("--vocab", *f.vocab, 1, kMaxTokenVocab, "token ids are uint16");
+  if (f.data.empty() &&
+      (f.vocab || data_format == DataFormat::llmc || data_format == DataFormat::uint16))
+    throw UsageError(
+        "--vocab and --data-format llmc or uint16 apply to a --data token file; the default "
+        "data, the King James Bible, is byte-level text");
+  if (data_format == DataFormat::text && f.vocab)
+    throw UsageError("--vocab applies to token files; --data-format text is bytes (vocab 256)");
   if (f.sample_bytes < 0)
     throw UsageError(fmt::format("--sample-bytes {} must be >= 0", f.sample_bytes));
   if (!(f.val_fraction > 0 && f.val_fraction < 1))

@@ -4,6 +4,7 @@
 // tests/fuzz/gpt_flags_fuzz.cpp fuzzes the two without training.
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -32,7 +33,9 @@ struct GptFlags {
   int64_t warmup = 0;
   uint64_t seed = 0;
   // data and evaluation
-  std::string data;  // empty: the Bible
+  std::string data;                  // empty: the Bible
+  std::string data_format = "auto";  // auto, text, llmc or uint16 (engine/data/token_file.h)
+  std::optional<int64_t> vocab;      // a token file's vocabulary
   double val_fraction = 0.1;
   int64_t eval_every = 50, eval_windows = 256;
   // sampling

@@ -1,6 +1,7 @@
 // pipetrain-gpt: trains a small GPT-2 style byte-level language model on the King James Bible
 // (Debian's bible-kjv) or any text file, reports the validation loss in nats per byte, and
-// samples text from a prompt.
+// samples text from a prompt. It also trains on token files (llm.c's or nanoGPT's uint16 tokens,
+// --data-format, --vocab), in nats per token, without a sample: it has no tokenizer.
 //
 // What it shows: gpt() (layers/zoo.h) trained with any of the set-ups of the library's entry
 // point (engine/setup/training_run.h; flags in examples/common/parallel_flags.h): one device, a
@@ -18,6 +19,7 @@
 //   pipetrain-gpt --steps 800 --resume latest:runs --save runs --save-every 100 --keep 2
 //   pipetrain-gpt --stages 2 --microbatches 4 --schedule 1f1b
 //   pipetrain-gpt --data mytext.txt --context 64 --d-model 128 --layers 2
+//   pipetrain-gpt --data fineweb_train_000001.bin --context 1024 --d-model 768 --heads 12
 //   mpirun -np 2 pipetrain-gpt --stages 2
 #include <chrono>
 #include <cmath>
@@ -36,6 +38,7 @@
 #include "engine/checkpoint/run_checkpoints.h"
 #include "engine/core/error.h"
 #include "engine/data/text_corpus.h"
+#include "engine/data/token_file.h"
 #include "engine/inference/generate.h"
 #include "engine/loop/step_record.h"
 #include "engine/process/preemption.h"
@@ -63,12 +66,12 @@ pt::TrainingState state_of(const pt::TrainingEngine& engine) {
   return s;
 }
 
-// Mean loss per byte (nats) over the evaluation windows of `corpus`: every evaluate() returns
+// Mean loss per token (nats) over the evaluation windows of `corpus`: every evaluate() returns
 // the mean over its batch, so the batches are weighted by their window counts.
-double validation_loss(pt::TrainingEngine& engine, const pt::TextCorpus& corpus,
+double validation_loss(pt::TrainingEngine& engine, const pt::TokenCorpus& corpus,
                        const pt::examples::GptFlags& f) {
   pt::WindowIterator windows(corpus, 4 * f.batch, f.context, f.eval_windows);
-  pt::TextBatch b;
+  pt::TokenBatch b;
   double sum = 0;
   while (windows.next(b)) {
     const pt::EvalStats ev = engine.evaluate(b.inputs(), b.targets(), f.batch);
@@ -84,8 +87,17 @@ int run(const pt::examples::GptFlags& f, pt::Communicator* world) {
   const pt::SamplingOptions& sampling = checked.sampling;
   const pt::TrainingOptions& par = checked.parallel;
   pt::CheckpointOptions checkpoint_options = checked.checkpoints;
+  // The data's format and vocabulary before the model: auto reads the file's first 4 bytes.
+  pt::DataFormat format = pt::DataFormat::text;  // the Bible
+  if (!f.data.empty()) {
+    format = pt::parse_data_format(f.data_format);
+    if (format == pt::DataFormat::automatic) format = pt::detect_data_format(f.data);
+  }
+  const bool token_file = format != pt::DataFormat::text;
+  const char* unit = token_file ? "token" : "byte";
+  const int64_t vocab = f.data.empty() ? pt::kByteVocab : pt::data_vocab(f.data, format, f.vocab);
   const auto make_model = [&] {
-    return pt::gpt(pt::TextCorpus::kVocab, f.context, f.d_model, f.layers, f.heads, !f.untied);
+    return pt::gpt(pt::padded_vocab(vocab), f.context, f.d_model, f.layers, f.heads, !f.untied);
   };
   // Built here once so that a model that cannot be built (its shapes) fails before any data is
   // read; make_training builds the one it trains.
@@ -104,15 +116,22 @@ int run(const pt::examples::GptFlags& f, pt::Communicator* world) {
   }
 
   // ---- data ----
-  const pt::TextCorpus corpus = f.data.empty() ? pt::bible_corpus() : pt::load_text_corpus(f.data);
-  const pt::TextCorpus::Split parts = corpus.split(f.val_fraction);
+  const pt::TokenCorpus corpus =
+      f.data.empty() ? pt::bible_corpus() : pt::load_corpus(f.data, format, f.vocab);
+  const pt::TokenCorpus::Split parts = corpus.split(f.val_fraction);
   // Fail here, not after training, when the validation part is too short for one window.
   const pt::WindowIterator probe(parts.validation, 1, f.context, f.eval_windows);
-  fmt::print("data: {} ({} bytes): {} for training, {} for validation ({} windows of {} bytes)\n",
-             corpus.source(), corpus.size(), parts.train.size(), parts.validation.size(),
-             probe.windows(), f.context);
+  fmt::print("data: {} ({} {}s): {} for training, {} for validation ({} windows of {} {}s)\n",
+             corpus.source(), corpus.size(), unit, parts.train.size(), parts.validation.size(),
+             probe.windows(), f.context, unit);
+  if (token_file)
+    fmt::print("vocabulary: {} ids, the model's {} (padded to a multiple of 128)\n", vocab,
+               pt::padded_vocab(vocab));
 
   checkpoint_options.settings["data"] = corpus.source();
+  // The model's shape and the meaning of the ids. Only for token files: text checkpoints written
+  // before --vocab existed still resume.
+  if (token_file) checkpoint_options.settings["vocab"] = std::to_string(vocab);
 
   pt::TrainingRun setup = pt::make_training(par, make_model, f.batch, cfg, world);
   std::unique_ptr<pt::examples::ParityCheckedEngine> parity;
@@ -125,10 +144,10 @@ int run(const pt::examples::GptFlags& f, pt::Communicator* world) {
   const int64_t tokens_per_step = f.batch * f.context;
   fmt::print(
       "pipetrain-gpt: gpt(context {}, d_model {}, {} layers, {} heads; {} parameters) on {}, "
-      "batch {} x {} bytes in {} micro-batch{}, {}, lr {} ({}{}), {} steps\n",
+      "batch {} x {} {}s in {} micro-batch{}, {}, lr {} ({}{}), {} steps\n",
       f.context, f.d_model, f.layers, f.heads, setup.model->param_count(), setup.description,
-      f.batch, f.context, setup.options.microbatches, setup.options.microbatches == 1 ? "" : "es",
-      setup.optimizer.str(), f.lr, f.lr_schedule,
+      f.batch, f.context, unit, setup.options.microbatches,
+      setup.options.microbatches == 1 ? "" : "es", setup.optimizer.str(), f.lr, f.lr_schedule,
       f.warmup > 0 ? fmt::format(", {} warm-up steps", f.warmup) : "", f.steps);
 
   // ---- resume ----
@@ -153,8 +172,8 @@ int run(const pt::examples::GptFlags& f, pt::Communicator* world) {
     const auto t0 = std::chrono::steady_clock::now();
     val_loss = validation_loss(engine, parts.validation, f);
     eval_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    fmt::print("step {}: validation loss {:.4f} nats/byte ({:.3f} bits/byte)\n", engine.step(),
-               val_loss, val_loss / std::log(2.0));
+    fmt::print("step {}: validation loss {:.4f} nats/{} ({:.3f} bits/{})\n", engine.step(),
+               val_loss, unit, val_loss / std::log(2.0), unit);
     metrics.write(
         {{"event", std::string("eval")}, {"step", engine.step()}, {"val_loss", val_loss}});
   };
@@ -162,7 +181,7 @@ int run(const pt::examples::GptFlags& f, pt::Communicator* world) {
     // Up to window() steps (--update async runs them as one schedule), never past an evaluation,
     // a checkpoint or the last step: those see a drained pipeline.
     const int64_t first = engine.step();
-    std::vector<pt::TextBatch> window;
+    std::vector<pt::TokenBatch> window;
     for (;;) {
       const int64_t step = first + static_cast<int64_t>(window.size());
       window.push_back(parts.train.sample_batch(f.batch, f.context, f.seed, step));
@@ -172,7 +191,7 @@ int run(const pt::examples::GptFlags& f, pt::Communicator* world) {
         break;
     }
     std::vector<pt::HostBatch> host;
-    for (const pt::TextBatch& b : window) host.push_back({b.inputs(), b.targets()});
+    for (const pt::TokenBatch& b : window) host.push_back({b.inputs(), b.targets()});
     const pt::TimedSteps window_stats = pt::train_timed(engine, host);
     train_seconds += window_stats.seconds;
     for (size_t k = 0; k < window_stats.stats.size(); ++k) {
@@ -220,11 +239,11 @@ int run(const pt::examples::GptFlags& f, pt::Communicator* world) {
   if (steps_trained > 0)
     fmt::print(
         "trained {} steps in {:.1f} s ({:.0f} tokens/s; evaluation took {:.1f} s more); "
-        "final validation loss {:.4f} nats/byte\n",
-        steps_trained, train_seconds, tokens_per_s, eval_seconds, val_loss);
+        "final validation loss {:.4f} nats/{}\n",
+        steps_trained, train_seconds, tokens_per_s, eval_seconds, val_loss, unit);
   else
-    fmt::print("final validation loss {:.4f} nats/byte (of the checkpoint; no step trained)\n",
-               val_loss);
+    fmt::print("final validation loss {:.4f} nats/{} (of the checkpoint; no step trained)\n",
+               val_loss, unit);
   fmt::print("peak resident memory: {:.1f} MiB (this process)\n",
              static_cast<double>(pt::peak_resident_bytes()) / (1 << 20));
   metrics.write({{"event", std::string("done")},
@@ -239,7 +258,12 @@ int run(const pt::examples::GptFlags& f, pt::Communicator* world) {
   if (parity) status = parity->verdict();
 
   // ---- sampling: the trained parameters copied onto one device ----
-  if (f.sample_bytes > 0) {
+  if (f.sample_bytes > 0 && token_file)  // the prompt is text, the ids are an outside tokenizer's
+    fmt::print(
+        "no sample: {} holds token ids, and pipetrain-gpt has no tokenizer to turn the prompt "
+        "into them or them into text (--sample-bytes 0 leaves this line out)\n",
+        corpus.source());
+  if (f.sample_bytes > 0 && !token_file) {
     auto device = pt::make_cpu_backend(static_cast<int>(setup.backends.size()),
                                        setup.backends[0]->num_threads());
     device->bind_current_thread();

@@ -1,6 +1,7 @@
-// The byte-level text corpus: loading (and a missing file), the train/validation split,
-// deterministic random windows with targets shifted by one, the fixed evaluation windows, and
-// the Bible from Debian's bible-kjv (skipped where the program is not installed).
+// Byte-level text as a token corpus (text_corpus.h, token_corpus.h): loading (and a missing
+// file), the train/validation split, deterministic random windows with targets shifted by one,
+// the fixed evaluation windows, and the Bible from Debian's bible-kjv (skipped where the program
+// is not installed).
 #include <doctest/doctest.h>
 
 #include <sys/stat.h>
@@ -11,6 +12,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <string_view>
 
 #include "engine/core/error.h"
 #include "engine/core/random.h"
@@ -36,6 +38,19 @@ std::filesystem::path write_text(const std::filesystem::path& dir, const std::st
   return path;
 }
 
+// The text's bytes as a corpus.
+TokenCorpus corpus_of(std::string_view text, std::string source) {
+  return byte_corpus({reinterpret_cast<const uint8_t*>(text.data()), text.size()},
+                     std::move(source));
+}
+
+// The corpus's tokens as text (every token a byte).
+std::string text_of(const TokenCorpus& c) {
+  std::string s;
+  for (const uint16_t id : c.tokens()) s += static_cast<char>(id);
+  return s;
+}
+
 std::string as_text(const std::vector<int32_t>& ids, size_t first, size_t n) {
   std::string s;
   for (size_t i = first; i < first + n; ++i) s += static_cast<char>(ids[i]);
@@ -56,10 +71,11 @@ TEST_CASE("load_text_corpus refuses a FIFO or a folder before opening it (no han
 TEST_CASE("load_text_corpus reads bytes; a missing or empty file is a FileError") {
   test::TempDir dir("pipetrain-text");
   const std::string text = sample_text();
-  const TextCorpus c = load_text_corpus(write_text(dir.path, text));
+  const TokenCorpus c = load_text_corpus(write_text(dir.path, text));
   CHECK(c.size() == 1000);
-  CHECK(std::string(c.bytes().begin(), c.bytes().end()) == text);
-  CHECK(TextCorpus::kVocab == 256);
+  CHECK(text_of(c) == text);
+  CHECK(c.vocab() == 256);
+  CHECK(padded_vocab(c.vocab()) == 256);  // the byte-level model's shape is unchanged
 
   const auto missing = dir.path / "nope.txt";
   CHECK_THROWS_AS(load_text_corpus(missing), FileError);
@@ -76,10 +92,10 @@ TEST_CASE("load_text_corpus reads bytes; a missing or empty file is a FileError"
 
 TEST_CASE("sample_batch: deterministic for (seed, step), targets are inputs shifted by one") {
   const std::string text = sample_text();
-  const TextCorpus c(std::vector<uint8_t>(text.begin(), text.end()), "sample");
+  const TokenCorpus c = corpus_of(text, "sample");
   const int64_t B = 6, T = 16;
-  const TextBatch a = c.sample_batch(B, T, 5, 3);
-  const TextBatch b = c.sample_batch(B, T, 5, 3);
+  const TokenBatch a = c.sample_batch(B, T, 5, 3);
+  const TokenBatch b = c.sample_batch(B, T, 5, 3);
   CHECK(a.input_ids == b.input_ids);
   CHECK(a.target_ids == b.target_ids);
   CHECK(a.inputs().shape() == Shape{B, T});
@@ -96,7 +112,7 @@ TEST_CASE("sample_batch: deterministic for (seed, step), targets are inputs shif
     CHECK(as_text(a.target_ids, row, T) == text.substr(at + 1, T));
   }
   // Every start position is possible, including the last one (targets end at the last byte).
-  const TextCorpus tiny(std::vector<uint8_t>{'a', 'b', 'c', 'd'}, "tiny");
+  const TokenCorpus tiny = corpus_of("abcd", "tiny");
   std::set<int32_t> firsts;
   for (int64_t s = 0; s < 200; ++s) firsts.insert(tiny.sample_batch(1, 3, 1, s).input_ids[0]);
   CHECK(firsts == std::set<int32_t>{'a'});
@@ -109,14 +125,16 @@ TEST_CASE("sample_batch: deterministic for (seed, step), targets are inputs shif
 
 TEST_CASE("split: a contiguous validation tail, disjoint from training") {
   const std::string text = sample_text();
-  const TextCorpus c(std::vector<uint8_t>(text.begin(), text.end()), "sample");
-  const TextCorpus::Split s = c.split(0.1);
+  const TokenCorpus c = corpus_of(text, "sample");
+  const TokenCorpus::Split s = c.split(0.1);
   CHECK(s.train.size() == 900);
   CHECK(s.validation.size() == 100);
-  CHECK(std::string(s.validation.bytes().begin(), s.validation.bytes().end()) == text.substr(900));
+  CHECK(text_of(s.validation) == text.substr(900));
+  CHECK(text_of(s.train) == text.substr(0, 900));
+  CHECK(s.validation.vocab() == 256);
   // No training window reaches into the validation bytes: all its windows lie in [0, 900).
   for (int64_t step = 0; step < 50; ++step) {
-    const TextBatch b = s.train.sample_batch(4, 8, 1, step);
+    const TokenBatch b = s.train.sample_batch(4, 8, 1, step);
     for (size_t r = 0; r < 4; ++r) {
       const std::string in = as_text(b.input_ids, r * 8, 8);
       const size_t at = text.find(in);
@@ -126,14 +144,14 @@ TEST_CASE("split: a contiguous validation tail, disjoint from training") {
   }
   CHECK_THROWS_AS(c.split(0.0), UsageError);
   CHECK_THROWS_AS(c.split(1.0), UsageError);
-  CHECK_THROWS_AS(TextCorpus(std::vector<uint8_t>{1, 2, 3}, "short").split(0.5), UsageError);
+  CHECK_THROWS_AS(corpus_of("abc", "short").split(0.5), UsageError);
 }
 
 TEST_CASE("evaluation windows: fixed, non-overlapping, all or spread evenly") {
   const std::string text = sample_text();
-  const TextCorpus c(std::vector<uint8_t>(text.begin(), text.end()), "sample");
+  const TokenCorpus c = corpus_of(text, "sample");
   CHECK(c.window_count(10) == 99);  // (1000 - 1) / 10: the 100th window's last target is missing
-  const TextBatch w = c.windows(2, 3, 10);
+  const TokenBatch w = c.windows(2, 3, 10);
   CHECK(w.batch == 3);
   CHECK(as_text(w.input_ids, 0, 10) == text.substr(20, 10));
   CHECK(as_text(w.target_ids, 20, 10) == text.substr(41, 10));
@@ -143,7 +161,7 @@ TEST_CASE("evaluation windows: fixed, non-overlapping, all or spread evenly") {
   CHECK(all.windows() == 99);
   CHECK(all.tokens() == 990);
   int64_t batches = 0, windows = 0;
-  TextBatch b;
+  TokenBatch b;
   while (all.next(b)) {
     ++batches;
     windows += b.batch;
@@ -161,7 +179,7 @@ TEST_CASE("evaluation windows: fixed, non-overlapping, all or spread evenly") {
   REQUIRE(firsts.size() == 10);
   for (size_t k = 0; k < 10; ++k) CHECK(firsts[k] == static_cast<uint8_t>(text[k * 9 * 10]));
 
-  const TextCorpus tiny(std::vector<uint8_t>{'a', 'b'}, "tiny");
+  const TokenCorpus tiny = corpus_of("ab", "tiny");
   CHECK_THROWS_WITH_AS(WindowIterator(tiny, 1, 4), doctest::Contains("no evaluation window"),
                        UsageError);
 }
@@ -178,15 +196,15 @@ TEST_CASE("bible_corpus: the whole King James Bible, cached after the first run"
     return;
   }
   test::TempDir dir("pipetrain-bible");
-  const TextCorpus c = bible_corpus(dir.path / "cache", "/usr/bin/bible");
+  const TokenCorpus c = bible_corpus(dir.path / "cache", "/usr/bin/bible");
   CHECK(c.size() > 4'000'000);
-  const std::string head(c.bytes().begin(), c.bytes().begin() + 40);
+  const std::string head = text_of(c).substr(0, 40);
   CHECK(head == "Ge1:1 In the beginning God created the h");
   const std::filesystem::path cache = dir.path / "cache" / "bible-kjv.cache";
   CHECK(std::filesystem::exists(cache));
   // The second call reads the cache: the same bytes even without the program.
-  const TextCorpus again = bible_corpus(dir.path / "cache", "pipetrain-no-such-bible-program");
-  CHECK(again.bytes() == c.bytes());
+  const TokenCorpus again = bible_corpus(dir.path / "cache", "pipetrain-no-such-bible-program");
+  CHECK(text_of(again) == text_of(c));
 
   // A cache with one byte changed (same size) fails its CRC-32 and is not used: without the
   // program that is an error, with it the text is made again and the cache rewritten.
@@ -197,8 +215,8 @@ TEST_CASE("bible_corpus: the whole King James Bible, cached after the first run"
   }
   CHECK_THROWS_WITH_AS(bible_corpus(dir.path / "cache", "pipetrain-no-such-bible-program"),
                        doctest::Contains("was not found"), FileError);
-  CHECK(bible_corpus(dir.path / "cache", "/usr/bin/bible").bytes() == c.bytes());
-  CHECK(bible_corpus(dir.path / "cache", "pipetrain-no-such-bible-program").bytes() == c.bytes());
+  CHECK(text_of(bible_corpus(dir.path / "cache", "/usr/bin/bible")) == text_of(c));
+  CHECK(text_of(bible_corpus(dir.path / "cache", "pipetrain-no-such-bible-program")) == text_of(c));
   // A truncated cache is not used either.
   std::filesystem::resize_file(cache, std::filesystem::file_size(cache) - 1);
   CHECK_THROWS_AS(bible_corpus(dir.path / "cache", "pipetrain-no-such-bible-program"), FileError);

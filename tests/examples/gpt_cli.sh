@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # pipetrain-gpt as a user runs it. Bad input: each case must exit != 0 with one clear message.
-# Checkpoints on a generated text (always run): save and resume give the uninterrupted run's
+# Token files (llm.c's and raw uint16): a short run each, the vocabulary a resume must match, a
+# clear refusal for each way a file or flag is wrong. Checkpoints on a generated text (always run): save and resume give the uninterrupted run's
 # final loss, also resharded onto 2 stages; --save-every/--keep; settings that must match;
 # --parity-check; SIGTERM stops with 75 and a checkpoint that resumes. Then a short pipelined
 # run (2 stages, 2 micro-batches) on the King James Bible must print a validation loss and a
@@ -100,6 +101,52 @@ if "$exe" --steps 2 "${small[@]}" --data "$work/small.txt" --prompt "In the" \
 else
   echo "FAIL: run on a text file"; cat "$work/file.txt"; fails=$((fails+1))
 fi
+
+# ---- token files (--data-format, --vocab): llm.c's header + uint16 tokens, and raw uint16 ----
+# le16 V...: the values as little-endian uint16 into $bin (printf's escapes; builtins only).
+le16() { local t lo hi; bin=""; for t in "$@"; do
+  printf -v lo '%02x' $((t & 255)); printf -v hi '%02x' $((t >> 8)); bin+="\\x$lo\\x$hi"; done; }
+ids=(); for i in $(seq 0 1999); do ids+=($(( (i * 7919 + 13) % 50257 ))); done
+le16 2000 0; count=$bin  # the token count as an int32: 2000 = 0x7d0
+{ printf '\x88\xd8\x34\x01\x01\x00\x00\x00'"$count"; head -c 1012 /dev/zero; le16 "${ids[@]}"; printf "$bin"; } > "$work/gpt2.tokens"
+chars=(); for i in $(seq 0 1999); do chars+=($(( i * 7 % 65 ))); done
+le16 "${chars[@]}"; printf "$bin" > "$work/chars.bin"
+tok=(--context 16 --d-model 32 --layers 1 --heads 2 --batch 4 --eval-windows 4 --eval-every 0)
+# llm.c's magic is recognised whatever the name; GPT-2's vocabulary by default, padded to 50304.
+if "$exe" "${tok[@]}" --steps 2 --data "$work/gpt2.tokens" --save "$work/tok-ck" > "$work/tok.txt" 2>&1 \
+   && grep -q "data: llm.c token file '$work/gpt2.tokens' (2000 tokens)" "$work/tok.txt" \
+   && grep -q "vocabulary: 50257 ids, the model's 50304" "$work/tok.txt" \
+   && grep -q "final validation loss [0-9.]* nats/token" "$work/tok.txt" \
+   && grep -q "^no sample: llm.c token file" "$work/tok.txt"; then
+  echo "ok: 2 steps on an llm.c token file: $(grep -o 'final validation loss.*' "$work/tok.txt")"
+else
+  echo "FAIL: run on an llm.c token file"; cat "$work/tok.txt"; fails=$((fails+1))
+fi
+expect_error "was saved with --vocab 50257 but this run has --vocab 50304" \
+  "${tok[@]}" --steps 3 --data "$work/gpt2.tokens" --vocab 50304 --resume "$work/tok-ck"
+# nanoGPT's raw uint16 (a .bin name): --vocab is required, 65 is padded to 128.
+if "$exe" "${tok[@]}" --steps 2 --data "$work/chars.bin" --vocab 65 --sample-bytes 0 > "$work/raw.txt" 2>&1 \
+   && grep -q "vocabulary: 65 ids, the model's 128" "$work/raw.txt" && grep -q "final validation loss" "$work/raw.txt"; then
+  echo "ok: 2 steps on a raw uint16 file (--vocab 65)"
+else
+  echo "FAIL: run on a raw uint16 file"; cat "$work/raw.txt"; fails=$((fails+1))
+fi
+expect_refused "which do not say their vocabulary: pass --vocab" "${tok[@]}" --data "$work/chars.bin"
+expect_refused "holds token 14 at position 2 (counting from 0), outside the vocabulary [0, 10)" \
+  "${tok[@]}" --data "$work/chars.bin" --vocab 10
+expect_refused "its first int32 is 458752, not llm.c's magic 20240520" \
+  "${tok[@]}" --data "$work/chars.bin" --data-format llmc
+head -c 2001 "$work/chars.bin" > "$work/odd.bin"
+expect_refused "it has 2001 bytes, an odd number" "${tok[@]}" --data "$work/odd.bin" --vocab 65
+head -c 3000 "$work/gpt2.tokens" > "$work/cut.tokens"
+expect_refused "its header counts 2000 tokens (5024 bytes with the header) but the file has 3000 bytes: it is truncated" \
+  "${tok[@]}" --data "$work/cut.tokens"
+expect_refused "--vocab 50257 applies to token files, but '$work/small.txt' is read as byte-level text" \
+  "${tok[@]}" --data "$work/small.txt" --vocab 50257
+expect_refused "unknown data format 'npy': use auto" --data-format npy
+expect_refused "--vocab 70000 must be an integer between 1 and 65536" --data "$work/chars.bin" --vocab 70000
+expect_refused "--vocab and --data-format llmc or uint16 apply to a --data token file" --vocab 50257
+expect_refused "--vocab applies to token files; --data-format text is bytes" --data "$work/small.txt" --data-format text --vocab 5
 
 # ---- checkpoints (on a generated text, so that they run without the bible) ----
 for i in $(seq 1 200); do echo "Line $i: In the beginning God created the heaven and the earth, $((i * 7919 % 1000))."; done > "$work/text.txt"

@@ -114,6 +114,19 @@ put("text_corpus", "bible", bytes([26, 16, 4, 8, 0, 2]) + verses.encode())
 put("text_corpus", "short", bytes([128, 1, 1, 0, 0, 1]) + b"abc")
 put("text_corpus", "utf8", bytes([200, 3, 2, 1, 1, 1]) + "Grüße, 世界\n".encode())
 
+# ---- token files: 7 parameter bytes (format, vocab - 1 as two bytes, fraction, context, batch,
+# max windows; see token_file_fuzz.cpp), then the file: llm.c's header and uint16 tokens, or raw
+def llmc_file(tokens, magic=20240520, version=1):
+    return struct.pack("<256i", magic, version, len(tokens), *([0] * 253)) + struct.pack("<%dH" % len(tokens), *tokens)
+gpt2 = [(i * 7919 + 13) % 50257 for i in range(64)]
+put("token_file", "llmc", bytes([0, 0x50, 0xc4, 26, 8, 2, 4]) + llmc_file(gpt2))  # vocab 50257
+put("token_file", "llmc_auto", bytes([2, 0x50, 0xc4, 26, 8, 2, 4]) + llmc_file(gpt2))
+put("token_file", "llmc_default_vocab", bytes([3, 0, 0, 26, 8, 2, 4]) + llmc_file(gpt2))
+put("token_file", "llmc_short", bytes([0, 0xff, 0xff, 128, 1, 1, 0]) + llmc_file([1, 2, 3]))
+put("token_file", "llama3", bytes([2, 0xff, 0xff, 26, 4, 1, 1]) + llmc_file([1, 2], 20240801, 7))
+put("token_file", "raw", bytes([1, 64, 0, 51, 4, 2, 2]) + struct.pack("<32H", *[i % 65 for i in range(32)]))
+put("token_file", "raw_auto", bytes([2, 0x50, 0xc4, 26, 8, 2, 4]) + struct.pack("<64H", *gpt2))
+
 # ---- command lines: every case of the examples' CLI tests (the words after the expected
 # message), one word a line; shell expansions are replaced by plain values
 import re, shlex

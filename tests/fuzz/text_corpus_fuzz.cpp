@@ -15,11 +15,11 @@ namespace {
 
 // Every token of a batch is a byte of the corpus, in range, and targets are inputs shifted by one
 // within each window.
-void check_batch(const pt::TextBatch& b) {
+void check_batch(const pt::TokenBatch& b) {
   const size_t n = static_cast<size_t>(b.batch * b.context);
   if (b.input_ids.size() != n || b.target_ids.size() != n) std::abort();
   for (size_t i = 0; i < n; ++i) {
-    if (b.input_ids[i] < 0 || b.input_ids[i] >= pt::TextCorpus::kVocab) std::abort();
+    if (b.input_ids[i] < 0 || b.input_ids[i] >= pt::kByteVocab) std::abort();
     if ((i + 1) % static_cast<size_t>(b.context) != 0 && b.target_ids[i] != b.input_ids[i + 1])
       std::abort();
   }
@@ -40,16 +40,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::filesystem::path file = scratch.write("corpus.txt", data + kParams, size - kParams);
 
   pt::fuzz::load_or_refuse<pt::UsageError>([&] {
-    const pt::TextCorpus corpus = pt::load_text_corpus(file);
+    const pt::TokenCorpus corpus = pt::load_text_corpus(file);
     if (corpus.size() != static_cast<int64_t>(size - kParams)) std::abort();
     pt::fuzz::load_or_refuse<pt::UsageError>([&] {
-      const pt::TextCorpus::Split parts = corpus.split(fraction);
+      const pt::TokenCorpus::Split parts = corpus.split(fraction);
       if (parts.train.size() + parts.validation.size() != corpus.size()) std::abort();
       pt::fuzz::load_or_refuse<pt::UsageError>(
           [&] { check_batch(parts.train.sample_batch(batch, context, 1234, 7)); });
       pt::fuzz::load_or_refuse<pt::UsageError>([&] {
         pt::WindowIterator windows(parts.validation, batch, context, max_windows);
-        pt::TextBatch b;
+        pt::TokenBatch b;
         int64_t seen = 0;
         while (windows.next(b)) {
           check_batch(b);
