@@ -216,23 +216,34 @@ std::vector<Wait> waits(const Job& job) {
         else
           w.waited_for = {e.peer};
       } else {
-        // Members that have not reached the same collective (the k-th of this run on this group).
+        // Members that had not reached the same collective (the k-th of this run on this group)
+        // while this rank waited: not at all, or only after it gave up. A member stopped
+        // (SIGSTOP) and resumed by mpirun's teardown walks into the collective late and writes
+        // its record there; by then the waiter had timed out waiting for it.
+        std::string late;
         for (int m : g.second) {
           if (m == rank) continue;
           const FlightRecord* other = job.record(m);
+          const FlightEvent* kth = nullptr;
           int seen = 0;
           if (other)
             for (const FlightEvent& o : other->events)
               if (o.kind == FlightKind::collective && o.run == e.run &&
-                  flight_group_of(*other, o) == g)
-                ++seen;
-          if (seen <= k) w.waited_for.push_back(m);
+                  flight_group_of(*other, o) == g && seen++ == k)
+                kth = &o;
+          const bool after_giving_up =
+              kth && e.state == FlightState::timed_out && kth->start_ns > e.end_ns;
+          if (!kth || after_giving_up) w.waited_for.push_back(m);
+          if (after_giving_up)
+            late += fmt::format("; rank {} reached it at {}, after this rank gave up", m,
+                                clock_time(kth->start_ns));
         }
         w.text = fmt::format(
-            "{} ({} bytes) in {}{}: {}; not there: {}", comm_op_name(static_cast<CommOp>(e.op)),
+            "{} ({} bytes) in {}{}: {}; not there: {}{}", comm_op_name(static_cast<CommOp>(e.op)),
             e.bytes, group_text(g), during(*r, e), how_long(*r, e),
             w.waited_for.empty() ? std::string("none (it is in progress)")
-                                 : fmt::format("rank {}", fmt::join(w.waited_for, ", rank ")));
+                                 : fmt::format("rank {}", fmt::join(w.waited_for, ", rank ")),
+            late);
       }
       out.push_back(std::move(w));
     }

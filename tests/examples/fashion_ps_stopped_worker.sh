@@ -14,7 +14,11 @@
 #    "unmatched" operations and named the server as stalled.
 # Three moments to stop it: just before a save, at a save, just after one. With the fix
 # reverted, pipetrain-hang failed all three (rank 2 stalled or a cycle; 67-159 unmatched); the
-# first error's check fails only at some moments (which moment is a race).
+# first error's check fails only at some moments (which moment is a race). On a loaded machine
+# the stop can land inside a later save's exchange; mpirun's teardown then resumes rank 1
+# (SIGCONT), which finishes the all_gather rank 0 gave up on and writes its record from the next
+# one: pipetrain-hang counts a member that reached a collective only after the waiter gave up as
+# absent (tests/examples/flight_recorder.sh has those records), else it named ranks 0 and 1.
 #
 #   fashion_ps_stopped_worker.sh <pipetrain-fashion> <pipetrain-hang> [data dir]
 # Needs the Fashion-MNIST files and mpirun; exits 77 (skip) without them.

@@ -88,6 +88,39 @@ if [ -z "$faults" ]; then
       fail "pipetrain-hang on the SIGUSR1 record gave rc=$rc:"; echo "$out"
     fi
   fi
+
+  # ---- a rank that reached a collective only after its partner gave up ----
+  # Records as a SIGSTOPped rank leaves them when mpirun's teardown resumes it (SIGCONT): rank 0
+  # timed out in an all_gather of 'ps workers'; rank 1 entered that all_gather 3.5 s after rank 0
+  # gave up, finished it, and wrote its record from inside the next one. Rank 1 is the stalled
+  # rank; counting it as "there" left nobody to blame (tests/examples/fashion_ps_stopped_worker.sh
+  # hit it at one moment of the stop).
+  mkdir -p "$work/late"
+  python3 - "$work/late" <<'PY'
+import json, sys
+t0 = 1_800_000_000_000_000  # microseconds since the epoch
+def record(rank, written, events):
+    return {"format": "pipetrain-flight-record", "version": 1, "world_rank": rank, "world_size": 2,
+            "pid": 100 + rank, "reason": "asked by rank 0, which failed", "written_unix_us": written,
+            "capacity": 64, "groups": [{"name": "ps workers", "world_ranks": [0, 1]}],
+            "action_lists": [], "events": events}
+def gather(seq, state, start, end, nbytes):
+    return {"seq": seq, "kind": "collective", "state": state, "op": "all_gather", "group": 0,
+            "bytes": nbytes, "run": 7, "step": 7, "start_unix_us": start, "end_unix_us": end}
+rank0 = record(0, t0 + 4_600_000, [gather(0, "timed_out", t0, t0 + 4_500_000, 8)])
+rank1 = record(1, t0 + 8_100_000, [gather(0, "finished", t0 + 8_000_000, t0 + 8_000_100, 8),
+                                   gather(1, "started", t0 + 8_000_200, 0, 2624)])
+for r in (rank0, rank1):
+    with open(f"{sys.argv[1]}/rank-{r['world_rank']:05d}.json", "w") as f:
+        json.dump(r, f)
+PY
+  out=$("$hang" "$work/late" 2>&1); rc=$?
+  if has "$out" "stalled: rank 1 (waited for by rank 0)" && ! has "$out" "stalled: rank 0" &&
+     has "$out" "after this rank gave up"; then
+    pass "a rank that reached the collective after its partner gave up is the stalled one"
+  else
+    fail "pipetrain-hang on a late rank (rc=$rc) does not name rank 1 alone:"; echo "$out"
+  fi
 else
   # ---- SIGUSR1 to mpirun (it forwards it to every rank): all records, training goes on ----
   mkdir "$work/usr1"
