@@ -70,10 +70,7 @@ Uid virtual_scores(Graph& g, const Views& v) {
 // A built plan and the uids its execution binds.
 struct CudnnAttention::Cached {
   Plan plan;
-  Uid q = 0, k = 0, v = 0, o = 0, lse = 0;  // forward and backward
-  Uid d_o = 0, dq = 0, dk = 0, dv = 0;      // backward
-  Uid softmax_sum = 0, dq_accumulator = 0;  // backward: fp32 scratch that is not virtual
-  int64_t scratch_bytes = 0;                // those two, after the plan's workspace
+  AttentionUids ids;
 };
 
 CudnnAttention::CudnnAttention(cudaStream_t stream) : stream_(stream) {
@@ -104,13 +101,12 @@ size_t CudnnAttention::version() { return cudnnGetVersion(); }
 
 size_t CudnnAttention::cached_plans() const { return plans_.size(); }
 
-CudnnAttention::Cached& CudnnAttention::plan(const Key& key) {
-  if (auto it = plans_.find(key); it != plans_.end()) return *it->second;
-  const auto [backward, deterministic, B, T, H, Dh, scale_bits] = key;
+AttentionGraph attention_graph(bool backward, bool deterministic, int64_t B, int64_t T, int64_t H,
+                               int64_t Dh, float scale) {
   const Views v{B, H, T, Dh};
-  const float scale = std::bit_cast<float>(scale_bits);
-  auto c = std::make_unique<Cached>();
-  Graph g;
+  AttentionGraph out;
+  Graph& g = out.graph;
+  AttentionUids* c = &out.ids;
   c->q = g.tensor(v.bhsd(), v.qkv_strides(), kBf16, false);
   // K (and V in backward) are declared transposed, (b, h, d, s): the matmuls take them so.
   c->k = g.tensor(v.bhds(), v.qkv_transposed(), kBf16, false);
@@ -194,7 +190,17 @@ CudnnAttention::Cached& CudnnAttention::plan(const Key& key) {
     c->scratch_bytes = softmax_sum_bytes(B, H, T) +
                        (deterministic ? 0 : B * H * T * Dh * static_cast<int64_t>(sizeof(float)));
   }
-  c->plan = g.build(handle_, backward && deterministic);
+  return out;
+}
+
+CudnnAttention::Cached& CudnnAttention::plan(const Key& key) {
+  if (auto it = plans_.find(key); it != plans_.end()) return *it->second;
+  const auto [backward, deterministic, B, T, H, Dh, scale_bits] = key;
+  AttentionGraph built =
+      attention_graph(backward, deterministic, B, T, H, Dh, std::bit_cast<float>(scale_bits));
+  auto c = std::make_unique<Cached>();
+  c->plan = built.graph.build(handle_, backward && deterministic);
+  c->ids = built.ids;
   return *plans_.emplace(key, std::move(c)).first->second;
 }
 
@@ -210,9 +216,13 @@ void CudnnAttention::forward(const uint16_t* qkv, uint16_t* out, float* lse, int
   auto* base = const_cast<uint16_t*>(qkv);
   void* ws =
       c.plan.workspace_bytes > 0 ? workspace(static_cast<size_t>(c.plan.workspace_bytes)) : nullptr;
-  Graph::execute(
-      handle_, c.plan,
-      {{c.q, base}, {c.k, base + H * Dh}, {c.v, base + 2 * H * Dh}, {c.o, out}, {c.lse, lse}}, ws);
+  Graph::execute(handle_, c.plan,
+                 {{c.ids.q, base},
+                  {c.ids.k, base + H * Dh},
+                  {c.ids.v, base + 2 * H * Dh},
+                  {c.ids.o, out},
+                  {c.ids.lse, lse}},
+                 ws);
 }
 
 void CudnnAttention::backward(const uint16_t* qkv, const uint16_t* out, const uint16_t* dout,
@@ -223,26 +233,26 @@ void CudnnAttention::backward(const uint16_t* qkv, const uint16_t* out, const ui
   Cached& c = plan({true, deterministic, B, T, H, Dh, bits(scale)});
   auto* base = const_cast<uint16_t*>(qkv);
   const int64_t plan_bytes = aligned(c.plan.workspace_bytes);
-  auto* ws = static_cast<char*>(workspace(static_cast<size_t>(plan_bytes + c.scratch_bytes)));
+  auto* ws = static_cast<char*>(workspace(static_cast<size_t>(plan_bytes + c.ids.scratch_bytes)));
   auto* softmax_sum = reinterpret_cast<float*>(ws + plan_bytes);
-  std::map<Uid, void*> pointers{{c.q, base},
-                                {c.k, base + H * Dh},
-                                {c.v, base + 2 * H * Dh},
-                                {c.o, const_cast<uint16_t*>(out)},
-                                {c.d_o, const_cast<uint16_t*>(dout)},
-                                {c.lse, const_cast<float*>(lse)},
-                                {c.dq, dqkv},
-                                {c.dk, dqkv + H * Dh},
-                                {c.dv, dqkv + 2 * H * Dh},
-                                {c.softmax_sum, softmax_sum}};
-  if (c.dq_accumulator != 0) {
+  std::map<Uid, void*> pointers{{c.ids.q, base},
+                                {c.ids.k, base + H * Dh},
+                                {c.ids.v, base + 2 * H * Dh},
+                                {c.ids.o, const_cast<uint16_t*>(out)},
+                                {c.ids.d_o, const_cast<uint16_t*>(dout)},
+                                {c.ids.lse, const_cast<float*>(lse)},
+                                {c.ids.dq, dqkv},
+                                {c.ids.dk, dqkv + H * Dh},
+                                {c.ids.dv, dqkv + 2 * H * Dh},
+                                {c.ids.softmax_sum, softmax_sum}};
+  if (c.ids.dq_accumulator != 0) {
     // cuDNN 9.6 and later clear the accumulator themselves; earlier ones need it zero. Clearing
     // costs one pass over B·H·T·Dh floats either way.
     auto* accumulator = reinterpret_cast<float*>(ws + plan_bytes + softmax_sum_bytes(B, H, T));
     if (cudaMemsetAsync(accumulator, 0, static_cast<size_t>(B * H * T * Dh) * sizeof(float),
                         stream_) != cudaSuccess)
       throw cudnn_graph::Refused("cudaMemsetAsync of the attention dQ accumulator failed");
-    pointers[c.dq_accumulator] = accumulator;
+    pointers[c.ids.dq_accumulator] = accumulator;
   }
   Graph::execute(handle_, c.plan, pointers, ws);
 }

@@ -17,11 +17,28 @@
 #include <string>
 #include <tuple>
 
+#include "kernels/cuda/cudnn_graph.h"
+
 namespace pt::cuda {
 
-namespace cudnn_graph {
-struct Plan;
-}
+// The uids an attention graph's execution binds (0: not in this graph).
+struct AttentionUids {
+  int64_t q = 0, k = 0, v = 0, o = 0, lse = 0;  // forward and backward
+  int64_t d_o = 0, dq = 0, dk = 0, dv = 0;      // backward
+  int64_t softmax_sum = 0, dq_accumulator = 0;  // backward: fp32 scratch, not virtual
+  int64_t scratch_bytes = 0;                    // those two, after the plan's workspace
+};
+
+// The graph of one attention call (forward, or backward fast or deterministic) and its uids:
+// what CudnnAttention builds its plans from. Public so that a machine without a GPU can check
+// it: cuDNN validates every tensor and op, and finalizes the operation graph, without a handle
+// (tests/cuda_math/cudnn_attention_graph_test.cpp); choosing an engine needs the GPU.
+struct AttentionGraph {
+  cudnn_graph::Graph graph;
+  AttentionUids ids;
+};
+AttentionGraph attention_graph(bool backward, bool deterministic, int64_t B, int64_t T, int64_t H,
+                               int64_t Dh, float scale);
 
 // Device scratch of at least `bytes` for work queued on the stream (the backend owns it).
 using AttentionWorkspaceFn = std::function<void*(size_t bytes)>;

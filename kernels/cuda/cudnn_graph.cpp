@@ -208,6 +208,18 @@ int64_t engine_index(const Descriptor& config) {
 }
 }  // namespace
 
+std::shared_ptr<Descriptor> Graph::operation_graph(cudnnHandle_t handle) const {
+  auto graph = std::make_shared<Descriptor>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  std::vector<cudnnBackendDescriptor_t> ops;
+  for (const auto& op : ops_) ops.push_back(op->get());
+  graph->set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+             static_cast<int64_t>(ops.size()), ops.data(), "operation graph");
+  if (handle)
+    graph->set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "operation graph");
+  graph->finalize(fmt::format("operation graph of {} ops", ops.size()).c_str());
+  return graph;
+}
+
 Plan Graph::build(cudnnHandle_t handle, bool deterministic) const {
   Plan out;
   out.keep_alive.insert(out.keep_alive.end(), ops_.begin(), ops_.end());
@@ -215,13 +227,7 @@ Plan Graph::build(cudnnHandle_t handle, bool deterministic) const {
   for (const auto& [uid, t] : tensors_) out.keep_alive.push_back(t);
   out.scalars = scalars_;
 
-  auto graph = std::make_shared<Descriptor>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-  std::vector<cudnnBackendDescriptor_t> ops;
-  for (const auto& op : ops_) ops.push_back(op->get());
-  graph->set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-             static_cast<int64_t>(ops.size()), ops.data(), "operation graph");
-  graph->set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "operation graph");
-  graph->finalize(fmt::format("operation graph of {} ops", ops.size()).c_str());
+  const std::shared_ptr<Descriptor> graph = operation_graph(handle);
   out.keep_alive.push_back(graph);
 
   Descriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);

@@ -79,6 +79,12 @@ class Graph {
   void reduction(cudnnReduceTensorOp_t op, Uid x, Uid y);  // over the dims where y is 1
   void reshape(Uid x, Uid y);                              // same elements, y's strides
 
+  // The operation graph, finalized: on `handle`, or with none (nullptr) to check the graph on a
+  // machine without a GPU (cuDNN validates the ops and their connections; it needs the handle,
+  // or the device's properties, only to choose engines). Throws Refused.
+  std::shared_ptr<Descriptor> operation_graph(cudnnHandle_t handle) const;
+  size_t op_count() const { return ops_.size(); }
+
   // The operation graph on `handle`, the heuristics' engine configs (mode A) in order, and the
   // first that finalizes into a plan; with `deterministic`, configs that cuDNN marks
   // non-deterministic are skipped. Throws Refused naming the last reason when none works.
