@@ -24,8 +24,9 @@
 //       the GPT-2 124M shape of issue 36 and llm.c (vocab 50257 padded to 50304, T 1024, d 768,
 //       12 layers, 12 heads, batch 16, bf16, AdamW, random tokens): one stage, then two stages
 //       on slots of cuda:0 (1F1B, M = 8); MFU with llm.c's formula (6 N + 6 L d T FLOPs per
-//       token, N all parameters) over the bf16 datasheet peak (989.4; llm.c's mfu.h gives 988.9
-//       for the H100 SXM); peak_mib: the largest device's peak allocation in the timed steps
+//       token, N all parameters, the tied embedding once) over the bf16 datasheet peak (989.4;
+//       llm.c's mfu.h gives 988.9 for the H100 SXM); peak_mib: the largest device's peak allocation
+//       in the timed steps
 //   {"bench":"gpu_pipeline", "schedule", "stages", "microbatches", "step_ms", "single_ms",
 //    "predicted_ms", "predicted_over_measured"}
 //       the GPT pipelined over two backends (slots of cuda:0, or two GPUs); the prediction is the
@@ -319,8 +320,8 @@ void bench_gpt2(const std::string& gpu, int reps) {
         devices.push_back(owned.back().get());
       }
       pt::Model m = pt::gpt(kVocabPadded, kT, kD, kL, kH);
-      const double flops_per_token =
-          6.0 * static_cast<double>(m.param_count()) + 6.0 * kL * kD * static_cast<double>(kT);
+      const double flops_per_token = 6.0 * static_cast<double>(m.unique_param_count()) +
+                                     6.0 * kL * kD * static_cast<double>(kT);
       pt::PipelineConfig pc;
       pc.trainer = adamw(M);
       pc.schedule = pt::sched::add_communication(pt::sched::generate("1f1b", S, M));

@@ -39,6 +39,16 @@ int64_t Model::param_count() const {
   return n;
 }
 
+int64_t Model::unique_param_count() const {
+  int64_t n = param_count();
+  for (const ParameterTie& t : ties_) {
+    const ParamRef& owner = t.members[0];
+    const int64_t each = layer(owner.layer).param_specs().at(owner.param).shape.numel();
+    n -= each * static_cast<int64_t>(t.members.size() - 1);
+  }
+  return n;
+}
+
 namespace {
 
 std::string human(double v) {

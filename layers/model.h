@@ -51,7 +51,12 @@ class Model {
   Layer& layer(int i) const { return *layers_.at(static_cast<size_t>(i)); }
   Loss& loss() const { return *loss_; }
 
+  // Parameters held by the layers: a tied parameter once per copy (each copy has its memory).
   int64_t param_count() const;
+  // Parameters the model learns: a tied parameter once (GPT-2 124M: 124,475,904, where
+  // param_count() counts its 50304 x 768 token embedding twice). What FLOP counts (6 N per
+  // token) and a model's name use.
+  int64_t unique_param_count() const;
   // The table of `summary()`: index, name, output shape, params, FLOPs, activation bytes.
   std::string summary() const;
   // A one-line-per-layer text identifying the architecture (kinds, names, shapes, parameter

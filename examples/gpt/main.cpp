@@ -145,7 +145,7 @@ int run(const pt::examples::GptFlags& f, pt::Communicator* world) {
   fmt::print(
       "pipetrain-gpt: gpt(context {}, d_model {}, {} layers, {} heads; {} parameters) on {}, "
       "batch {} x {} {}s in {} micro-batch{}, {}, lr {} ({}{}), {} steps\n",
-      f.context, f.d_model, f.layers, f.heads, setup.model->param_count(), setup.description,
+      f.context, f.d_model, f.layers, f.heads, setup.model->unique_param_count(), setup.description,
       f.batch, f.context, unit, setup.options.microbatches,
       setup.options.microbatches == 1 ? "" : "es", setup.optimizer.str(), f.lr, f.lr_schedule,
       f.warmup > 0 ? fmt::format(", {} warm-up steps", f.warmup) : "", f.steps);

@@ -185,6 +185,15 @@ TEST_CASE("gradcheck: a tiny gpt() end to end (every parameter of every layer)")
 }
 
 // ---- causality and variable sequence lengths -----------------------------------------------
+TEST_CASE("a tied parameter counts once in unique_param_count(), once per copy in param_count()") {
+  const Model tied = gpt(64, 8, 16, 1, 2, true), untied = gpt(64, 8, 16, 1, 2, false);
+  CHECK(tied.param_count() == untied.param_count());
+  CHECK(tied.unique_param_count() == tied.param_count() - 64 * 16);
+  CHECK(untied.unique_param_count() == untied.param_count());
+  // GPT-2 124M as llm.c builds it (vocab padded to 50304): llm.c's parameter count exactly.
+  CHECK(gpt(50304, 1024, 768, 12, 12, true).unique_param_count() == 124'475'904);
+}
+
 TEST_CASE("a block's outputs at positions <= t do not depend on inputs after t") {
   Backend& be = backend();
   const int64_t B = 2, T = 6, d = 8, t = 2;
