@@ -177,8 +177,10 @@ AttentionGraph attention_graph(bool backward, bool deterministic, int64_t B, int
     g.reshape(ds, ds_t);
     g.matmul(ds_t, c->q, c->dk);
     // dQ = dS K, through an fp32 accumulator unless deterministic. K is viewed back as
-    // (b, h, s, d); the frontend leaves this view's type to cuDNN, bf16 is K's own.
-    const Uid k_view = g.tensor(v.bhsd(), v.qkv_strides(), kBf16, true);
+    // (b, h, s, d). The view is typed fp32 as in the cuDNN frontend's graph, where a virtual
+    // tensor nobody types takes the graph's intermediate type (llm.c: fp32) and its reshape
+    // node keeps it; the engine reads K's bf16 memory through it.
+    const Uid k_view = g.tensor(v.bhsd(), v.qkv_strides(), kF32, true);
     g.reshape(c->k, k_view);
     if (deterministic) {
       g.matmul(ds, k_view, c->dq);
