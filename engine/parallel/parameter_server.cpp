@@ -1,5 +1,6 @@
-// Which server holds which layers (shard_by_layer, see parameter_server.h). The server's loop is
-// in ps_server.cpp, the worker's side in ps_client.cpp, the messages between them in ps_protocol.h.
+// Which server holds which layers (shard_by_layer, see parameter_server.h). The server's loops
+// are in ps_server.cpp (synchronous) and ps_server_async.cpp, the worker's side in ps_client.cpp,
+// the messages between them in ps_protocol.h.
 #include "engine/parallel/parameter_server.h"
 
 #include <algorithm>

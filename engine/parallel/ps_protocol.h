@@ -1,7 +1,7 @@
 #pragma once
 // The parameter server's messages (parameter_server.h draws the exchange): their kinds and tags,
 // the headers, the state payload of INIT and FETCH, and the batch of sends every sender waits for.
-// Shared by the server (ps_server.cpp) and its client (ps_client.cpp), so both read one layout.
+// Shared by the server (ps_server.h) and its client (ps_client.cpp), so both read one layout.
 #include <algorithm>
 #include <array>
 #include <cstddef>
