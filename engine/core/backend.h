@@ -174,7 +174,8 @@ class Backend {
   // Throws UsageError if a label is outside [0, classes).
   virtual double softmax_xent_forward(const float* logits, const int32_t* labels, float* probs,
                                       int64_t rows, int64_t classes) = 0;
-  // dlogits = scale * (probs - onehot(labels)).
+  // dlogits = scale * (probs - onehot(labels)); dlogits may be probs itself (in place: the loss
+  // layer writes the gradient over the saved probabilities, one vocabulary-sized buffer less).
   virtual void softmax_xent_backward(const float* probs, const int32_t* labels, float* dlogits,
                                      int64_t rows, int64_t classes, float scale) = 0;
   // Returns sum of (pred - target)^2 (host value).

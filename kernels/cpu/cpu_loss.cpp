@@ -96,10 +96,13 @@ void CpuBackend::softmax_xent_backward(const float* probs, const int32_t* labels
   check_labels("softmax_xent_backward", labels, rows, classes);
   cpu::parallel_rows(threads_, rows, classes, [=](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      const float* __restrict pr = probs + r * classes;
-      float* __restrict dr = dlogits + r * classes;
+      // dlogits may be probs (in place): the label's probability is read before the row is
+      // written, and every other element is read just before it is written.
+      const float* pr = probs + r * classes;
+      float* dr = dlogits + r * classes;
+      const float label_p = pr[labels[r]];
       for (int64_t c = 0; c < classes; ++c) dr[c] = scale * pr[c];
-      dr[labels[r]] = scale * (pr[labels[r]] - 1.f);
+      dr[labels[r]] = scale * (label_p - 1.f);
     }
   });
 }

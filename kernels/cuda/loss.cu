@@ -107,10 +107,10 @@ __global__ void softmax_xent_forward_kernel(
   }
 }
 
-__global__ void softmax_xent_backward_kernel(const float* __restrict__ probs,
-                                             const int32_t* __restrict__ labels,
-                                             float* __restrict__ dlogits, int64_t rows,
-                                             int64_t classes, float scale) {
+// dlogits may be probs (in place): each element is read, then written, by the same thread.
+__global__ void softmax_xent_backward_kernel(const float* probs, const int32_t* __restrict__ labels,
+                                             float* dlogits, int64_t rows, int64_t classes,
+                                             float scale) {
   const int64_t n = rows * classes;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;

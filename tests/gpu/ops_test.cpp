@@ -344,6 +344,13 @@ TEST_CASE("cuda vs cpu: softmax cross-entropy forward, backward, bad labels") {
                                1.f / static_cast<float>(rows));
     });
     P.compare("softmax_xent_backward", dlogits, kElementwise);
+    // In place over the probabilities (as the loss layer runs it): the same bits on each side.
+    P.run([&](Backend& be, int s) {
+      be.softmax_xent_backward(probs.f(s), labels.i(s), probs.f(s), rows, classes,
+                               1.f / static_cast<float>(rows));
+    });
+    for (int s = 0; s < 2; ++s)
+      expect_equal("softmax_xent_backward in place", P.get(probs, s), P.get(dlogits, s));
     for (int32_t bad_label : {static_cast<int32_t>(classes), -1}) {
       auto B = L;
       B[7] = bad_label;

@@ -40,6 +40,11 @@ TEST_CASE("softmax_xent forward and backward") {
   be.softmax_xent_backward(probs.get(), labels.get(), dlogits.get(), rows, classes,
                            static_cast<float>(scale));
   check_close(dlogits.read(), d, 1e-7, 1e-5, "softmax_xent_backward");
+
+  // In place (the loss layer writes the gradient over the probabilities): the same bits.
+  be.softmax_xent_backward(probs.get(), labels.get(), probs.get(), rows, classes,
+                           static_cast<float>(scale));
+  CHECK(probs.read() == dlogits.read());
 }
 
 TEST_CASE("softmax_xent: a label outside [0, classes) is a usage error naming row and label") {
