@@ -149,7 +149,7 @@ CudaBackend::~CudaBackend() {
     conv_.reset();
     cudnn_attention_.reset();
     for (Scratch* s : {&gemm_workspace_, &operands_, &conv_workspace_, &partials_,
-                       &attention_operands_, &attention_workspace_})
+                       &attention_operands_, &attention_workspace_, &embedding_scratch_})
       if (s->data != nullptr) allocator_->deallocate(s->data, s->bytes);
     allocator_.reset();
     (void)cudaStreamDestroy(copy_);

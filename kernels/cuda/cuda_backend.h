@@ -177,6 +177,7 @@ class CudaBackend final : public Backend {
   bool cudnn_attention_off_ = false;  // auto: cuDNN refused once, native from then on
   Scratch gemm_workspace_, operands_, conv_workspace_, partials_;
   Scratch attention_operands_, attention_workspace_;  // bf16 copies; cuDNN's workspace
+  Scratch embedding_scratch_;                         // the embedding gradient's sort and runs
   std::mutex copy_mutex_;      // copy_to_peer from several threads shares the copy stream
   bool bias_epilogue_ = true;  // false once cuBLASLt had no algorithm with the bias epilogue
 };

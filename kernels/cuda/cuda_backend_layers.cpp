@@ -2,6 +2,8 @@
 // (which checks its token ids), apart from the generic ops; attention has its own file.
 #include "kernels/cuda/cuda_backend.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "engine/core/error.h"
@@ -103,7 +105,9 @@ void CudaBackend::embedding_forward(const int32_t* ids, const float* table, floa
 void CudaBackend::embedding_backward_weight(const int32_t* ids, const float* dy, float* dtable,
                                             int64_t n, int64_t dim) {
   DeviceGuard guard(device_);
-  check(launch_embedding_backward_weight(ids, dy, dtable, n, dim, compute_),
+  void* work = scratch(embedding_scratch_, std::max<size_t>(embedding_backward_scratch_bytes(n), 1),
+                       "embedding gradient scratch");
+  check(launch_embedding_backward_weight(ids, dy, dtable, n, dim, work, compute_),
         "launch_embedding_backward_weight");
 }
 void CudaBackend::embedding_forward_slice(const int32_t* ids, const float* table, float* y,
@@ -131,8 +135,10 @@ void CudaBackend::embedding_backward_weight_slice(const int32_t* ids, const floa
                                                   float* dtable, int64_t n, int64_t dim,
                                                   const VocabRange& range) {
   DeviceGuard guard(device_);
+  void* work = scratch(embedding_scratch_, std::max<size_t>(embedding_backward_scratch_bytes(n), 1),
+                       "embedding gradient scratch");
   check(launch_embedding_backward_weight_slice(ids, dy, dtable, n, dim, range.first, range.count,
-                                               compute_),
+                                               work, compute_),
         "launch_embedding_backward_weight_slice");
 }
 

@@ -4,43 +4,51 @@
 // forward's outputs on both sides (mirror()), so each op is judged on its own. Outputs that the
 // op overwrites start as NaN on both sides, so an element the kernel forgets shows up.
 //
-// Tolerances, fp32 unless the row says otherwise, and why:
-//   op                                        atol              rtol    why
-//   fill, dropout mask, maxpool y and argmax,  0                 0       data movement and integer
-//   decisions embedding forward, count_correct, copies,                            (ties included):
-//   must be identical gemm K = 0 (C = beta C), gemm C padding add, axpy, scale, add_bias,
-//   activations,   1e-7              1e-6    kernels/cuda repeats the CPU's float dropout values,
-//   softmax and mse backward,                            operations in the CPU's order (documented
-//   pooling, maxpool backward, sgd, adamw                                bit-identical); 1e-6 is ~8
-//   ulp of slack (adamw v: atol 1e-12, as v ~ 1e-3 g^2 is small) sum_rows_accumulate, layernorm
-//   dgamma and  2e-6 sqrt(rows)   1e-5    float column sums in another (fixed) dbeta order:
-//   rounding grows like sqrt(terms) layernorm y / mean / rstd                  1e-5 / 1e-6 / 0 1e-5
-//   row sums in another order layernorm backward_input                   1e-5              1e-4 two
-//   row sums feed every element softmax probs                              1e-9              1e-5
-//   expf vs the CPU exp_f32 polynomial (a few ulp), another sum order softmax loss (host double) 0
-//   1e-6    per-row logs of float sums sum_squares, mse loss (host double)        0 1e-10   exact
-//   squares in double, order differs embedding backward_weight                  1e-6 1e-6    float
-//   atomicAdd: repeats add in any order conv2d (cuDNN, true fp32 math)             2e-5 sqrt(terms)
-//   1e-4    other algorithms (implicit GEMM, Winograd,
-//                                                                        FFT) and orders; terms =
-//                                                                        products summed
-//   attention out, lse, dqkv                   5e-5              5e-4    float online softmax in
-//   another order;
-//                                                                        each side is within 2e-5 +
-//                                                                        2e-4 |x| of a double
-//                                                                        reference (tests/kernels)
-//   gemm fp32                                  1e-5 sqrt(K)      1e-5    cuBLASLt vs oneDNN, both
-//   fp32 sums gemm tf32                                  2.5e-3 sqrt(K)    5e-3    operands keep 10
-//   mantissa bits (error up
-//                                                                        to 2^-10 each, truncation
-//                                                                        allowed): for inputs in
-//                                                                        [-1, 1] ~3.5e-4 rms per
-//                                                                        product, a random walk
-//                                                                        over K; ~7 sigma
-//   gemm bf16                                  4e-3 sqrt(K)      2e-2    operands rounded to 8 bits
-//   (2^-9 each):
-//                                                                        ~5.3e-4 rms per product;
-//                                                                        ~7.5 sigma
+// Tolerances, fp32 unless the row says otherwise, and why (the table is kept out of
+// clang-format, which once reflowed it into prose):
+// clang-format off
+//   op                                     atol             rtol   why
+//   fill, dropout mask, maxpool y and      0                0      data movement and integer
+//     argmax, embedding forward and                                decisions (ties included);
+//     backward_weight, count_correct,                              the embedding gradient adds
+//     copies, gemm K = 0 (C = beta C),                             each row in position order,
+//     gemm C padding                                               as the CPU: must be identical
+//   add, axpy, scale, add_bias,            1e-7             1e-6   kernels/cuda repeats the CPU's
+//     activations, dropout values,                                 float operations in the CPU's
+//     softmax and mse backward, pooling,                           order (documented
+//     maxpool backward, sgd, adamw                                 bit-identical); 1e-6 is ~8 ulp
+//                                                                  of slack (adamw v: atol 1e-12,
+//                                                                  as v ~ 1e-3 g^2 is small)
+//   sum_rows_accumulate, layernorm         2e-6 sqrt(rows)  1e-5   float column sums in another
+//     dgamma and dbeta                                             (fixed) order: rounding grows
+//                                                                  like sqrt(terms)
+//   layernorm y / mean / rstd              1e-5 / 1e-6 / 0  1e-5   row sums in another order
+//   layernorm backward_input               1e-5             1e-4   two row sums feed every element
+//   softmax probs                          1e-9             1e-5   expf vs the CPU exp_f32
+//                                                                  polynomial (a few ulp), another
+//                                                                  sum order
+//   softmax loss (host double)             0                1e-6   per-row logs of float sums
+//   sum_squares, mse loss (host double)    0                1e-10  exact squares in double, order
+//                                                                  differs
+//   conv2d (cuDNN, true fp32 math)         2e-5 sqrt(terms) 1e-4   other algorithms (implicit
+//                                                                  GEMM, Winograd, FFT) and
+//                                                                  orders; terms = products summed
+//   attention out, lse, dqkv               5e-5             5e-4   float online softmax in another
+//                                                                  order; each side is within
+//                                                                  2e-5 + 2e-4 |x| of a double
+//                                                                  reference (tests/kernels)
+//   gemm fp32                              1e-5 sqrt(K)     1e-5   cuBLASLt vs oneDNN, both fp32
+//                                                                  sums
+//   gemm tf32                              2.5e-3 sqrt(K)   5e-3   operands keep 10 mantissa bits
+//                                                                  (error up to 2^-10 each,
+//                                                                  truncation allowed): for inputs
+//                                                                  in [-1, 1] ~3.5e-4 rms per
+//                                                                  product, a random walk over K;
+//                                                                  ~7 sigma
+//   gemm bf16                              4e-3 sqrt(K)     2e-2   operands rounded to 8 bits
+//                                                                  (2^-9 each): ~5.3e-4 rms per
+//                                                                  product; ~7.5 sigma
+// clang-format on
 // A real bug (wrong transpose, stride, element, mask) is off by O(1) relative, far outside all of
 // these; the GEMM tests print the largest error seen per precision for calibration.
 #include <doctest/doctest.h>
@@ -568,7 +576,8 @@ TEST_CASE("cuda vs cpu: embedding forward, backward_weight, bad ids") {
   P.run([&](Backend& be, int s) {
     be.embedding_backward_weight(id.i(s), dy.f(s), dtable.f(s), n, dim);
   });
-  P.compare("embedding_backward_weight (accumulated, repeated ids)", dtable, {1e-6, 1e-6});
+  // Each row's additions in position order, as the CPU's: the same bits (no float atomics).
+  P.compare("embedding_backward_weight (accumulated, repeated ids)", dtable, kExact);
   for (int32_t bad : {static_cast<int32_t>(vocab), -1}) {
     CAPTURE(bad);
     auto B = ids;
@@ -603,7 +612,7 @@ TEST_CASE("cuda vs cpu: embedding on a slice of the table (vocab-parallel), bad 
   P.run([&](Backend& be, int s) {
     be.embedding_backward_weight_slice(id.i(s), dy.f(s), dtable.f(s), n, dim, range);
   });
-  P.compare("embedding_backward_weight_slice (accumulated, repeated ids)", dtable, {1e-6, 1e-6});
+  P.compare("embedding_backward_weight_slice (accumulated, repeated ids)", dtable, kExact);
   for (int32_t bad : {static_cast<int32_t>(range.total), -1}) {
     CAPTURE(bad);
     auto B = ids;
