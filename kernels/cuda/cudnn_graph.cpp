@@ -85,8 +85,9 @@ Descriptor& Graph::tensor_descriptor(Uid uid) const {
 
 // ---- operations ---------------------------------------------------------------------------
 
-void Graph::pointwise(cudnnPointwiseMode_t mode, Uid x, Uid y, cudnnDataType_t compute,
-                      int64_t axis) {
+// y = mode(x[, b[, t]]); uid 0: no such input.
+void Graph::pointwise_op(cudnnPointwiseMode_t mode, cudnnDataType_t compute, int64_t axis, Uid x,
+                         Uid b, Uid t, Uid y) {
   auto pw = std::make_shared<Descriptor>(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
   pw->set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, "pointwise");
   pw->set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &compute, "pointwise");
@@ -95,45 +96,29 @@ void Graph::pointwise(cudnnPointwiseMode_t mode, Uid x, Uid y, cudnnDataType_t c
   Descriptor op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
   set_descriptor(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, *pw, "pointwise op");
   set_descriptor(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, tensor_descriptor(x), "pointwise op");
+  if (b)
+    set_descriptor(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, tensor_descriptor(b), "pointwise op");
+  if (t)
+    set_descriptor(op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, tensor_descriptor(t), "pointwise op");
   set_descriptor(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, tensor_descriptor(y), "pointwise op");
-  op.finalize(fmt::format("pointwise op mode {} ({} -> {})", static_cast<int>(mode), x, y).c_str());
-  op_configs_.push_back(std::move(pw));
-  add(std::move(op));
-}
-
-void Graph::pointwise(cudnnPointwiseMode_t mode, Uid x, Uid b, Uid y, cudnnDataType_t compute) {
-  auto pw = std::make_shared<Descriptor>(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
-  pw->set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, "pointwise");
-  pw->set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &compute, "pointwise");
-  pw->finalize(fmt::format("pointwise mode {}", static_cast<int>(mode)).c_str());
-  Descriptor op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-  set_descriptor(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, *pw, "pointwise op");
-  set_descriptor(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, tensor_descriptor(x), "pointwise op");
-  set_descriptor(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, tensor_descriptor(b), "pointwise op");
-  set_descriptor(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, tensor_descriptor(y), "pointwise op");
-  op.finalize(
-      fmt::format("pointwise op mode {} ({}, {} -> {})", static_cast<int>(mode), x, b, y).c_str());
-  op_configs_.push_back(std::move(pw));
-  add(std::move(op));
-}
-
-void Graph::pointwise(cudnnPointwiseMode_t mode, Uid x, Uid b, Uid t, Uid y) {
-  auto pw = std::make_shared<Descriptor>(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
-  const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
-  pw->set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, "pointwise");
-  pw->set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &compute, "pointwise");
-  pw->finalize(fmt::format("pointwise mode {}", static_cast<int>(mode)).c_str());
-  Descriptor op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-  set_descriptor(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, *pw, "select op");
-  set_descriptor(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, tensor_descriptor(x), "select op");
-  set_descriptor(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, tensor_descriptor(b), "select op");
-  set_descriptor(op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, tensor_descriptor(t), "select op");
-  set_descriptor(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, tensor_descriptor(y), "select op");
   op.finalize(
       fmt::format("pointwise op mode {} ({}, {}, {} -> {})", static_cast<int>(mode), x, b, t, y)
           .c_str());
   op_configs_.push_back(std::move(pw));
   add(std::move(op));
+}
+
+void Graph::pointwise(cudnnPointwiseMode_t mode, Uid x, Uid y, cudnnDataType_t compute,
+                      int64_t axis) {
+  pointwise_op(mode, compute, axis, x, 0, 0, y);
+}
+
+void Graph::pointwise(cudnnPointwiseMode_t mode, Uid x, Uid b, Uid y, cudnnDataType_t compute) {
+  pointwise_op(mode, compute, -1, x, b, 0, y);
+}
+
+void Graph::pointwise(cudnnPointwiseMode_t mode, Uid x, Uid b, Uid t, Uid y) {
+  pointwise_op(mode, CUDNN_DATA_FLOAT, -1, x, b, t, y);
 }
 
 void Graph::matmul(Uid a, Uid b, Uid c) {

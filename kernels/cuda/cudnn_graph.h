@@ -97,6 +97,8 @@ class Graph {
 
  private:
   Descriptor& tensor_descriptor(Uid uid) const;
+  void pointwise_op(cudnnPointwiseMode_t mode, cudnnDataType_t compute, int64_t axis, Uid x, Uid b,
+                    Uid t, Uid y);
   void add(Descriptor op) { ops_.push_back(std::make_shared<Descriptor>(std::move(op))); }
 
   Uid next_uid_ = 1;
