@@ -18,20 +18,16 @@ namespace pt::cuda {
 
 double CudaBackend::sum_squares(const float* x, int64_t n) {
   if (n == 0) return 0.0;
-  DeviceGuard guard(device_);
-  auto* partials =
-      static_cast<double*>(scratch(partials_, kReduceBlocks * sizeof(double), "norm partials"));
-  check(launch_sum_squares(x, n, partials, compute_), "launch_sum_squares");
-  std::vector<double> host(kReduceBlocks);
-  read_back(host.data(), partials, host.size() * sizeof(double));
-  return std::accumulate(host.begin(), host.end(), 0.0);
+  double sum = 0;
+  sum_squares_each(&x, &n, 1, &sum);
+  return sum;
 }
 void CudaBackend::sum_squares_each(const float* const* xs, const int64_t* ns, size_t count,
                                    double* sums) {
   if (count == 0) return;
   DeviceGuard guard(device_);
   // Every tensor's partials queued side by side, one read-back; each sum adds its own partials
-  // in index order, as sum_squares does, so the bits are sum_squares'.
+  // in index order (reduce.h), so a tensor's sum has the same bits alone or in a list.
   auto* partials = static_cast<double*>(
       scratch(partials_, count * kReduceBlocks * sizeof(double), "norm partials"));
   for (size_t k = 0; k < count; ++k)
