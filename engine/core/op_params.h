@@ -84,4 +84,18 @@ enum class Precision { fp32 = 0, tf32 = 1, bf16 = 2 };
 // without cuDNN (the CPU) refuse the last two when opened. Values match PtCudaAttention.
 enum class AttentionKernel { automatic = 0, native = 1, cudnn = 2, cudnn_deterministic = 3 };
 
+// The --attention spelling: "auto" | "native" | "cudnn" | "cudnn-deterministic".
+constexpr const char* attention_name(AttentionKernel a) {
+  switch (a) {
+    case AttentionKernel::native: return "native";
+    case AttentionKernel::cudnn: return "cudnn";
+    case AttentionKernel::cudnn_deterministic: return "cudnn-deterministic";
+    default: return "auto";
+  }
+}
+// Whether `a` insists on cuDNN (an error where cuDNN cannot run, rather than the native kernel).
+constexpr bool requires_cudnn(AttentionKernel a) {
+  return a == AttentionKernel::cudnn || a == AttentionKernel::cudnn_deterministic;
+}
+
 }  // namespace pt

@@ -375,15 +375,6 @@ CudaPrecision parse_precision(std::string_view text) {
   throw UsageError(fmt::format("unknown precision '{}': use fp32, tf32 or bf16", text));
 }
 
-const char* attention_name(AttentionKernel a) {
-  switch (a) {
-    case AttentionKernel::native: return "native";
-    case AttentionKernel::cudnn: return "cudnn";
-    case AttentionKernel::cudnn_deterministic: return "cudnn-deterministic";
-    default: return "auto";
-  }
-}
-
 AttentionKernel parse_attention(std::string_view text) {
   for (AttentionKernel a : {AttentionKernel::automatic, AttentionKernel::native,
                             AttentionKernel::cudnn, AttentionKernel::cudnn_deterministic})

@@ -80,8 +80,7 @@ const char* precision_name(CudaPrecision p);
 // "fp32" | "tf32" | "bf16"; throws UsageError otherwise.
 CudaPrecision parse_precision(std::string_view text);
 
-const char* attention_name(AttentionKernel a);
-// "auto" | "native" | "cudnn" | "cudnn-deterministic"; throws UsageError otherwise.
+// attention_name's spellings (engine/core/op_params.h); throws UsageError otherwise.
 AttentionKernel parse_attention(std::string_view text);
 
 // A Backend for GPU `device` from the plugin. The engine opens GPUs through the backend registry

@@ -59,8 +59,7 @@ DeviceSet open_devices(std::string_view spec, int count, int threads, CudaPrecis
         fmt::format("--precision {} needs CUDA devices (the CPU backend computes in fp32): use "
                     "--precision fp32 or --devices cuda:N",
                     precision_name(precision)));
-  if (cuda_devices == 0 &&
-      (attention == AttentionKernel::cudnn || attention == AttentionKernel::cudnn_deterministic))
+  if (cuda_devices == 0 && requires_cudnn(attention))
     throw UsageError(fmt::format(
         "--attention {} needs CUDA devices (cuDNN's fused flash attention); the CPU backend has "
         "one attention kernel: use --attention auto or native, or --devices cuda:N",

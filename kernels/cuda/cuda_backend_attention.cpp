@@ -27,21 +27,17 @@ void check_head_dim(int64_t Dh) {
                     "heads (d_model / heads <= {})",
                     kMaxAttentionHeadDim, Dh, kMaxAttentionHeadDim));
 }
-
-bool asks_for_cudnn(AttentionKernel a) {
-  return a == AttentionKernel::cudnn || a == AttentionKernel::cudnn_deterministic;
-}
 }  // namespace
 
 bool CudaBackend::cudnn_attention_wanted(int64_t Dh) const {
   if (attention_ == AttentionKernel::native || cudnn_attention_off_) return false;
   const std::string why_not = CudnnAttention::unsupported_shape(Dh);
-  if (asks_for_cudnn(attention_)) {
+  if (requires_cudnn(attention_)) {
     if (!why_not.empty())
       throw UsageError(fmt::format(
-          "--attention {} on {}: cuDNN cannot run {}; use --attention "
-          "native or auto, or another --heads",
-          attention_ == AttentionKernel::cudnn ? "cudnn" : "cudnn-deterministic", name_, why_not));
+          "--attention {} on {}: cuDNN cannot run {}; use --attention native or auto, or another "
+          "--heads",
+          attention_name(attention_), name_, why_not));
     return true;
   }
   // automatic: cuDNN's engine computes in bf16, so only where the GEMMs do too.
@@ -51,11 +47,11 @@ bool CudaBackend::cudnn_attention_wanted(int64_t Dh) const {
 void CudaBackend::cudnn_attention_refused(const std::exception& e, int64_t B, int64_t T, int64_t H,
                                           int64_t Dh) {
   const std::string shape = fmt::format("B {}, T {}, H {}, head dimension {}", B, T, H, Dh);
-  if (asks_for_cudnn(attention_))
+  if (requires_cudnn(attention_))
     throw UsageError(
-        fmt::format("--attention cudnn on {}: cuDNN {} refused attention ({}): {}; use "
+        fmt::format("--attention {} on {}: cuDNN {} refused attention ({}): {}; use "
                     "--attention native or auto",
-                    name_, CudnnAttention::version(), shape, e.what()));
+                    attention_name(attention_), name_, CudnnAttention::version(), shape, e.what()));
   cudnn_attention_off_ = true;
   fmt::print(stderr,
              "{}: cuDNN {}'s fused attention is unavailable ({}): {}; using the native attention "
