@@ -158,6 +158,8 @@ class CudaBackend final : public Backend {
   void cudnn_attention_refused(const std::exception& e, int64_t B, int64_t T, int64_t H,
                                int64_t Dh);
   CudnnAttention& cudnn_attention();
+  // Scratch for the embedding gradients' sort of n positions (embedding.h).
+  void* embedding_gradient_scratch(int64_t n);
   void lt_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                int64_t ldc, const float* bias);

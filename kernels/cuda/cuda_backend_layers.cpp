@@ -102,12 +102,15 @@ void CudaBackend::embedding_forward(const int32_t* ids, const float* table, floa
                     id, bad, vocab));
   }
 }
+void* CudaBackend::embedding_gradient_scratch(int64_t n) {
+  return scratch(embedding_scratch_, std::max<size_t>(embedding_backward_scratch_bytes(n), 1),
+                 "embedding gradient scratch");
+}
 void CudaBackend::embedding_backward_weight(const int32_t* ids, const float* dy, float* dtable,
                                             int64_t n, int64_t dim) {
   DeviceGuard guard(device_);
-  void* work = scratch(embedding_scratch_, std::max<size_t>(embedding_backward_scratch_bytes(n), 1),
-                       "embedding gradient scratch");
-  check(launch_embedding_backward_weight(ids, dy, dtable, n, dim, work, compute_),
+  check(launch_embedding_backward_weight(ids, dy, dtable, n, dim, embedding_gradient_scratch(n),
+                                         compute_),
         "launch_embedding_backward_weight");
 }
 void CudaBackend::embedding_forward_slice(const int32_t* ids, const float* table, float* y,
@@ -135,10 +138,8 @@ void CudaBackend::embedding_backward_weight_slice(const int32_t* ids, const floa
                                                   float* dtable, int64_t n, int64_t dim,
                                                   const VocabRange& range) {
   DeviceGuard guard(device_);
-  void* work = scratch(embedding_scratch_, std::max<size_t>(embedding_backward_scratch_bytes(n), 1),
-                       "embedding gradient scratch");
   check(launch_embedding_backward_weight_slice(ids, dy, dtable, n, dim, range.first, range.count,
-                                               work, compute_),
+                                               embedding_gradient_scratch(n), compute_),
         "launch_embedding_backward_weight_slice");
 }
 

@@ -99,8 +99,6 @@ std::string CudnnAttention::unsupported_shape(int64_t Dh) {
 
 size_t CudnnAttention::version() { return cudnnGetVersion(); }
 
-size_t CudnnAttention::cached_plans() const { return plans_.size(); }
-
 AttentionGraph attention_graph(bool backward, bool deterministic, int64_t B, int64_t T, int64_t H,
                                int64_t Dh, float scale) {
   const Views v{B, H, T, Dh};
@@ -211,8 +209,7 @@ uint32_t bits(float x) { return std::bit_cast<uint32_t>(x); }
 }  // namespace
 
 void CudnnAttention::forward(const uint16_t* qkv, uint16_t* out, float* lse, int64_t B, int64_t T,
-                             int64_t H, int64_t Dh, float scale,
-                             const AttentionWorkspaceFn& workspace) {
+                             int64_t H, int64_t Dh, float scale, const WorkspaceFn& workspace) {
   if (B * T * H == 0) return;
   Cached& c = plan({false, false, B, T, H, Dh, bits(scale)});
   auto* base = const_cast<uint16_t*>(qkv);
@@ -230,7 +227,7 @@ void CudnnAttention::forward(const uint16_t* qkv, uint16_t* out, float* lse, int
 void CudnnAttention::backward(const uint16_t* qkv, const uint16_t* out, const uint16_t* dout,
                               const float* lse, uint16_t* dqkv, int64_t B, int64_t T, int64_t H,
                               int64_t Dh, float scale, bool deterministic,
-                              const AttentionWorkspaceFn& workspace) {
+                              const WorkspaceFn& workspace) {
   if (B * T * H == 0) return;
   Cached& c = plan({true, deterministic, B, T, H, Dh, bits(scale)});
   auto* base = const_cast<uint16_t*>(qkv);

@@ -11,13 +11,13 @@
 #include <cudnn_graph.h>
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <tuple>
 
 #include "kernels/cuda/cudnn_graph.h"
+#include "kernels/cuda/workspace.h"
 
 namespace pt::cuda {
 
@@ -40,9 +40,6 @@ struct AttentionGraph {
 AttentionGraph attention_graph(bool backward, bool deterministic, int64_t B, int64_t T, int64_t H,
                                int64_t Dh, float scale);
 
-// Device scratch of at least `bytes` for work queued on the stream (the backend owns it).
-using AttentionWorkspaceFn = std::function<void*(size_t bytes)>;
-
 class CudnnAttention {
  public:
   // One cuDNN handle queueing on `stream`; create it with the stream's device current. Throws
@@ -61,16 +58,13 @@ class CudnnAttention {
   // out = attention(qkv), lse = its log-sum-exp. Builds the plan on the first call for a shape;
   // throws cudnn_graph::Refused when cuDNN refuses it (nothing is queued then).
   void forward(const uint16_t* qkv, uint16_t* out, float* lse, int64_t B, int64_t T, int64_t H,
-               int64_t Dh, float scale, const AttentionWorkspaceFn& workspace);
+               int64_t Dh, float scale, const WorkspaceFn& workspace);
   // dqkv = the gradient for dout, overwriting all of it. `deterministic` builds the graph whose
   // dQ is written by one matmul (no fp32 accumulator updated from several thread blocks) and
   // takes only engines that cuDNN does not mark non-deterministic.
   void backward(const uint16_t* qkv, const uint16_t* out, const uint16_t* dout, const float* lse,
                 uint16_t* dqkv, int64_t B, int64_t T, int64_t H, int64_t Dh, float scale,
-                bool deterministic, const AttentionWorkspaceFn& workspace);
-
-  // Plans built so far (for tests and diagnostics).
-  size_t cached_plans() const;
+                bool deterministic, const WorkspaceFn& workspace);
 
  private:
   struct Cached;

@@ -4,18 +4,15 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
-#include <functional>
 #include <memory>
 
 #include "engine/core/backend.h"
+#include "kernels/cuda/workspace.h"
 
 namespace pt::cuda {
 
-// Returns device scratch of at least `bytes`, valid for work queued on the stream (the backend
-// owns it). Called at most once per op, only when the chosen algorithm needs workspace.
-using WorkspaceFn = std::function<void*(size_t bytes)>;
-
-// One cuDNN handle queueing on one stream. Descriptors and the algorithms are cached per
+// One cuDNN handle queueing on one stream. Each op calls its WorkspaceFn at most once, only when
+// the chosen algorithm needs workspace. Descriptors and the algorithms are cached per
 // Conv2dShape (each op's algorithm chosen on its first use). Not thread-safe: one instance per
 // stream, driven by one host thread at a time. Create it with the stream's device current.
 class CudnnConv {
